@@ -1,0 +1,5 @@
+"""``python -m zwarm``: the same entry point as the ``zwarm`` console script."""
+
+from zwarm.cli import main
+
+main()

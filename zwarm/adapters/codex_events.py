@@ -1,0 +1,430 @@
+"""Codex CLI (``codex exec --json``) stdout -> zwarm steps and the turn's outcome.
+
+Owns the whole reading of one codex turn log: ``iter_steps`` (the trajectory, as
+``zwarm.steps`` dicts) and ``scan_outcome`` (status, final message, error, usage).
+
+Must stay true:
+- pure and stdlib-only (plus ``zwarm.models``/``zwarm.steps``); neither function raises on any
+  input: blank, non-JSON, truncated or non-object lines, wrong-typed fields, and unknown event
+  or item types are skipped (new codex versions add types);
+- ``iter_steps`` streams: memory is bounded by the items started and not yet completed;
+- ``scan_outcome`` json-decodes only lines that can change the outcome. Each line is first
+  tested for byte markers like ``"type":"turn.completed"``. Codex writes compact JSON, and a
+  quote inside a string value is escaped (``\\"``), so such a marker only appears where a real
+  ``"type"`` key holds that value. A false hit (a nested object) costs one decode, because the
+  decoded top-level type is checked again;
+- usage is reported raw: ``turn.completed.usage`` is cumulative over a resumed thread and the
+  caller computes deltas. Codex reports no cost and no model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from zwarm.models import Status, TurnOutcome, Usage
+from zwarm.steps import Step
+
+Event = dict[str, Any]
+OpenItems = dict[str, Event]
+
+# Item types that may be started and never completed (agent killed mid-way).
+_TRACKED_ITEMS = frozenset({"command_execution", "mcp_tool_call", "file_change"})
+
+
+# --------------------------------------------------------------------------- decoding helpers
+
+
+def _decode(line: object) -> Event | None:
+    """One line as a JSON object, or None for anything else (never raises)."""
+    try:
+        obj = json.loads(line)  # type: ignore[arg-type]
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _as_bytes(line: object) -> bytes:
+    if isinstance(line, (bytearray, memoryview)):
+        return bytes(line)
+    if isinstance(line, str):
+        return line.encode("utf-8", "replace")
+    return b""
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _count(v: Any) -> int:
+    """A token count: a non-negative int, else 0."""
+    n = _int(v)
+    return n if n is not None and n >= 0 else 0
+
+
+def _obj(v: Any) -> dict[str, Any]:
+    """Tool arguments as an object, whatever the CLI sent."""
+    if isinstance(v, dict):
+        return v
+    return {} if v is None else {"value": v}
+
+
+# --------------------------------------------------------------------------- item -> steps
+
+
+def _message(item: Event) -> list[Step]:
+    return [{"kind": "message", "text": _str(item.get("text"))}]
+
+
+def _reasoning(item: Event) -> list[Step]:
+    text = _str(item.get("text"))
+    return [{"kind": "reasoning", "text": text}] if text else []
+
+
+def _command_step(item: Event, status: str | None = None) -> Step:
+    exit_code = _int(item.get("exit_code"))
+    if status is None:
+        status = _str(item.get("status")) or ("failed" if exit_code else "completed")
+    return {
+        "kind": "command",
+        "command": _str(item.get("command")),
+        "exit_code": exit_code,
+        "output": _str(item.get("aggregated_output")),
+        "status": status,
+    }
+
+
+def _command(item: Event) -> list[Step]:
+    return [_command_step(item)]
+
+
+def _change(c: dict[str, Any]) -> dict[str, str]:
+    kind = c.get("kind")
+    if isinstance(kind, dict):  # tolerate a tagged-object form {"type": "update", ...}
+        kind = kind.get("type")
+    return {"path": _str(c.get("path")), "kind": _str(kind)}
+
+
+def _file_change_step(item: Event, status: str | None = None) -> Step:
+    changes = [_change(c) for c in _list(item.get("changes")) if isinstance(c, dict)]
+    return {
+        "kind": "file_change",
+        "changes": changes,
+        "status": status or _str(item.get("status")) or "completed",
+    }
+
+
+def _file_change(item: Event) -> list[Step]:
+    return [_file_change_step(item)]
+
+
+def _tool_call_step(item: Event) -> Step:
+    server = item.get("server")
+    return {
+        "kind": "tool_call",
+        "id": _str(item.get("id")),
+        "name": _str(item.get("tool")),
+        "arguments": _obj(item.get("arguments")),
+        "server": server if isinstance(server, str) else None,
+    }
+
+
+def _mcp_result_text(item: Event) -> str:
+    result = _dict(item.get("result"))
+    texts = [_str(_dict(b).get("text")) for b in _list(result.get("content"))]
+    text = "\n".join(t for t in texts if t)
+    if text:
+        return text
+    structured = result.get("structured_content")
+    if structured is not None:
+        return json.dumps(structured, ensure_ascii=False)
+    error = item.get("error")
+    return _str(_dict(error).get("message")) or _str(error)
+
+
+def _mcp_tool_call(item: Event) -> list[Step]:
+    call = _tool_call_step(item)
+    is_error = item.get("status") == "failed" or item.get("error") is not None
+    result = {
+        "kind": "tool_result",
+        "id": call["id"],
+        "name": call["name"],
+        "result": _mcp_result_text(item),
+        "is_error": is_error,
+    }
+    return [call, result]
+
+
+def _web_search(item: Event) -> list[Step]:
+    query = _str(item.get("query")) or _str(_dict(item.get("action")).get("query"))
+    return [{"kind": "web_search", "query": query}]
+
+
+def _todo_list(item: Event) -> list[Step]:
+    items = [
+        {"text": _str(t.get("text")), "completed": t.get("completed") is True}
+        for t in _list(item.get("items"))
+        if isinstance(t, dict)
+    ]
+    return [{"kind": "todo", "items": items}]
+
+
+def _error_item(item: Event) -> list[Step]:
+    return [{"kind": "error", "message": _str(item.get("message")), "fatal": False}]
+
+
+_ITEM_STEPS: dict[str, Callable[[Event], list[Step]]] = {
+    "agent_message": _message,
+    "reasoning": _reasoning,
+    "command_execution": _command,
+    "file_change": _file_change,
+    "mcp_tool_call": _mcp_tool_call,
+    "web_search": _web_search,
+    "todo_list": _todo_list,
+    "error": _error_item,
+}
+
+# What an item started and never completed still shows (status "in_progress").
+_LEFTOVER_STEPS: dict[str, Callable[[Event], Step]] = {
+    "command_execution": lambda item: _command_step(item, "in_progress"),
+    "mcp_tool_call": _tool_call_step,
+    "file_change": lambda item: _file_change_step(item, "in_progress"),
+}
+
+
+# --------------------------------------------------------------------------- event -> steps
+
+
+def _on_item_open(event: Event, open_items: OpenItems) -> list[Step]:
+    """item.started / item.updated: no step; remember the item until it completes."""
+    item = _dict(event.get("item"))
+    item_id = _str(item.get("id"))
+    if item_id and _str(item.get("type")) in _TRACKED_ITEMS:
+        open_items[item_id] = item
+    return []
+
+
+def _on_item_completed(event: Event, open_items: OpenItems) -> list[Step]:
+    item = _dict(event.get("item"))
+    open_items.pop(_str(item.get("id")), None)
+    convert = _ITEM_STEPS.get(_str(item.get("type")))
+    return convert(item) if convert else []
+
+
+def _on_error(event: Event, open_items: OpenItems) -> list[Step]:
+    return [{"kind": "error", "message": _str(event.get("message")), "fatal": False}]
+
+
+def _turn_failed_message(event: Event) -> str:
+    error = event.get("error")
+    return _str(_dict(error).get("message")) or _str(error) or "codex reported turn.failed"
+
+
+def _on_turn_failed(event: Event, open_items: OpenItems) -> list[Step]:
+    return [{"kind": "error", "message": _turn_failed_message(event), "fatal": True}]
+
+
+_EVENT_STEPS: dict[str, Callable[[Event, OpenItems], list[Step]]] = {
+    "item.started": _on_item_open,
+    "item.updated": _on_item_open,
+    "item.completed": _on_item_completed,
+    "error": _on_error,
+    "turn.failed": _on_turn_failed,
+}
+
+
+def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
+    """Normalized steps of one codex turn, in stream order.
+
+    Commands, tool calls and file changes that were started but never completed (the agent was
+    killed) come last, once each, with status ``in_progress``.
+    """
+    open_items: OpenItems = {}
+    for line in lines:
+        event = _decode(line)
+        if event is None:
+            continue
+        handle = _EVENT_STEPS.get(_str(event.get("type")))
+        if handle is not None:
+            yield from handle(event, open_items)
+    for item in open_items.values():
+        yield _LEFTOVER_STEPS[_str(item.get("type"))](item)
+
+
+# --------------------------------------------------------------------------- outcome
+
+_HEAD = b'{"type":"'  # codex puts the event type first (serde tag)
+_M_ITEM = b'"type":"item.'
+_M_ITEM_COMPLETED = b'"type":"item.completed"'
+_M_AGENT_MESSAGE = b'"type":"agent_message"'
+_M_TURN_COMPLETED = b'"type":"turn.completed"'
+_M_TURN_FAILED = b'"type":"turn.failed"'
+_M_ERROR = b'"type":"error"'
+_M_THREAD_STARTED = b'"type":"thread.started"'
+_TYPE_KEY = b'"type":"'
+
+# Candidate lines are kept raw and decoded lazily, newest first, only if needed.
+_CANDIDATES = 8
+
+
+def _head_type(line: bytes) -> bytes | None:
+    """The event type when the line starts with it (codex's layout), else None."""
+    if not line.startswith(_HEAD):
+        return None
+    end = line.find(b'"', 9, 64)
+    return line[9:end] if end > 0 else None
+
+
+class _Scan:
+    """Running state of ``scan_outcome``: one method per line kind that matters.
+
+    A line that starts with its event type is classified from its first bytes, whatever its
+    length; any other layout falls back to whole-line marker searches (same decisions, slower).
+    """
+
+    def __init__(self) -> None:
+        self.outcome = TurnOutcome()
+        self.messages: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.errors: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.by_head: dict[bytes, Callable[[bytes], None]] = {
+            b"item.completed": self.item_completed,
+            b"turn.completed": self.terminal,
+            b"turn.failed": self.terminal,
+            b"error": self.errors.append,
+            b"thread.started": self.thread_started,
+        }
+
+    def feed(self, line: bytes) -> None:
+        head = _head_type(line)
+        if head is not None:
+            handle = self.by_head.get(head)
+            if handle is not None:
+                handle(line)
+        elif _M_ITEM in line:
+            if _M_AGENT_MESSAGE in line and _M_ITEM_COMPLETED in line:
+                self.messages.append(line)
+        elif _M_TURN_COMPLETED in line or _M_TURN_FAILED in line:
+            self.terminal(line)
+        elif _M_ERROR in line:
+            self.errors.append(line)
+        elif _M_THREAD_STARTED in line:
+            self.thread_started(line)
+
+    def item_completed(self, line: bytes) -> None:
+        # The first type key after the event's own is the item's (serde writes the tag right
+        # after "id"); only agent messages matter, and they hold no nested objects.
+        at = line.find(_TYPE_KEY, len(_HEAD))
+        if at >= 0 and line.startswith(b'agent_message"', at + len(_TYPE_KEY)):
+            self.messages.append(line)
+
+    def thread_started(self, line: bytes) -> None:
+        if self.outcome.agent_session_id is not None:
+            return
+        event = _decode(line)
+        if event is not None and event.get("type") == "thread.started":
+            self.outcome.agent_session_id = _str(event.get("thread_id")) or None
+
+    def terminal(self, line: bytes) -> None:
+        event = _decode(line)
+        kind = None if event is None else event.get("type")
+        if event is not None and kind == "turn.completed":
+            self.outcome.status = Status.COMPLETED
+            self.outcome.error = None
+            self.outcome.usage = _usage(event.get("usage"))
+        elif event is not None and kind == "turn.failed":
+            self.outcome.status = Status.FAILED
+            self.outcome.error = _turn_failed_message(event)
+
+    def finish(self) -> TurnOutcome:
+        self.outcome.final_message = _newest(self.messages, _agent_message_text)
+        if self.outcome.status is None:
+            self.outcome.error = _newest(self.errors, _error_event_message)
+        return self.outcome
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    return Usage(
+        input_tokens=_count(raw.get("input_tokens")),
+        cached_input_tokens=_count(raw.get("cached_input_tokens")),
+        output_tokens=_count(raw.get("output_tokens")),
+        reasoning_tokens=_count(raw.get("reasoning_output_tokens")),
+    )
+
+
+def _newest(candidates: deque[bytes], extract: Callable[[Event], str | None]) -> str | None:
+    """The newest candidate line that decodes and yields a value."""
+    for line in reversed(candidates):
+        event = _decode(line)
+        value = extract(event) if event is not None else None
+        if value is not None:
+            return value
+    return None
+
+
+def _agent_message_text(event: Event) -> str | None:
+    item = _dict(event.get("item"))
+    if event.get("type") != "item.completed" or item.get("type") != "agent_message":
+        return None
+    return _str(item.get("text"))
+
+
+def _error_event_message(event: Event) -> str | None:
+    return _str(event.get("message")) if event.get("type") == "error" else None
+
+
+def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
+    """The turn's outcome, decoding only the few lines that can change it.
+
+    ``status`` is COMPLETED on ``turn.completed``, FAILED on ``turn.failed`` (an ``error`` event
+    alone is a retry notice, not failure), None when the stream has neither; then ``error`` is the
+    last ``error`` event's message, if any.
+    """
+    scan = _Scan()
+    for line in lines:
+        scan.feed(line if type(line) is bytes else _as_bytes(line))
+    return scan.finish()
+
+
+def _bench(n: int = 20_000) -> None:
+    """Print scan_outcome's cost over n command lines against json.loads-ing them."""
+    import time
+
+    item = {
+        "id": "item_1",
+        "type": "command_execution",
+        "command": "/bin/bash -lc 'pytest -q tests/unit'",
+        "aggregated_output": "........................ [100%]\n" * 8,
+        "exit_code": 0,
+        "status": "completed",
+    }
+    line = json.dumps({"type": "item.completed", "item": item}, separators=(",", ":")).encode()
+    lines = [line] * n
+    t0 = time.perf_counter()
+    for raw in lines:
+        json.loads(raw)
+    t_json = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    scan_outcome(lines)
+    t_scan = time.perf_counter() - t0
+    print(f"codex: {n} lines of {len(line)} B: json.loads {t_json * 1e3:.1f} ms, "
+          f"scan_outcome {t_scan * 1e3:.1f} ms, ratio {t_scan / t_json:.3f}")
+
+
+if __name__ == "__main__":
+    _bench()

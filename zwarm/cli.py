@@ -1,0 +1,326 @@
+"""The ``zwarm`` command line: a thin click layer over ``zwarm.api.Zwarm``.
+
+Owns argument parsing, exit codes and choosing JSON or human output. Must stay true:
+- every ``ZwarmError`` becomes one line on stderr and exit 1, in one place (``_Group.invoke``);
+  click usage errors keep exit 2; no traceback ever reaches a user;
+- heavy modules (rich, the API's process machinery) are imported inside commands, so
+  ``zwarm --help`` costs little more than importing click.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from zwarm.api import Zwarm
+
+
+# Commands defined in their own modules, imported only when run (keeps --help fast).
+LAZY_COMMANDS = {
+    "tools": ("zwarm.tools_cli", "tools_command", "Print the orchestrator tool schemas."),
+    "mcp": ("zwarm.tools_cli", "mcp_command", "Serve zwarm's tools over MCP (stdio)."),
+    "orchestrate": ("zwarm.tools_cli", "orchestrate_command", "Run the built-in orchestrator."),
+}
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            import importlib
+
+            module, attr, _ = LAZY_COMMANDS[name]
+            cmd = getattr(importlib.import_module(module), attr)
+            assert isinstance(cmd, click.Command)
+            return cmd
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(n, c.get_short_help_str(60)) for n, c in self.commands.items()]
+        rows += [(n, help_) for n, (_, _, help_) in LAZY_COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from zwarm.errors import ZwarmError
+
+        try:
+            return super().invoke(ctx)
+        except ZwarmError as e:
+            raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except BrokenPipeError:
+            sys.stderr = open("/dev/null", "w")  # noqa: SIM115 - output closed by the reader
+            ctx.exit(0)
+
+
+def _api(ctx: click.Context) -> Zwarm:
+    from zwarm.api import Zwarm
+    from zwarm.env import Env
+
+    obj = ctx.find_root().obj or {}
+    if "api" not in obj:
+        obj["api"] = Zwarm(env=Env(state_dir=obj.get("state_dir")))
+    api: Zwarm = obj["api"]
+    return api
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=None, separators=(",", ":")))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    envvar="ZWARM_DIR",
+    help="State directory (default: nearest .zwarm/ up from here, else ./.zwarm).",
+)
+@click.version_option(package_name="zwarm", message="zwarm %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, state_dir: Path | None) -> None:
+    """Run Codex and Claude Code agents as background sessions; every turn kept on disk."""
+    ctx.obj = {"state_dir": state_dir}
+
+
+@cli.command()
+@click.option("--yes", "-y", is_flag=True, help="Write without asking.")
+@click.option("--force", is_flag=True, help="Overwrite an existing config.toml.")
+@click.pass_context
+def init(ctx: click.Context, yes: bool, force: bool) -> None:
+    """Write .zwarm/config.toml with every default (documented in .zwarm.example/)."""
+    api = _api(ctx)
+    path = api.config_path
+    if not yes and sys.stdin.isatty() and not click.confirm(f"Write {path}?", default=True):
+        ctx.exit(1)
+    click.echo(f"wrote {api.init(force=force)}")
+
+
+def _read_task(task: str) -> str:
+    if task != "-":
+        return task
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from zwarm.errors import InvalidInput
+
+        raise InvalidInput(f"the prompt on stdin is not valid UTF-8 (byte {e.start})") from None
+
+
+@cli.command()
+@click.argument("task")
+@click.option("--adapter", type=click.Choice(["codex", "claude"]), help="Agent CLI to run.")
+@click.option("--model", "-m", help="Model (an alias like sonnet or gpt-5 picks the adapter).")
+@click.option("-C", "cwd", type=click.Path(path_type=Path), help="Working directory.")
+@click.option("--name", help="A unique name to refer to the session by.")
+@click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
+@click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
+@click.option("--dangerous", is_flag=True, help="Run the agent with its sandbox/permission bypass.")
+@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@json_option
+@click.pass_context
+def spawn(ctx: click.Context, task: str, as_json: bool, wait_: bool, **opts: Any) -> None:
+    """Start a session with TASK (use - to read it from stdin); prints its id."""
+    api = _api(ctx)
+    s = api.spawn(_read_task(task), dangerous=opts.pop("dangerous") or None, **opts)
+    _after_start(ctx, api, s.id, wait_, as_json)
+
+
+def _after_start(ctx: click.Context, api: Zwarm, sid: str, wait_: bool, as_json: bool) -> None:
+    from zwarm.api import WAIT_EXIT, row
+
+    if wait_:
+        api.wait([sid])
+    s = api.get(sid)
+    if as_json:
+        _emit_json(row(s.to_dict()))
+    elif wait_:
+        from zwarm import render
+
+        render.session_result(row(s.to_dict()))
+    else:
+        click.echo(sid)
+    if wait_:
+        ctx.exit(WAIT_EXIT["completed" if s.status.value == "completed" else "failed"])
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("message")
+@click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
+@click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
+@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@json_option
+@click.pass_context
+def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_: bool,
+           context: str | None, timeout: float | None) -> None:  # fmt: skip
+    """Continue SESSION with MESSAGE (- reads stdin); queued if a turn is running."""
+    api = _api(ctx)
+    s, state = api.inject(session, _read_task(message), context=context, timeout=timeout)
+    if not as_json and not wait_:
+        click.echo(f"{s.id} {state} (turn {len(s.turns) + (1 if state == 'queued' else 0)})")
+        return
+    _after_start(ctx, api, s.id, wait_, as_json)
+
+
+@cli.command(name="ls")
+@click.option("--status", type=click.Choice(["running", "completed", "failed", "killed", "damaged"]))
+@json_option
+@click.pass_context
+def ls_cmd(ctx: click.Context, status: str | None, as_json: bool) -> None:
+    """List sessions: status, adapter, model, turns, tokens, cost, age, task."""
+    api = _api(ctx)
+    rows = api.sessions(status) if api.store.exists() else []
+    if as_json:
+        _emit_json(rows)
+        return
+    from zwarm import render
+
+    render.session_table(rows, api.env.clock(), color=sys.stdout.isatty())
+
+
+@cli.command()
+@click.argument("session")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, session: str, as_json: bool) -> None:
+    """A session and each of its turns."""
+    data = _api(ctx).show(session)
+    if as_json:
+        _emit_json(data)
+        return
+    from zwarm import render
+
+    render.session_detail(data)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--turn", type=int, help="Only this turn.")
+@click.option("--full", is_flag=True, help="Do not shorten long texts and outputs.")
+@json_option
+@click.pass_context
+def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool, as_json: bool) -> None:
+    """What the agent did, step by step."""
+    steps = _api(ctx).trajectory(session, turn)
+    if as_json:
+        _stream_json_array(steps)
+        return
+    from zwarm import render
+
+    render.steps(steps, full=full)
+
+
+def _stream_json_array(items: Any) -> None:
+    out = sys.stdout
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    out.write("[")
+    first = True
+    for item in items:
+        out.write(dumps(item) if first else "," + dumps(item))
+        out.write("\n")
+        first = False
+    out.write("]\n")
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--turn", type=int, help="Turn number (default: the latest).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the turn ends.")
+@click.pass_context
+def logs(ctx: click.Context, session: str, turn: int | None, follow: bool) -> None:
+    """The raw JSONL the agent printed for a turn."""
+    out = sys.stdout.buffer
+    for chunk in _api(ctx).logs(session, turn, follow):
+        out.write(chunk)
+        out.flush()
+
+
+@cli.command()
+@click.argument("sessions", nargs=-1, required=True)
+@click.option("--timeout", type=float, help="Give up after this many seconds (exit 124).")
+@click.option("--any", "any_", is_flag=True, help="Return when any one finishes.")
+@json_option
+@click.pass_context
+def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, any_: bool,
+         as_json: bool) -> None:  # fmt: skip
+    """Wait for sessions: exit 0 all completed, 1 any failed or killed, 124 timeout."""
+    from zwarm.api import WAIT_EXIT
+
+    res = _api(ctx).wait(list(sessions), timeout, any_=any_)
+    if as_json:
+        _emit_json(res)
+    else:
+        for sid, st in res["statuses"].items():
+            click.echo(f"{sid} {st}")
+    if res["timed_out"]:
+        ctx.exit(WAIT_EXIT["timeout"])
+    finished = [res["statuses"][s] for s in res["finished"]]
+    ctx.exit(0 if all(st == "completed" for st in finished) else 1)
+
+
+@cli.command()
+@click.argument("sessions", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Kill every running session.")
+@json_option
+@click.pass_context
+def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: bool) -> None:
+    """Kill sessions: the agent's whole process tree; the session ends killed."""
+    if not sessions and not all_:
+        raise click.UsageError("give session ids or --all")
+    killed = _api(ctx).kill(list(sessions), all_=all_)
+    if as_json:
+        _emit_json(killed)
+        return
+    for r in killed:
+        extra = f" (dropped {r['dropped_queued']} queued)" if r["dropped_queued"] else ""
+        click.echo(f"{r['id']} killed{extra}")
+
+
+@cli.command()
+@click.argument("sessions", nargs=-1)
+@click.option("--finished", is_flag=True, help="Remove every finished session.")
+@click.option("--force", is_flag=True, help="Also remove running (killed first) or damaged ones.")
+@json_option
+@click.pass_context
+def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: bool,
+       as_json: bool) -> None:  # fmt: skip
+    """Delete sessions and their files."""
+    if not sessions and not finished:
+        raise click.UsageError("give session ids or --finished")
+    api = _api(ctx)
+    removed = api.rm(list(sessions), finished=finished, force=force) if api.store.exists() else []
+    if as_json:
+        _emit_json(removed)
+        return
+    for sid in removed:
+        click.echo(f"{sid} removed")
+
+
+@cli.command()
+@click.option("--keep", is_flag=True, help="Keep the demo's state directory afterwards.")
+@click.pass_context
+def demo(ctx: click.Context, keep: bool) -> None:
+    """A tour of zwarm on a built-in scripted agent: no agent CLI or API key needed."""
+    from zwarm.demo import run_demo
+
+    obj = ctx.find_root().obj or {}
+    ctx.exit(run_demo(obj.get("state_dir"), keep=keep))
+
+
+def main() -> NoReturn:
+    cli.main(prog_name="zwarm")
+    sys.exit(0)  # pragma: no cover - cli.main always exits
