@@ -151,7 +151,8 @@ class Zwarm:
         s = self.get(ref)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
-        return mgr.inject(s.id, message, context=check_context(context), timeout=check_timeout(timeout))
+        mode, limit = check_context(context), check_timeout(timeout)
+        return mgr.inject(s.id, message, context=mode, timeout=limit)
 
     # ------------------------------------------------------------------ reading
     def resolve(self, ref: str) -> str:
@@ -298,7 +299,8 @@ class Zwarm:
             s = self.get(sid)
         except DamagedSession as e:
             if not force:
-                raise DamagedSession(sid, f"{e.problem} (use --force to delete it anyway)") from None
+                hint = f"{e.problem} (use --force to delete it anyway)"
+                raise DamagedSession(sid, hint) from None
             self.store.remove(sid, None)
             return
         if s.status is Status.RUNNING:
@@ -410,4 +412,4 @@ def check_context(context: str | None) -> str | None:
     return context
 
 
-__all__ = ["Zwarm", "SessionNotFound", "ZwarmError", "row"]
+__all__ = ["SessionNotFound", "Zwarm", "ZwarmError", "row"]

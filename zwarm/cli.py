@@ -176,8 +176,11 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
     _after_start(ctx, api, s.id, wait_, as_json)
 
 
+_STATUSES = ["running", "completed", "failed", "killed", "damaged"]
+
+
 @cli.command(name="ls")
-@click.option("--status", type=click.Choice(["running", "completed", "failed", "killed", "damaged"]))
+@click.option("--status", type=click.Choice(_STATUSES), help="Only sessions in this state.")
 @json_option
 @click.pass_context
 def ls_cmd(ctx: click.Context, status: str | None, as_json: bool) -> None:
@@ -213,7 +216,8 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
 @click.option("--full", is_flag=True, help="Do not shorten long texts and outputs.")
 @json_option
 @click.pass_context
-def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool, as_json: bool) -> None:
+def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool,
+               as_json: bool) -> None:  # fmt: skip
     """What the agent did, step by step."""
     steps = _api(ctx).trajectory(session, turn)
     if as_json:

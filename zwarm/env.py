@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 STATE_DIR_NAME = ".zwarm"
@@ -44,7 +44,7 @@ class Env:
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 def parse_iso(s: str) -> float:

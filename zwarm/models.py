@@ -18,7 +18,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """State of a turn, and of a session (the state of its latest turn)."""
 
     RUNNING = "running"

@@ -208,7 +208,9 @@ def _step_line(s: Step, full: bool) -> str:
     if kind == "web_search":
         return f"[blue]search[/] {_esc(s.get('query'))}"
     if kind == "todo":
-        items = "; ".join(("[x] " if i.get("completed") else "[ ] ") + str(i.get("text")) for i in s.get("items") or [])
+        todo = s.get("items") or []
+        marks = (("[x] " if i.get("completed") else "[ ] ") + str(i.get("text")) for i in todo)
+        items = "; ".join(marks)
         return f"[blue]todo[/] {_esc(items)}"
     if kind == "error":
         label = "error" if s.get("fatal") else "warning"

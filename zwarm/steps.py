@@ -8,7 +8,8 @@ fields listed for that kind; ``turn`` and ``index`` are added by the reader, not
 Kinds and fields:
 - ``message``     text
 - ``reasoning``   text
-- ``command``     command, exit_code (int|None), output, status (completed|failed|in_progress|declined)
+- ``command``     command, exit_code (int|None), output,
+                  status (completed|failed|in_progress|declined)
 - ``file_change`` changes: [{path, kind: add|delete|update}], status
 - ``tool_call``   id, name, arguments (object), server (str|None; codex mcp_tool_call)
 - ``tool_result`` id, name (str|None), result (str), is_error (bool)

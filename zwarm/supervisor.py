@@ -49,7 +49,10 @@ def _my_turn(n: int | None, status: Status) -> int | None:
 
 
 def _wait(pid: int, timeout: float | None) -> bool:
-    """Wait for the agent to exit (not reaping it), kill its group's leftovers; True if timed out."""
+    """Wait for the agent to exit (not reaping it), then kill its group's leftovers.
+
+    Returns True if the turn timed out.
+    """
     timed_out = threading.Event()
     timer = None
     if timeout:
@@ -87,9 +90,35 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return run(Path(args[0]), args[1])
+    except Exception as e:
+        traceback.print_exc()
+        _fail_current(Path(args[0]), args[1], f"supervisor error: {type(e).__name__}: {e}")
+        return 1
+
+
+def _fail_current(state_dir: Path, sid: str, why: str) -> None:
+    """Best effort: never leave a turn claiming to run after the supervisor crashed."""
+    from zwarm.models import Session
+    from zwarm.store import Store
+
+    store = Store(state_dir)
+
+    def mark(s: Session) -> None:
+        t = s.current
+        if t is not None and t.status is Status.RUNNING:
+            if t.agent is not None:
+                procs.kill_tree(t.agent)
+            t.status, t.error = Status.FAILED, why
+            import time
+
+            from zwarm.env import iso
+
+            t.ended_at = s.updated_at = iso(time.time())
+
+    try:
+        store.update(sid, mark)
     except Exception:
         traceback.print_exc()
-        return 1
 
 
 if __name__ == "__main__":

@@ -24,19 +24,35 @@ harmless JSON answer (404 in the API's error format, or a token count for
 
 A reply is built from parts and behaviours::
 
-    Reply([reasoning("plan"), text("hi"), shell("echo hi")], Usage(input=460, cached=200, output=30))
+    Reply([reasoning("plan"), text("hi"), shell("ls")], Usage(input=460, cached=200, output=30))
     write_file("/abs/path.txt", "content\\n")    # claude: Write tool; codex: apply_patch
     tool_call("TodoWrite", {...})                # any other tool, by its native name
     http_error(500, "boom")                      # JSON error body in the API's format
+    http_error(529, "busy", "overloaded_error")  # ...with an explicit error type
     broken_stream(text("partial"))               # stream some events, then cut the connection
     delay(2.0, Reply([text("late")]))            # wait before answering
     hang()                                       # never answer (until the server stops)
 
 Usage numbers are passed through verbatim: codex reports their sum over the
-replies of a turn (``input_tokens``, ``cached_input_tokens``...), claude sums
-them over the replies of a run in its ``result`` line (``input_tokens``,
-``cache_read_input_tokens`` = ``cached``, ``cache_creation_input_tokens`` =
-``cache_write``).
+replies of a turn (``input_tokens``, ``cached_input_tokens``,
+``cache_write_input_tokens`` = ``cache_write``, ``reasoning_output_tokens``),
+claude sums them over the replies of a run in its ``result`` line
+(``input_tokens``, ``cache_read_input_tokens`` = ``cached``,
+``cache_creation_input_tokens`` = ``cache_write``, ``output_tokens``).
+
+How the real CLIs react (0.169.0 / 2.1.330, proven in ``test_llm_fakes.py``):
+
+- HTTP error: codex ``turn.failed``, exit 1 (for a 5xx codex shows its own
+  "high demand" text, not our message); claude ``result`` with
+  ``is_error: true``, ``subtype: "success"``, ``api_error_status``, exit 1.
+- ``broken_stream``: codex ``turn.failed`` "stream disconnected before
+  completion", exit 1. Claude instead retries the request ONCE WITHOUT
+  streaming (``stream: false``, request ``i+1``; even with
+  CLAUDE_CODE_MAX_RETRIES=0): if that reply answers, the run succeeds; give it
+  another ``broken_stream()`` (a truncated JSON body) or an error to make it fail.
+  A non-streaming request is answered with a plain JSON message / response.
+- ``hang``: both CLIs just wait; kill them (``codex`` in node_modules/.bin is a
+  node shim with a native child: kill the process group).
 
 Pointing the CLIs at a fake (zwarm's own config passes the same things through
 ``[codex] env / extra_args / [codex.config]`` and ``[claude] env / extra_args``)::
@@ -73,6 +89,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -80,7 +97,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NPM_BIN = REPO_ROOT / ".tools" / "npm" / "node_modules" / ".bin"
@@ -122,8 +139,9 @@ class Reply:
     """What the fake answers to one model request.
 
     ``status`` other than 200 answers with an API error body carrying
-    ``error_message``; ``break_stream`` cuts the connection after the parts'
-    events (no terminal event); ``delay`` waits first; ``hang`` never answers.
+    ``error_message`` (and ``error_type``, default: the API's usual type for
+    that status); ``break_stream`` cuts the connection after the parts' events
+    (no terminal event); ``delay`` waits first; ``hang`` never answers.
     """
 
     parts: Sequence[Part] = ()
@@ -131,6 +149,7 @@ class Reply:
     delay: float = 0.0
     status: int = 200
     error_message: str = ""
+    error_type: str | None = None
     break_stream: bool = False
     hang: bool = False
 
@@ -163,13 +182,20 @@ def tool_call(name: str, arguments: Mapping[str, Any]) -> Part:
     return Part("tool", text=name, args=dict(arguments))
 
 
-def http_error(status: int, message: str = "fake error") -> Reply:
-    """Answer with HTTP ``status`` and a JSON error body in the API's own format."""
-    return Reply(status=status, error_message=message)
+def http_error(status: int, message: str = "fake error", error_type: str | None = None) -> Reply:
+    """Answer with HTTP ``status`` and a JSON error body in the API's own format.
+
+    ``error_type`` overrides the error's ``type`` (Anthropic) / ``type`` and ``code`` (OpenAI).
+    """
+    return Reply(status=status, error_message=message, error_type=error_type)
 
 
 def broken_stream(*parts: Part) -> Reply:
-    """Start a normal stream, send ``parts``, then close the connection mid-stream."""
+    """Start a normal stream, send ``parts``, then close the connection mid-stream.
+
+    No terminal event (``response.completed`` / ``message_stop``) and no final
+    HTTP chunk. Answering a non-streaming request, it sends half the JSON body.
+    """
     return Reply(parts=parts, break_stream=True)
 
 
@@ -197,6 +223,24 @@ class Request:
         """The body as one JSON string, handy for ``"needle" in req.dump()``."""
         return json.dumps(self.body, ensure_ascii=False)
 
+    def texts(self) -> list[str]:
+        """Every string value in the JSON body, depth first (prompts, tool outputs...)."""
+        found: list[str] = []
+        stack = [self.body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, str):
+                found.append(node)
+            elif isinstance(node, dict):
+                stack.extend(reversed(list(node.values())))
+            elif isinstance(node, list):
+                stack.extend(reversed(node))
+        return found
+
+    def contains(self, needle: str) -> bool:
+        """True if some string in the body contains ``needle`` verbatim."""
+        return any(needle in s for s in self.texts())
+
 
 # --------------------------------------------------------------------------- server core
 
@@ -214,16 +258,16 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60  # socket timeout: a stuck client can't pin a handler thread forever
     server: _HTTPServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.server.fake._handle(self)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.server.fake._handle(self)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.server.fake._handle(self)
 
     def read_request(self) -> Request:
@@ -273,11 +317,20 @@ class _Handler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins handler threads: a clean stop
     block_on_close = True
-    fake: _FakeServer
+    fake: FakeLLMServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # the client went away (killed CLI, cut stream): not a fake bug
+        super().handle_error(request, client_address)
 
 
-class _FakeServer:
-    """Shared machinery: thread, script playback, request log. Subclasses speak a protocol."""
+class FakeLLMServer:
+    """Shared machinery: thread, script playback, request log. Subclasses speak a protocol.
+
+    Single use: ``start()`` (or ``with``) once, ``stop()`` (idempotent) once.
+    ``requests``/``other_requests`` are appended under a lock, in arrival order.
+    """
 
     model_path = "/"
 
@@ -292,11 +345,16 @@ class _FakeServer:
 
     # lifecycle -----------------------------------------------------------
 
-    def start(self) -> _FakeServer:
+    def start(self) -> Self:
+        if self._stopping.is_set():
+            raise RuntimeError("fake servers are single-use: make a new one")
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.fake = self
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name=type(self).__name__, daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},  # how soon stop() is noticed
+            name=type(self).__name__,
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -311,7 +369,7 @@ class _FakeServer:
             self._thread.join()
         self._httpd = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -366,7 +424,8 @@ class _FakeServer:
         if reply.delay and self._stopping.wait(reply.delay):
             return
         if reply.status != 200:
-            h.send_json(reply.status, self.error_body(reply.status, reply.error_message))
+            error = self.error_body(reply.status, reply.error_message, reply.error_type)
+            h.send_json(reply.status, error)
             return
         body = req.body if isinstance(req.body, dict) else {}
         if not body.get("stream", False):
@@ -384,7 +443,7 @@ class _FakeServer:
     def _answer_other(self, h: _Handler, req: Request) -> None:
         h.send_json(404, self.error_body(404, f"fake server: no such endpoint {req.path}"))
 
-    def error_body(self, status: int, message: str) -> dict[str, Any]:
+    def error_body(self, status: int, message: str, etype: str | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
     def stream_events(self, reply: Reply, body: Mapping[str, Any]) -> list[bytes]:
@@ -399,9 +458,9 @@ class _FakeServer:
 _OPENAI_ERROR_TYPES = {
     400: ("invalid_request_error", None),
     401: ("invalid_request_error", "invalid_api_key"),
-    403: ("invalid_request_error", "unsupported_country_region_territory"),
-    404: ("invalid_request_error", "not_found"),
-    429: ("rate_limit_exceeded", "rate_limit_exceeded"),
+    403: ("invalid_request_error", None),
+    404: ("invalid_request_error", None),
+    429: ("requests", "rate_limit_exceeded"),
 }
 
 
@@ -411,7 +470,7 @@ def _patch_add_file(path: str, content: str) -> str:
     return f"*** Begin Patch\n*** Add File: {path}\n{body}*** End Patch"
 
 
-class FakeResponsesServer(_FakeServer):
+class FakeResponsesServer(FakeLLMServer):
     """OpenAI Responses API (streaming) at ``POST /v1/responses``, for codex."""
 
     model_path = "/v1/responses"
@@ -421,9 +480,10 @@ class FakeResponsesServer(_FakeServer):
         """What codex's ``model_providers.<id>.base_url`` must be: ``http://127.0.0.1:PORT/v1``."""
         return f"{self.url}/v1"
 
-    def error_body(self, status: int, message: str) -> dict[str, Any]:
-        etype, code = _OPENAI_ERROR_TYPES.get(status, ("server_error", None))
-        return {"error": {"message": message, "type": etype, "param": None, "code": code}}
+    def error_body(self, status: int, message: str, etype: str | None = None) -> dict[str, Any]:
+        default_type, code = _OPENAI_ERROR_TYPES.get(status, ("server_error", None))
+        error = {"message": message, "type": etype or default_type, "param": None}
+        return {"error": {**error, "code": etype or code}}
 
     def _items(self, reply: Reply) -> list[dict[str, Any]]:
         return [self._item(part) for part in reply.parts]
@@ -465,11 +525,16 @@ class FakeResponsesServer(_FakeServer):
             "status": "completed",
         }
 
-    def _response(self, reply: Reply, body: Mapping[str, Any], rid: str, output: list) -> dict:
+    def _response(
+        self, reply: Reply, body: Mapping[str, Any], rid: str, output: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         u = reply.usage
         usage = {
             "input_tokens": u.input,
-            "input_tokens_details": {"cached_tokens": u.cached, "cache_write_tokens": u.cache_write},
+            "input_tokens_details": {
+                "cached_tokens": u.cached,
+                "cache_write_tokens": u.cache_write,  # codex: cache_write_input_tokens
+            },
             "output_tokens": u.output,
             "output_tokens_details": {"reasoning_tokens": u.reasoning},
             "total_tokens": u.input + u.output,
@@ -500,7 +565,7 @@ class FakeResponsesServer(_FakeServer):
         if not reply.break_stream:
             done = self._response(reply, body, rid, items)
             events.append(("response.completed", {"response": done}))
-        return [_sse(name, {"type": name, "sequence_number": next(seq), **data}) for name, data in events]
+        return [_sse(n, {"type": n, "sequence_number": next(seq), **d}) for n, d in events]
 
     @staticmethod
     def _item_events(index: int, item: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -509,8 +574,8 @@ class FakeResponsesServer(_FakeServer):
             text_ = item["content"][0]["text"]
             added = {**item, "status": "in_progress", "content": []}
             events.append(("response.output_item.added", {"output_index": index, "item": added}))
-            delta = {"item_id": item["id"], "output_index": index, "content_index": 0, "delta": text_}
-            events.append(("response.output_text.delta", delta))
+            delta = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            events.append(("response.output_text.delta", {**delta, "delta": text_}))
         events.append(("response.output_item.done", {"output_index": index, "item": item}))
         return events
 
@@ -528,7 +593,7 @@ _ANTHROPIC_ERROR_TYPES = {
 }
 
 
-class FakeMessagesServer(_FakeServer):
+class FakeMessagesServer(FakeLLMServer):
     """Anthropic Messages API (streaming) at ``POST /v1/messages``, for claude.
 
     Give claude ``ANTHROPIC_BASE_URL=srv.url``.
@@ -536,8 +601,8 @@ class FakeMessagesServer(_FakeServer):
 
     model_path = "/v1/messages"
 
-    def error_body(self, status: int, message: str) -> dict[str, Any]:
-        etype = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+    def error_body(self, status: int, message: str, etype: str | None = None) -> dict[str, Any]:
+        etype = etype or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
         return {"type": "error", "error": {"type": etype, "message": message}}
 
     def _answer_other(self, h: _Handler, req: Request) -> None:
@@ -548,7 +613,7 @@ class FakeMessagesServer(_FakeServer):
 
     @staticmethod
     def _blocks(reply: Reply) -> list[dict[str, Any]]:
-        blocks = []
+        blocks: list[dict[str, Any]] = []
         for part in reply.parts:
             if part.kind == "text":
                 blocks.append({"type": "text", "text": part.text})
@@ -556,7 +621,8 @@ class FakeMessagesServer(_FakeServer):
                 blocks.append({"type": "thinking", "thinking": part.text, "signature": "fakesig"})
             else:
                 name, args = FakeMessagesServer._tool(part)
-                blocks.append({"type": "tool_use", "id": _new_id("toolu"), "name": name, "input": args})
+                block = {"type": "tool_use", "id": _new_id("toolu"), "name": name, "input": args}
+                blocks.append(block)
         return blocks
 
     @staticmethod
@@ -576,7 +642,9 @@ class FakeMessagesServer(_FakeServer):
             "output_tokens": u.output,
         }
 
-    def _message(self, reply: Reply, body: Mapping[str, Any], content: list) -> dict[str, Any]:
+    def _message(
+        self, reply: Reply, body: Mapping[str, Any], content: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         has_tool = any(b["type"] == "tool_use" for b in content)
         return {
             "id": _new_id("msg"),
@@ -609,8 +677,10 @@ class FakeMessagesServer(_FakeServer):
     @staticmethod
     def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         kind = block["type"]
+        empty: dict[str, Any]
         if kind == "text":
-            empty, deltas = {"type": "text", "text": ""}, [{"type": "text_delta", "text": block["text"]}]
+            empty = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block["text"]}]
         elif kind == "thinking":
             empty = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [
@@ -644,7 +714,9 @@ def _dirs(root: Path, *names: str) -> list[Path]:
     return paths
 
 
-def codex_setup(base_url: str, tmp_path: os.PathLike[str] | str) -> tuple[dict[str, str], dict[str, Any]]:
+def codex_setup(
+    base_url: str, tmp_path: os.PathLike[str] | str
+) -> tuple[dict[str, str], dict[str, Any]]:
     """(env, ``-c`` overrides) pointing codex at the fake; dirs live under ``tmp_path/codex-env``.
 
     Calling it again with the same ``tmp_path`` reuses the same CODEX_HOME (needed to resume).
@@ -736,7 +808,10 @@ def codex_config_args(overrides: Mapping[str, Any]) -> list[str]:
 
 
 def codex_argv(
-    codex: str, workdir: os.PathLike[str] | str, overrides: Mapping[str, Any], resume: str | None = None
+    codex: str,
+    workdir: os.PathLike[str] | str,
+    overrides: Mapping[str, Any],
+    resume: str | None = None,
 ) -> list[str]:
     """Headless ``codex exec --json`` reading the prompt from stdin; ``resume`` a thread id."""
     argv = [codex, "exec", "--json", "--skip-git-repo-check", "-C", str(workdir), *CODEX_EXTRA_ARGS]
@@ -748,8 +823,8 @@ def codex_argv(
 
 def claude_argv(claude: str, *extra: str, resume: str | None = None) -> list[str]:
     """Headless ``claude -p`` with stream-json output reading the prompt from stdin."""
-    argv = [claude, "-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"]
-    argv += [*CLAUDE_EXTRA_ARGS, *extra]
+    argv = [claude, "-p", "--output-format", "stream-json", "--verbose"]
+    argv += ["--dangerously-skip-permissions", *CLAUDE_EXTRA_ARGS, *extra]
     if resume:
         argv += ["--resume", resume]
     return argv

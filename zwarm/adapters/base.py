@@ -141,7 +141,7 @@ class BaseSessionManager(abc.ABC):
             source=source,
             dangerous=dangerous,
             cost_source=self.cost_source(model),
-            turns=[Turn(1, Status.RUNNING, task[:MESSAGE_KEEP_CHARS], "task", now, timeout=timeout)],
+            turns=[_first_turn(task, now, timeout)],
         )
         self.store.ensure()
         if name:
@@ -251,7 +251,7 @@ class BaseSessionManager(abc.ABC):
     def turn_steps(self, sid: str, n: int) -> Iterator[Step]:
         path = self.store.turn_path(sid, n)
         try:
-            f = open(path, "rb")
+            f = open(path, "rb")  # noqa: SIM115 - closed when the iterator ends
         except FileNotFoundError:
             return iter(())
         return _closing_iter(f, self.iter_steps(f))
@@ -439,6 +439,10 @@ class BaseSessionManager(abc.ABC):
 
 
 # ---------------------------------------------------------------------- helpers
+def _first_turn(task: str, now: str, timeout: float | None) -> Turn:
+    return Turn(1, Status.RUNNING, task[:MESSAGE_KEEP_CHARS], "task", now, timeout=timeout)
+
+
 def _now(m: BaseSessionManager) -> str:
     return m.env.now_iso()
 

@@ -1,0 +1,170 @@
+"""Shared test fixtures: an isolated zwarm world per test.
+
+Owns the ``zw`` fixture (state dir, environment with the fake agents first on PATH, running
+the installed ``zwarm`` as a real subprocess, building a ``zwarm.api.Zwarm`` on the same state
+dir), ``wait_until`` and the ``SAMPLES``/``FAKE_BIN`` paths. Must stay true: nothing here
+touches anything outside ``tmp_path`` (HOME and TMPDIR are isolated too), and every wait is
+on a condition with a generous deadline, never on elapsed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+SAMPLES = TESTS / "fixtures" / "samples"
+FAKE_BIN = TESTS / "fakes" / "bin"
+VENV_BIN = Path(sys.executable).parent
+ZWARM_BIN = VENV_BIN / "zwarm" if (VENV_BIN / "zwarm").exists() else ROOT / ".venv/bin/zwarm"
+
+# Generous: the machine is small and shared.
+DEFAULT_TIMEOUT = 60.0
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT,
+               interval: float = 0.05, message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value (returned); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+@dataclass
+class ZW:
+    """One isolated zwarm world: a state dir, a cwd, an environment, helpers to drive it."""
+
+    tmp: Path
+    state_dir: Path
+    cwd: Path
+    env: dict[str, str]
+    record: Path  # FAKE_RECORD directory the fake agents write argv/prompt into
+
+    def run(self, *args: str, input: str | bytes | None = None,
+            env_extra: Mapping[str, str] | None = None, check: bool | None = None,
+            cwd: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run the installed ``zwarm`` CLI; text output. ``check=True`` asserts exit 0."""
+        env = dict(self.env)
+        if env_extra:
+            env.update(env_extra)
+        data = input.encode("utf-8") if isinstance(input, str) else input
+        proc = subprocess.run(
+            [str(ZWARM_BIN), *args], input=data, capture_output=True, env=env,
+            cwd=str(cwd or self.cwd), timeout=timeout,
+        )
+        res = subprocess.CompletedProcess(
+            proc.args, proc.returncode,
+            proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"),
+        )
+        if check:
+            assert res.returncode == 0, (
+                f"zwarm {' '.join(args)} exited {res.returncode}\n"
+                f"stdout: {res.stdout}\nstderr: {res.stderr}"
+            )
+        return res
+
+    def run_bytes(self, *args: str, input: bytes | None = None,
+                  env_extra: Mapping[str, str] | None = None,
+                  timeout: float = 120.0) -> subprocess.CompletedProcess[bytes]:
+        """Like ``run`` but returns raw bytes (for ``logs``)."""
+        env = dict(self.env)
+        if env_extra:
+            env.update(env_extra)
+        return subprocess.run([str(ZWARM_BIN), *args], input=input, capture_output=True,
+                              env=env, cwd=str(self.cwd), timeout=timeout)
+
+    def json(self, *args: str, **kw: Any) -> Any:
+        """Run a command with ``--json`` appended and parse stdout (asserts exit 0)."""
+        res = self.run(*args, "--json", check=True, **kw)
+        return json.loads(res.stdout)
+
+    def api(self, env_extra: Mapping[str, str] | None = None) -> Any:
+        """A ``zwarm.api.Zwarm`` on the same state dir and environment."""
+        from zwarm.api import Zwarm
+        from zwarm.env import Env
+
+        environ = dict(self.env)
+        if env_extra:
+            environ.update(env_extra)
+        return Zwarm(env=Env(state_dir=self.state_dir, environ=environ, cwd=self.cwd))
+
+    def sample(self, name: str) -> str:
+        """Absolute path of a sample JSONL, e.g. ``zw.sample("codex_simple")``."""
+        p = SAMPLES / (name if name.endswith(".jsonl") else name + ".jsonl")
+        assert p.exists(), p
+        return str(p)
+
+    def replay(self, name: str, **extra: str) -> dict[str, str]:
+        """``env_extra`` making the fake agent replay a sample (plus more FAKE_* settings)."""
+        return {"FAKE_REPLAY": self.sample(name), **extra}
+
+    def recorded(self, n: int | None = None) -> tuple[dict[str, Any], bytes]:
+        """(argv record, prompt bytes) of fake-agent call ``n`` (default: the latest)."""
+        calls = sorted(int(p.stem[4:]) for p in self.record.glob("argv*.json"))
+        assert calls, "the fake agent was never called"
+        k = calls[-1] if n is None else n
+        argv = json.loads((self.record / f"argv{k}.json").read_text())
+        return argv, (self.record / f"prompt{k}.bin").read_bytes()
+
+    def calls(self) -> int:
+        return len(list(self.record.glob("argv*.json")))
+
+
+def make_env(tmp: Path, state_dir: Path, record: Path) -> dict[str, str]:
+    home = tmp / "home"
+    tmpdir = tmp / "tmpdir"
+    home.mkdir(exist_ok=True)
+    tmpdir.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ZWARM_", "FAKE_", "OPENAI_", "ANTHROPIC_", "CODEX_"))}
+    env.update(
+        PATH=os.pathsep.join([str(FAKE_BIN), str(VENV_BIN), env.get("PATH", "/usr/bin:/bin")]),
+        ZWARM_DIR=str(state_dir),
+        HOME=str(home),
+        TMPDIR=str(tmpdir),
+        FAKE_RECORD=str(record),
+        PYTHONDONTWRITEBYTECODE="1",
+        NO_COLOR="1",
+        COLUMNS="200",
+    )
+    return env
+
+
+@pytest.fixture
+def zw(tmp_path: Path) -> Iterator[ZW]:
+    """An isolated zwarm world; state dir ``tmp/state`` (not created), cwd ``tmp/work``.
+
+    At teardown every session still running in it is killed (its whole process tree).
+    """
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    state = tmp_path / "state"
+    record = tmp_path / "record"
+    world = ZW(tmp=tmp_path, state_dir=state, cwd=cwd, env=make_env(tmp_path, state, record),
+               record=record)
+    yield world
+    _kill_leftovers(world)
+
+
+def _kill_leftovers(world: ZW) -> None:
+    if not (world.state_dir / "sessions").is_dir():
+        return
+    try:
+        world.api().kill(all_=True)
+    except Exception as e:  # teardown must not mask the test's own result
+        print(f"zw teardown: could not kill leftover sessions: {e}", file=sys.stderr)
