@@ -93,7 +93,7 @@ DEFAULT_PRICES: dict[str, dict[str, float]] = {
 }
 
 _PRICE_KEYS = ("input", "cached_input", "output")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailing newline
 
 
 @dataclass(frozen=True)

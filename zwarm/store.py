@@ -39,9 +39,10 @@ from zwarm.models import SCHEMA_VERSION, Session, Status
 
 T = TypeVar("T")
 
-_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# \Z, not $: "$" also matches before a trailing newline ("abcd\n" must not pass).
+_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 MIN_PREFIX = 4
 _STATUSES = frozenset(s.value for s in Status)
 _SUMMARY_STR_KEYS = ("id", "adapter", "task", "cwd", "created_at", "updated_at")
@@ -134,8 +135,26 @@ class Store:
         return sid if _ID.match(sid) and (self.sessions / sid).is_dir() else None
 
     def claim_name(self, name: str, sid: str) -> None:
-        """Reserve ``name`` for ``sid`` atomically (O_EXCL); a stale claim is taken over."""
+        """Reserve ``name`` for ``sid`` atomically (O_EXCL); a stale claim is taken over.
+
+        A claim is stale when its session dir does not exist, so ``sid``'s dir must exist
+        before claiming. The names lock makes check-unlink-create one step: two takeovers of
+        one stale claim cannot both win.
+        """
         path = self.names / self.check_name(name)
+        with self._names_lock():
+            self._claim(path, name, sid)
+
+    @contextlib.contextmanager
+    def _names_lock(self) -> Iterator[None]:
+        fd = os.open(self.names / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _claim(self, path: Path, name: str, sid: str) -> None:
         for _ in range(2):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -227,8 +246,8 @@ class Store:
     def create(self, session: Session, prompt: bytes) -> None:
         """Create the session dir with turn 1's prompt and meta.json; all or nothing."""
         d = self.session_dir(session.id)
+        d.mkdir(mode=0o700)  # outside the try: never remove a dir this call did not create
         try:
-            d.mkdir(mode=0o700)
             (d / "turns").mkdir(mode=0o700)
             write_private(self.turn_path(session.id, 1, "prompt"), prompt)
             self.save(session)

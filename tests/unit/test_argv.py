@@ -82,6 +82,11 @@ def test_flatten_config_nested() -> None:
     assert flatten_config([("a", {"b": {"c": 1}, "d": "x"})]) == [("a.b.c", 1), ("a.d", "x")]
 
 
+def test_flatten_config_quotes_keys_that_are_not_bare() -> None:
+    got = flatten_config([("a.b", 1), ("k\n", 2), ("t", {"x y": 3})])
+    assert got == [('"a.b"', 1), ('"k\\n"', 2), ('t."x y"', 3)]
+
+
 def test_codex_sandbox_choice_and_dangerous() -> None:
     assert codex_argv(opts(sandbox="read-only"))[-3:] == ["-s", "read-only", "-"]
     argv = codex_argv(opts(dangerous=True))

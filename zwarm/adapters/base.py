@@ -144,10 +144,14 @@ class BaseSessionManager(abc.ABC):
             turns=[_first_turn(task, now, timeout)],
         )
         self.store.ensure()
-        if name:
-            self.store.claim_name(name, sid)
+        self.store.create(session, task.encode("utf-8", "surrogateescape"))
+        if name:  # claimed after create: a claim whose session dir is missing counts as stale
+            try:
+                self.store.claim_name(name, sid)
+            except BaseException:
+                self.store.remove(sid, None)
+                raise
         try:
-            self.store.create(session, task.encode("utf-8", "surrogateescape"))
             with self.store.lock(sid):
                 self._launch(sid, 1)
         except BaseException:

@@ -299,15 +299,20 @@ def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
 # --------------------------------------------------------------------------- outcome
 
 # Claude writes "type" first on every line but the result line.
+_HEAD_TYPE = b'{"type":"'
 _HEAD_USER = b'{"type":"user"'
 _HEAD_ASSISTANT = b'{"type":"assistant"'
+_HEAD_SYSTEM = b'{"type":"system"'
+_HEAD_RESULT = b'{"type":"result"'
 _CONTENT_HEAD = b'"content":[{"type":"'
+_TEXT_VALUE = b'text"'
 # Whole-line markers.
 _M_RESULT = b'"type":"result"'
 _M_ASSISTANT = b'"type":"assistant"'
 _M_TEXT = b'"type":"text"'
 _M_INIT = b'"subtype":"init"'
 _M_API_ERROR = b'"is_api_error_message":true'
+_M_SYNTHETIC = b'"model":"<synthetic>"'
 
 # Candidate lines are kept raw and decoded lazily, newest first, only if needed.
 _CANDIDATES = 8
@@ -324,24 +329,36 @@ class _Scan:
         self.api_errors: deque[bytes] = deque(maxlen=_CANDIDATES)
 
     def assistant(self, line: bytes) -> None:
-        """An assistant line in claude's layout: keep it if its (one) block is text."""
+        """An assistant line in claude's layout: keep it if its block is text.
+
+        Claude writes one content block per assistant line; the first block's type is read
+        where ``"content"`` starts, so a long tool input is never searched.
+        """
         at = line.find(_CONTENT_HEAD)
-        is_text = line[at + 20 : at + 25] == b'text"' if at >= 0 else _M_TEXT in line
+        if at < 0:
+            is_text = _M_TEXT in line
+        else:
+            is_text = line.startswith(_TEXT_VALUE, at + len(_CONTENT_HEAD))
         if is_text:
             self.text(line)
 
     def text(self, line: bytes) -> None:
-        (self.api_errors if _M_API_ERROR in line else self.texts).append(line)
+        is_api_error = _M_API_ERROR in line or _M_SYNTHETIC in line
+        (self.api_errors if is_api_error else self.texts).append(line)
+
+    def system(self, line: bytes) -> None:
+        if not self.init_seen and _M_INIT in line:
+            self.take_init(line)
 
     def other(self, line: bytes) -> None:
-        """Any line that is neither user nor assistant in claude's layout."""
+        """The result line, and any line in another layout (same decisions, slower)."""
         if _M_RESULT in line:
             self.take_result(line)
         elif _M_ASSISTANT in line:
             if _M_TEXT in line:
                 self.text(line)
-        elif not self.init_seen and _M_INIT in line:
-            self.take_init(line)
+        else:
+            self.system(line)
 
     def take_init(self, line: bytes) -> None:
         event = _decode(line)
@@ -442,16 +459,18 @@ def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
     is not a synthetic API-error message.
     """
     scan = _Scan()
-    user, assistant = _HEAD_USER, _HEAD_ASSISTANT
     for line in lines:
         if type(line) is not bytes:
             line = _as_bytes(line)
-        if line[:14] == user:  # tool results: never matter
+        if line.startswith(_HEAD_USER):  # tool results: never matter
             continue
-        if line[:19] == assistant:
+        if line.startswith(_HEAD_ASSISTANT):
             scan.assistant(line)
-        else:
+        elif line.startswith(_HEAD_SYSTEM):
+            scan.system(line)
+        elif line.startswith(_HEAD_RESULT) or not line.startswith(_HEAD_TYPE):
             scan.other(line)
+        # else: another type-first line (stream_event, tool_use_summary...): never matters
     return scan.finish()
 
 

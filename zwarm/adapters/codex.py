@@ -17,7 +17,7 @@ from zwarm.adapters.base import AgentOptions, BaseSessionManager
 from zwarm.models import TurnOutcome
 from zwarm.steps import Step
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" allows a trailing newline
 
 
 def toml_value(value: Any) -> str:

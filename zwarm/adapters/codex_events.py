@@ -8,11 +8,14 @@ Must stay true:
   input: blank, non-JSON, truncated or non-object lines, wrong-typed fields, and unknown event
   or item types are skipped (new codex versions add types);
 - ``iter_steps`` streams: memory is bounded by the items started and not yet completed;
-- ``scan_outcome`` json-decodes only lines that can change the outcome. Each line is first
-  tested for byte markers like ``"type":"turn.completed"``. Codex writes compact JSON, and a
-  quote inside a string value is escaped (``\\"``), so such a marker only appears where a real
-  ``"type"`` key holds that value. A false hit (a nested object) costs one decode, because the
-  decoded top-level type is checked again;
+- ``scan_outcome`` json-decodes only lines that can change the outcome (thread.started,
+  turn.completed/failed, and lazily the last agent message or error event). Codex writes the
+  event type first, so item events, the bulk of any log, are classified from their first bytes
+  whatever their length; other lines by byte markers like ``"type":"turn.completed"``. Codex
+  writes compact JSON and a quote inside a string value is escaped (``\\"``), so such a marker
+  only appears where a real ``"type"`` key holds that value; a false hit (a nested object)
+  costs one decode, because the decoded type is checked again. Lines in another layout take
+  the marker path: slower, same answer;
 - usage is reported raw: ``turn.completed.usage`` is cumulative over a resumed thread and the
   caller computes deltas. Codex reports no cost and no model.
 """
@@ -272,6 +275,7 @@ _HEAD_ITEM = b'{"type":"item.'
 _HEAD_ITEM_COMPLETED = b'{"type":"item.completed",'
 _ITEM_BODY_AT = len(b'{"type":"item.completed","item":{')
 _TYPE_KEY = b'"type":"'
+_AGENT_MESSAGE_VALUE = b'agent_message"'
 # Whole-line markers, for any other layout.
 _M_ITEM = b'"type":"item.'
 _M_ITEM_COMPLETED = b'"type":"item.completed"'
@@ -313,13 +317,12 @@ class _Scan:
             self.outcome.agent_session_id = _str(event.get("thread_id")) or None
 
     def terminal(self, line: bytes) -> None:
-        event = _decode(line)
-        kind = None if event is None else event.get("type")
-        if event is not None and kind == "turn.completed":
+        event = _decode(line) or {}
+        if event.get("type") == "turn.completed":
             self.outcome.status = Status.COMPLETED
             self.outcome.error = None
             self.outcome.usage = _usage(event.get("usage"))
-        elif event is not None and kind == "turn.failed":
+        elif event.get("type") == "turn.failed":
             self.outcome.status = Status.FAILED
             self.outcome.error = _turn_failed_message(event)
 
@@ -370,17 +373,16 @@ def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
     last ``error`` event's message, if any. ``final_message`` is the last agent message.
     """
     scan = _Scan()
-    head, skip, type_key, body_at = _HEAD_ITEM_COMPLETED, _HEAD_ITEM, _TYPE_KEY, _ITEM_BODY_AT
     for line in lines:
         if type(line) is not bytes:
             line = _as_bytes(line)
-        if line[:25] == head:
+        if line.startswith(_HEAD_ITEM_COMPLETED):
             # The item's own type is the next type key (serde writes it right after "id");
             # agent messages, the only items that matter, hold no nested objects before it.
-            at = line.find(type_key, body_at) + 8
-            if line[at : at + 14] == b'agent_message"':
+            at = line.find(_TYPE_KEY, _ITEM_BODY_AT) + len(_TYPE_KEY)
+            if line.startswith(_AGENT_MESSAGE_VALUE, at):
                 scan.messages.append(line)
-        elif line[:14] != skip:  # item.started/updated never matter
+        elif not line.startswith(_HEAD_ITEM):  # item.started/updated never matter
             scan.other(line)
     return scan.finish()
 

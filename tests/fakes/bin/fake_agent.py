@@ -4,15 +4,20 @@
 Installed on PATH as ``codex`` and ``claude`` (symlinks to this file). Controlled by env:
 - FAKE_REPLAY: JSONL file to print to stdout (default: none). Lines may contain the token
   {PROMPT_LEN}; {THREAD} is replaced by the resume id when argv resumes one.
-- FAKE_RECORD: directory; writes argv.json, prompt.bin, env.json there (numbered per call).
+- FAKE_RECORD: directory; writes argvN.json (argv, cwd, pid, ppid, pgid, time), promptN.bin and
+  envN.json there, N numbered per call (race-free: concurrent agents each get their own N;
+  argvN.json appears last, atomically, so its presence means the call's record is complete).
 - FAKE_SLEEP: seconds to sleep before printing; FAKE_LINE_DELAY: seconds between lines.
 - FAKE_EXIT: exit code (default 0). FAKE_STDERR: text written to stderr.
-- FAKE_CHILDREN: if "1", start a shell that starts sleeps (a process tree) and wait.
-- FAKE_HANG: if "1", print the first line then sleep forever.
+- FAKE_CHILDREN: if "1", start a shell that starts sleeps (a process tree) and wait; if "2",
+  a deeper tree: sh -> sh -> sleep, plus a sleep that left the group (setsid), and wait.
+- FAKE_HANG: if "N" (N >= 1), print the first N lines then sleep forever.
+- FAKE_IGNORE_TERM: if "1", the agent and its FAKE_CHILDREN shells ignore SIGTERM.
 """
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,11 +28,23 @@ def _record(argv, prompt):
     if not rec:
         return
     os.makedirs(rec, exist_ok=True)
-    n = len([f for f in os.listdir(rec) if f.startswith("argv")]) + 1
+    n = len([f for f in os.listdir(rec) if f.startswith(".claim")]) + 1
+    while True:  # claim call number n atomically: concurrent agents share the directory
+        try:
+            os.close(os.open(os.path.join(rec, f".claim{n}"), os.O_CREAT | os.O_EXCL, 0o600))
+            break
+        except FileExistsError:
+            n += 1
     with open(os.path.join(rec, f"prompt{n}.bin"), "wb") as f:
         f.write(prompt)
-    with open(os.path.join(rec, f"argv{n}.json"), "w") as f:
-        json.dump({"argv": argv, "cwd": os.getcwd(), "pid": os.getpid()}, f)
+    with open(os.path.join(rec, f"env{n}.json"), "w") as f:
+        json.dump(dict(os.environ), f)
+    info = {"argv": argv, "cwd": os.getcwd(), "pid": os.getpid(), "ppid": os.getppid(),
+            "pgid": os.getpgid(0), "time": time.time()}
+    tmp = os.path.join(rec, f".argv{n}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+    os.rename(tmp, os.path.join(rec, f"argv{n}.json"))
 
 
 def main():
@@ -37,24 +54,34 @@ def main():
     if os.environ.get("FAKE_STDERR"):
         sys.stderr.write(os.environ["FAKE_STDERR"] + "\n")
         sys.stderr.flush()
+    trap = ""
+    if os.environ.get("FAKE_IGNORE_TERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        trap = "trap '' TERM; "
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
-    if os.environ.get("FAKE_CHILDREN") == "1":
-        subprocess.Popen(["/bin/sh", "-c", "sleep 300 & sleep 301 & wait"])
+    children = os.environ.get("FAKE_CHILDREN")
+    if children == "1":
+        subprocess.Popen(["/bin/sh", "-c", trap + "sleep 300 & sleep 301 & wait"])
+    elif children == "2":
+        inner = trap + "sleep 303 & wait"
+        subprocess.Popen(["/bin/sh", "-c", f'{trap}/bin/sh -c "{inner}" & sleep 301 & '
+                          "setsid sleep 302 & wait"])
     replay = os.environ.get("FAKE_REPLAY")
     thread = argv[argv.index("resume") + 1] if "resume" in argv else (
         argv[argv.index("--resume") + 1] if "--resume" in argv else "")
     delay = float(os.environ.get("FAKE_LINE_DELAY", "0"))
+    hang = int(os.environ.get("FAKE_HANG") or 0)
     if replay:
         with open(replay, encoding="utf-8") as f:
             for i, line in enumerate(f):
                 line = line.replace("{THREAD}", thread).replace("{PROMPT_LEN}", str(len(prompt)))
                 sys.stdout.write(line)
                 sys.stdout.flush()
-                if os.environ.get("FAKE_HANG") == "1" and i == 0:
+                if hang and i == hang - 1:
                     time.sleep(10_000)
                 if delay:
                     time.sleep(delay)
-    if os.environ.get("FAKE_CHILDREN") == "1":
+    if children in ("1", "2") or hang:
         time.sleep(10_000)
     sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
 
