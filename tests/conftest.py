@@ -109,6 +109,9 @@ class ZW:
         assert p.exists(), p
         return str(p)
 
+    def sample_bytes(self, name: str) -> bytes:
+        return Path(self.sample(name)).read_bytes()
+
     def replay(self, name: str, **extra: str) -> dict[str, str]:
         """``env_extra`` making the fake agent replay a sample (plus more FAKE_* settings)."""
         return {"FAKE_REPLAY": self.sample(name), **extra}
@@ -123,6 +126,54 @@ class ZW:
 
     def calls(self) -> int:
         return len(list(self.record.glob("argv*.json")))
+
+    # ----- sessions, as a test sees them
+    def spawn(self, *args: str, env_extra: Mapping[str, str] | None = None,
+              input: str | bytes | None = None) -> str:
+        """``zwarm spawn ARGS``; asserts exit 0 and returns the printed session id."""
+        res = self.run("spawn", *args, env_extra=env_extra, input=input, check=True)
+        sid = res.stdout.strip()
+        assert len(sid) == 36 and sid.count("-") == 4, res.stdout
+        return sid
+
+    def wait(self, *sids: str,
+             timeout: float = DEFAULT_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        return self.run("wait", *sids, "--timeout", str(timeout), timeout=timeout + 60)
+
+    def session_dir(self, sid: str) -> Path:
+        return self.state_dir / "sessions" / sid
+
+    def meta(self, sid: str) -> dict[str, Any]:
+        """meta.json as stored (read directly, no reconciliation)."""
+        return json.loads((self.session_dir(sid) / "meta.json").read_bytes())
+
+    def turn_file(self, sid: str, n: int, ext: str = "jsonl") -> Path:
+        return self.session_dir(sid) / "turns" / f"turn_{n}.{ext}"
+
+    def gated(self, hold: Path, **extra: str) -> dict[str, str]:
+        """``env_extra`` whose agents wait while ``hold`` exists, then run the fake agent.
+
+        Every turn run by a supervisor started with this env is gated, so a test can keep a
+        turn running for as long as it needs, with no sleeps, then let it finish.
+        """
+        gate_bin = self.tmp / "gatebin"
+        if not gate_bin.is_dir():
+            gate_bin.mkdir()
+            for name in ("codex", "claude"):
+                script = gate_bin / name
+                script.write_text(_GATE.format(python=sys.executable, fake=FAKE_BIN / name))
+                script.chmod(0o755)
+        path = os.pathsep.join([str(gate_bin), self.env["PATH"]])
+        return {"PATH": path, "FAKE_GATE_HOLD": str(hold), **extra}
+
+
+_GATE = """#!{python}
+import os, sys, time
+hold = os.environ.get("FAKE_GATE_HOLD")
+while hold and os.path.exists(hold):
+    time.sleep(0.02)
+os.execv("{fake}", ["{fake}", *sys.argv[1:]])
+"""
 
 
 def make_env(tmp: Path, state_dir: Path, record: Path) -> dict[str, str]:

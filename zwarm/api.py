@@ -315,6 +315,21 @@ class Zwarm:
         with self.store.lock(sid):
             self.store.remove(sid, s.name)
 
+    # ------------------------------------------------------------------ orchestrator tools
+    def tool_schemas(self, format: str = "openai") -> list[dict[str, Any]]:
+        """The orchestrator tools' definitions (openai, anthropic or mcp shape): ``zwarm.tools``."""
+        from zwarm import tools
+
+        return tools.schemas(format)
+
+    def dispatch(
+        self, name: str, arguments: Any = None, *, source: str = "python"
+    ) -> dict[str, Any]:
+        """Run one orchestrator tool; never raises: errors are ``{"ok": false, "error": ...}``."""
+        from zwarm import tools
+
+        return tools.Toolbox(self, source).dispatch(name, arguments)
+
 
 _FINISHED = ("completed", "failed", "killed")
 

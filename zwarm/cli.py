@@ -171,7 +171,8 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
     api = _api(ctx)
     s, state = api.inject(session, _read_task(message), context=context, timeout=timeout)
     if not as_json and not wait_:
-        click.echo(f"{s.id} {state} (turn {len(s.turns) + (1 if state == 'queued' else 0)})")
+        turn = len(s.turns) + (len(s.queue) if state == "queued" else 0)  # queue holds ours
+        click.echo(f"{s.id} {state} (turn {turn})")
         return
     _after_start(ctx, api, s.id, wait_, as_json)
 
@@ -306,7 +307,9 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
     if not sessions and not finished:
         raise click.UsageError("give session ids or --finished")
     api = _api(ctx)
-    removed = api.rm(list(sessions), finished=finished, force=force) if api.store.exists() else []
+    # without a state dir, --finished removes nothing; a given id is still "not found"
+    exists = api.store.exists() or bool(sessions)
+    removed = api.rm(list(sessions), finished=finished, force=force) if exists else []
     if as_json:
         _emit_json(removed)
         return

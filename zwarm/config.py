@@ -61,6 +61,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "max_tokens": ((int,), 0),
         "max_cost_usd": ((int, float), 0),
         "bash_timeout_s": ((int, float), 60),
+        "prices": ((dict,), {}),
     },
 }
 

@@ -12,7 +12,7 @@ Owns what a new turn is told about earlier ones. Must stay true:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from zwarm.steps import Step
 DIGEST_VERSION = 1
 _MAX_CMDS = 40
 _MAX_ERRORS = 10
+_NOTE_ROOM = 80  # '(N earlier turns omitted to fit the context budget)'
 
 
 @dataclass
@@ -109,16 +110,32 @@ def _render_full(d: Digest, limit: int) -> str:
     lines = [f"### Turn {d.n} ({d.status})", f"User message:\n{_cut(d.message, limit)}"]
     if d.commands:
         lines.append("Commands run:")
-        lines += [f"- `{_cut(c, 300)}` -> exit {_code(e)}" for c, e in d.commands]
-        if d.more_commands:
-            lines.append(f"- ... and {d.more_commands} more commands")
+        shown = _command_lines(d.commands, limit)
+        lines += shown
+        more = d.more_commands + len(d.commands) - len(shown)
+        if more:
+            lines.append(f"- ... and {more} more commands")
     if d.files:
-        lines.append("Files changed: " + ", ".join(f"{p} ({k})" for p, k in d.files[:50]))
+        files = ", ".join(f"{p} ({k})" for p, k in d.files[:50])
+        lines.append("Files changed: " + _cut(files, limit))
     if d.errors:
         lines.append("Errors: " + "; ".join(_cut(e, 300) for e in d.errors))
     if d.final_message:
         lines.append(f"Agent's final message:\n{_cut(d.final_message, limit)}")
     return "\n".join(lines)
+
+
+def _command_lines(commands: list[tuple[str, int | None]], limit: int) -> list[str]:
+    """As many command lines as fit in ``limit`` characters (at least one)."""
+    out: list[str] = []
+    used = 0
+    for c, e in commands:
+        line = f"- `{_cut(c, 300)}` -> exit {_code(e)}"
+        if out and used + len(line) > limit:
+            break
+        out.append(line)
+        used += len(line) + 1
+    return out
 
 
 def _render_brief(d: Digest) -> str:
@@ -157,26 +174,25 @@ def build_followup(
         "new message. Act on the new message.\n\n## Original task\n"
     )
     tail = f"\n\n## New message\n{message}"
-    room = max(budget_chars - len(head) - len(tail), 2000)
+    section = f"\n\n## Earlier turns ({len(digests)})\n"
+    room = max(budget_chars - len(head) - len(tail) - len(section), 2000)
     task_text = _cut(task, room // 3)
     room -= len(task_text)
     history = _fit_history(digests, room, full_turns)
-    return f"{head}{task_text}\n\n## Earlier turns ({len(digests)})\n{history}{tail}"
+    return f"{head}{task_text}{section}{history}{tail}"
 
 
 def _fit_history(digests: list[Digest], room: int, full_turns: int) -> str:
+    """Newest first, each turn in the fullest rendering that still fits; then omit the rest."""
     n = len(digests)
+    room -= _NOTE_ROOM  # keep space for the omission note
     blocks: list[str] = []
     used = 0
     omitted = 0
-    for i, d in enumerate(reversed(digests)):  # newest first, fullest
-        if i < full_turns:
-            text = _render_full(d, max(room // (2 * max(full_turns, 1)), 500))
-        elif used < room * 0.8:
-            text = _render_brief(d)
-        else:
-            text = _render_line(d)
-        if used + len(text) + 1 > room:
+    for i, d in enumerate(reversed(digests)):
+        text = next((t for t in _renderings(d, i, used, room, full_turns)
+                     if used + len(t) + 1 <= room), None)
+        if text is None:
             omitted = n - i
             break
         blocks.append(text)
@@ -184,3 +200,12 @@ def _fit_history(digests: list[Digest], room: int, full_turns: int) -> str:
     if omitted:
         blocks.append(f"({omitted} earlier turns omitted to fit the context budget)")
     return "\n".join(reversed(blocks))
+
+
+def _renderings(d: Digest, i: int, used: int, room: int, full_turns: int) -> Iterator[str]:
+    """The renderings allowed for the ``i``-th newest turn, fullest first (built lazily)."""
+    if i < full_turns:
+        yield _render_full(d, max(room // (2 * max(full_turns, 1)), 500))
+    if i < full_turns or used < room * 0.8:
+        yield _render_brief(d)
+    yield _render_line(d)

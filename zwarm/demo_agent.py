@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def _emit(event: dict[str, object]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")  # compact, as codex
     sys.stdout.flush()
 
 

@@ -136,10 +136,20 @@ def kill_tree(agent: ProcRef, grace: float = 3.0) -> bool:
 
 
 def _orphans(agent: ProcRef) -> list[int]:
+    """Members left in the dead agent's group. None if its pid now names another process:
+    a pid is never reused while a group with that id has members, so that group is new."""
+    if _pid_reused(agent):
+        return []
     try:
-        return group_members(agent.pid, agent.create_time)
+        found = group_members(agent.pid, agent.create_time)
     except Exception:  # psutil missing pieces on exotic platforms
         return []
+    return [] if _pid_reused(agent) else found
+
+
+def _pid_reused(agent: ProcRef) -> bool:
+    ct = create_time(agent.pid)
+    return ct is not None and abs(ct - agent.create_time) > 0.05
 
 
 def _signal_all(pgid: int | None, targets: list[ProcRef], sig: int) -> None:

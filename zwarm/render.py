@@ -62,7 +62,8 @@ def session_table(rows: list[dict[str, Any]], now: float, color: bool) -> None:
     if not rows:
         out.write("no sessions\n")
         return
-    header = ("ID", "NAME", "STATUS", "ADAPTER", "MODEL", "TURNS", "TOKENS", "COST", "AGE", "TASK")
+    header = ("ID", "NAME", "STATUS", "ADAPTER", "MODEL", "TURNS", "TOKENS", "COST", "AGE",
+              "SOURCE", "TASK")  # fmt: skip
     table = [header] + [_cells(r, now) for r in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
     lines = []
@@ -91,6 +92,7 @@ def _cells(r: dict[str, Any], now: float) -> tuple[str, ...]:
         fmt_tokens(usage.get("total_tokens")) if usage else "-",
         fmt_cost(r.get("cost_usd"), r.get("cost_source")),
         fmt_age(r.get("created_at"), now),
+        _oneline(r.get("source") or "-", 28),
         _oneline(task, 60),
     )
 

@@ -215,10 +215,10 @@ class Store:
             raise DamagedSession(sid, f"meta.json names another session ({s.id})")
         return s
 
-    def save(self, session: Session) -> None:
+    def save(self, session: Session, path: Path | None = None) -> None:
         session.refresh()
         text = json.dumps(session.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        atomic_write(self.meta_path(session.id), text.encode("utf-8"))
+        atomic_write(path or self.meta_path(session.id), text.encode("utf-8"))
 
     def update(self, sid: str, fn: Callable[[Session], T]) -> T:
         """Load, apply ``fn``, save: all under the session lock. ``fn`` returns the result."""
@@ -244,16 +244,23 @@ class Store:
 
     # ----- creation and removal
     def create(self, session: Session, prompt: bytes) -> None:
-        """Create the session dir with turn 1's prompt and meta.json; all or nothing."""
+        """Create the session dir with turn 1's prompt and meta.json; all or nothing.
+
+        Built under a hidden name in ``sessions/`` and renamed into place, so no reader ever
+        sees a session dir without its meta.json.
+        """
         d = self.session_dir(session.id)
-        d.mkdir(mode=0o700)  # outside the try: never remove a dir this call did not create
+        stage = self.sessions / f".new-{session.id}"
+        stage.mkdir(mode=0o700)  # outside the try: never remove a dir this call did not create
         try:
-            (d / "turns").mkdir(mode=0o700)
-            write_private(self.turn_path(session.id, 1, "prompt"), prompt)
-            self.save(session)
+            (stage / "turns").mkdir(mode=0o700)
+            write_private(stage / "turns" / "turn_1.prompt", prompt)
+            self.save(session, stage / "meta.json")
+            os.rename(stage, d)
         except BaseException:
-            shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(stage, ignore_errors=True)
             raise
+        _fsync_dir(self.sessions)
 
     def remove(self, sid: str, name: str | None) -> None:
         """Delete a session dir: renamed out of ``sessions/`` first, so it vanishes atomically."""
@@ -269,11 +276,23 @@ class Store:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Write ``path`` (0600). A failed write (disk full) removes the partial file and raises
+    ``StoreError``; ``FileNotFoundError`` (its directory is gone) propagates as it is."""
+    opened = False
     try:
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        opened = True
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        if opened:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if e.errno == errno.ENOENT:
+            raise
+        raise StoreError(f"cannot write {path}: {e.strerror}") from None
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -341,4 +360,6 @@ def _describe(e: BaseException, data: bytes) -> str:
         return "meta.json is empty"
     if isinstance(e, json.JSONDecodeError):
         return f"meta.json is not valid JSON (truncated?): {e.msg} at byte {e.pos}"
+    if isinstance(e, UnicodeDecodeError):
+        return f"meta.json is not valid UTF-8 (byte {e.start})"
     return str(e)

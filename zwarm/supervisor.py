@@ -56,7 +56,10 @@ def _wait(pid: int, timeout: float | None) -> bool:
     timed_out = threading.Event()
     timer = None
     if timeout:
-        timer = threading.Timer(timeout, _expire, (pid, timed_out))
+        # identified now, while it is our unreaped child: when the timer fires it may have
+        # been reaped and its pid reused, and a fresh lookup would name another process
+        agent = procs.identify(pid)
+        timer = threading.Timer(timeout, _expire, (agent, timed_out))
         timer.daemon = True
         timer.start()
     while True:
@@ -76,11 +79,10 @@ def _wait(pid: int, timeout: float | None) -> bool:
     return timed_out.is_set()
 
 
-def _expire(pid: int, flag: threading.Event) -> None:
+def _expire(agent: ProcRef | None, flag: threading.Event) -> None:
     flag.set()
-    ref = procs.identify(pid)
-    if ref is not None:
-        procs.kill_tree(ref, grace=2.0)
+    if agent is not None:
+        procs.kill_tree(agent, grace=2.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,8 @@ def test_codex_config_overrides_toml_encoded_and_flattened() -> None:
     config = (
         ("model_provider", "mock"),
         ("analytics", {"enabled": False}),
-        ("model_providers", {"mock": {"base_url": "http://127.0.0.1:9/v1", "request_max_retries": 0}}),
+        ("model_providers",
+         {"mock": {"base_url": "http://127.0.0.1:9/v1", "request_max_retries": 0}}),
         ("sandbox_permissions", ["disk-full-read-access"]),
         ("temperature", 0.5),
         ("weird key", "x"),

@@ -26,7 +26,7 @@ from zwarm import procs
 from zwarm.config import Config
 from zwarm.context import Digest, build_followup, digest_steps, dump_digest, load_digest
 from zwarm.env import Env, parse_iso
-from zwarm.errors import InvalidInput, SessionStateError
+from zwarm.errors import InvalidInput, SessionStateError, StoreError
 from zwarm.models import ProcRef, QueuedMessage, Session, Status, Turn, TurnOutcome, Usage
 from zwarm.steps import Step
 from zwarm.store import Store, write_private
@@ -247,7 +247,7 @@ class BaseSessionManager(abc.ABC):
         if t.status is not Status.RUNNING:
             try:
                 write_private(cache, dump_digest(d))
-            except OSError:
+            except (OSError, StoreError):
                 pass  # a cache is optional
         return d
 

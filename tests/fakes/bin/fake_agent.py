@@ -13,6 +13,7 @@ Installed on PATH as ``codex`` and ``claude`` (symlinks to this file). Controlle
   a deeper tree: sh -> sh -> sleep, plus a sleep that left the group (setsid), and wait.
 - FAKE_HANG: if "N" (N >= 1), print the first N lines then sleep forever.
 - FAKE_IGNORE_TERM: if "1", the agent and its FAKE_CHILDREN shells ignore SIGTERM.
+- FAKE_WAIT_FILE: a path; after FAKE_SLEEP, wait until it exists before going on.
 """
 
 import json
@@ -59,6 +60,8 @@ def main():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         trap = "trap '' TERM; "
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+    while os.environ.get("FAKE_WAIT_FILE") and not os.path.exists(os.environ["FAKE_WAIT_FILE"]):
+        time.sleep(0.02)
     children = os.environ.get("FAKE_CHILDREN")
     if children == "1":
         subprocess.Popen(["/bin/sh", "-c", trap + "sleep 300 & sleep 301 & wait"])

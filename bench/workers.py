@@ -1,0 +1,323 @@
+"""Subprocess workers for ``bench/run.py`` (each prints one JSON object on stdout).
+
+    python bench/workers.py fig6 MODE N EVENTS WORKDIR     MODE = alone | zwarm
+    python bench/workers.py spawner STATE_DIR N WORKDIR    (used by fig6 zwarm)
+    python bench/workers.py followup STATE_DIR SID REPS
+
+They run in their own processes so that the bench's own interpreter state (and, for fig6, the
+child-subreaper setting) never leaks into the other figures.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+STREAM_AGENT = HERE / "agents" / "stream_agent.py"
+PR_SET_CHILD_SUBREAPER = 36
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- fig 6
+
+
+def _verify(path: Path, n: int) -> str | None:
+    """None if ``path`` holds exactly the n lines the stream agent writes, in order."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        return f"{path.name}: {e}"
+    with f:
+        i = -1
+        for i, line in enumerate(f):
+            if not line.endswith(b"\n"):
+                return f"{path}: line {i} is cut"
+            if i == 0:
+                ok = line.startswith(b'{"type":"thread.started"')
+            elif i == n - 1:
+                ok = line.startswith(b'{"type":"turn.completed"')
+            else:
+                ok = (b'"id":"item_%d"' % i) in line[:60]
+            if not ok:
+                return f"{path}: line {i} out of sequence: {line[:80]!r}"
+    if i + 1 != n:
+        return f"{path}: {i + 1} lines, expected {n}"
+    return None
+
+
+def _write_config(state: Path, events: int) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "config.toml").write_text(
+        "[codex]\n"
+        f"command = [{json.dumps(PY)}, {json.dumps(str(STREAM_AGENT))}]\n"
+        "[codex.env]\n"
+        f'BENCH_EVENTS = "{events}"\n'
+    )
+
+
+def fig6_alone(n: int, events: int, work: Path) -> dict:
+    """The agents alone: n stream agents started directly, output to files."""
+    out_dir = work / "alone"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    prompt = out_dir / "prompt"
+    prompt.write_bytes(b"stream as fast as you can\n")
+    env = dict(os.environ, BENCH_EVENTS=str(events))
+    import subprocess
+
+    t0 = time.perf_counter()
+    procs = []
+    for k in range(n):
+        with open(prompt, "rb") as stdin:
+            fd = os.open(out_dir / f"agent_{k}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                procs.append(subprocess.Popen([PY, str(STREAM_AGENT)], stdin=stdin, stdout=fd,
+                                              stderr=subprocess.DEVNULL, env=env,
+                                              start_new_session=True, close_fds=True))
+            finally:
+                os.close(fd)
+    cpu = 0.0
+    for p in procs:
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        cpu += ru.ru_utime + ru.ru_stime
+    wall = time.perf_counter() - t0
+    problems = [v for k in range(n) if (v := _verify(out_dir / f"agent_{k}.jsonl", events))]
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"wall_s": wall, "agent_cpu_s": cpu, "problems": problems}
+
+
+def _proc_status_kb(pid: int, key: bytes) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _schedstat_s(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stat_self_s(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def fig6_zwarm(n: int, events: int, work: Path) -> dict:
+    """n sessions spawned through zwarm's API; supervisors measured from /proc as they exit.
+
+    This process becomes a child subreaper, so the detached supervisors are re-parented to it
+    when the spawner exits: each one is then seen as a zombie (``waitid(WNOWAIT)``), its own
+    CPU read exactly from ``/proc/PID/schedstat`` before it is reaped, and ``wait4`` gives its
+    CPU plus its waited-for agent's; the difference is the agent's CPU. Peak RSS (VmHWM) is
+    sampled from ``/proc/PID/status`` while it lives (a zombie has no memory to report).
+    """
+    import subprocess
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return {"error": "prctl(PR_SET_CHILD_SUBREAPER) failed"}
+    state = work / "state"
+    shutil.rmtree(state, ignore_errors=True)
+    _write_config(state, events)
+    cwd = work / "cwd"
+    cwd.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    spawner = subprocess.Popen([PY, __file__, "spawner", str(state), str(n), str(cwd)],
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    sup: dict[int, str] = {}  # supervisor pid -> session id
+    lock = threading.Lock()
+    spawn_out: list[dict] = []
+
+    def read_spawner() -> None:
+        assert spawner.stdout is not None
+        for raw in spawner.stdout:
+            d = json.loads(raw)
+            spawn_out.append(d)
+            if "pid" in d:
+                with lock:
+                    sup[d["pid"]] = d["sid"]
+
+    reader = threading.Thread(target=read_spawner, daemon=True)
+    reader.start()
+    hwm: dict[int, int] = {}
+    own_cpu: dict[int, float] = {}
+    total_cpu: dict[int, float] = {}
+    done_at: dict[int, float] = {}
+    spawner_rc = None
+    next_sample = 0.0
+    deadline = time.monotonic() + 1800
+    while True:
+        now = time.monotonic()
+        if now >= next_sample:
+            with lock:
+                live = [p for p in sup if p not in done_at]
+            for p in live:
+                v = _proc_status_kb(p, b"VmHWM:")
+                if v is not None:
+                    hwm[p] = max(hwm.get(p, 0), v)
+            next_sample = now + 0.2
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+        except ChildProcessError:
+            info = None
+        if info is None:
+            with lock:
+                finished = spawner_rc is not None and len(done_at) == len(sup) and sup
+            if finished or (spawner_rc is not None and not sup):
+                break
+            if now > deadline:
+                return {"error": "timed out waiting for supervisors", "done": len(done_at)}
+            time.sleep(0.005)
+            continue
+        pid = info.si_pid
+        if pid == spawner.pid:
+            reader.join()
+            _, status, _ = os.wait4(pid, 0)
+            spawner.returncode = spawner_rc = os.waitstatus_to_exitcode(status)
+            continue
+        done_at[pid] = time.perf_counter()
+        own = _schedstat_s(pid)
+        own_cpu[pid] = own if own is not None else (_stat_self_s(pid) or 0.0)
+        _, status, ru = os.wait4(pid, 0)
+        total_cpu[pid] = ru.ru_utime + ru.ru_stime
+    wall = (max(done_at.values()) if done_at else time.perf_counter()) - t0
+    spawn_cpu = next((d["cpu_s"] for d in spawn_out if "cpu_s" in d), None)
+    problems = []
+    statuses: dict[str, int] = {}
+    if spawner_rc != 0:
+        problems.append(f"spawner exited {spawner_rc}")
+    for pid, sid in sup.items():
+        p = _verify(state / "sessions" / sid / "turns" / "turn_1.jsonl", events)
+        if p:
+            problems.append(p)
+        try:
+            st = json.loads((state / "sessions" / sid / "meta.json").read_bytes())["status"]
+        except (OSError, ValueError, KeyError):
+            st = "unreadable"
+        statuses[st] = statuses.get(st, 0) + 1
+        if pid not in hwm:
+            problems.append(f"no RSS sample for supervisor {pid}")
+    if statuses.get("completed", 0) != n:
+        problems.append(f"session statuses: {statuses}")
+    if len(sup) != n:
+        problems.append(f"{len(sup)} sessions spawned, expected {n}")
+    sup_cpu = sum(own_cpu.values())
+    agent_cpu = sum(total_cpu[p] - own_cpu[p] for p in total_cpu)
+    shutil.rmtree(state, ignore_errors=True)
+    return {
+        "wall_s": wall,
+        "sup_cpu_s": sup_cpu,
+        "agent_cpu_s": agent_cpu,
+        "spawner_cpu_s": spawn_cpu,
+        "sup_rss_kb": sorted(hwm.values()),
+        "statuses": statuses,
+        "problems": problems,
+    }
+
+
+def spawner(state: Path, n: int, cwd: Path) -> None:
+    """Spawn n sessions through ``zwarm.api.Zwarm``; print each supervisor's pid at once."""
+    import resource
+
+    import zwarm.adapters.base as base
+    from zwarm.api import Zwarm
+
+    keep: list[object] = []
+    base._reap_later = keep.append  # leave reaping to the bench (the subreaper above us)
+    api = Zwarm(state)
+    for _ in range(n):
+        s = api.spawn("stream 20,000 events", adapter="codex", cwd=cwd)
+        ref = s.turns[0].supervisor
+        print(json.dumps({"sid": s.id, "pid": ref.pid if ref else None}), flush=True)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"cpu_s": ru.ru_utime + ru.ru_stime}), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # no interpreter teardown: nothing may reap the supervisors but the bench
+
+
+# --------------------------------------------------------------------------- fig 7
+
+
+def followup(state: Path, sid: str, reps: int) -> dict:
+    """Time the summary-mode follow-up build for one session (what ``inject`` does under the
+    lock: load meta.json, then ``BaseSessionManager._followup_prompt``), in three cases:
+    ``cold`` no digest cached (all 100 turn logs parsed), ``latest`` every digest cached but the
+    latest turn's (the usual case: each inject digests the one turn that ended since the last),
+    ``cached`` every digest cached."""
+    from zwarm.api import Zwarm
+
+    api = Zwarm(state)
+    store = api.store
+    msg = "Now add tests for the edge cases you mentioned."
+    turns_dir = store.session_dir(sid) / "turns"
+
+    def clear_digests(only_latest: bool) -> None:
+        paths = sorted(turns_dir.glob("*.digest.json"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))
+        for p in paths[-1:] if only_latest else paths:
+            p.unlink()
+
+    def build() -> tuple[float, int]:
+        t0 = time.perf_counter()
+        s = store.load(sid)
+        prompt = api.manager(s.adapter)._followup_prompt(s, msg)
+        return time.perf_counter() - t0, len(prompt)
+
+    out: dict[str, list[float]] = {"cold_s": [], "latest_s": [], "cached_s": []}
+    clear_digests(False)
+    build()  # warm-up (imports, page cache), then one cached build
+    build()
+    size = 0
+    for _ in range(reps):
+        clear_digests(False)
+        t, size = build()
+        out["cold_s"].append(t)
+        clear_digests(True)
+        out["latest_s"].append(build()[0])
+        out["cached_s"].append(build()[0])
+    s = store.load(sid)
+    log_bytes = sum(store.turn_path(sid, t.n).stat().st_size for t in s.turns)
+    return {**out, "prompt_chars": size, "turns": len(s.turns), "log_bytes": log_bytes}
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[0]
+    if cmd == "fig6":
+        mode, n, events, work = argv[1], int(argv[2]), int(argv[3]), Path(argv[4])
+        res = fig6_alone(n, events, work) if mode == "alone" else fig6_zwarm(n, events, work)
+    elif cmd == "spawner":
+        spawner(Path(argv[1]), int(argv[2]), Path(argv[3]))
+        return 0
+    elif cmd == "followup":
+        res = followup(Path(argv[1]), argv[2], int(argv[3]))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,50 @@
+"""Entry points, the demo, and start-up staying light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_python_m_zwarm_help(zw) -> None:
+    res = subprocess.run([sys.executable, "-m", "zwarm", "--help"], capture_output=True,
+                         text=True, env=zw.env, cwd=zw.cwd, timeout=120)
+    assert res.returncode == 0, res.stderr
+    for cmd in ("spawn", "ls", "show", "trajectory", "inject", "logs", "wait", "kill", "rm",
+                "demo", "init"):
+        assert f"  {cmd} " in res.stdout, cmd
+    assert not zw.state_dir.exists()
+
+
+def test_version_and_subcommand_help(zw) -> None:
+    res = zw.run("--version", check=True)
+    assert res.stdout.startswith("zwarm ")
+    res = zw.run("spawn", "--help", check=True)
+    assert "--adapter" in res.stdout and "--timeout" in res.stdout
+
+
+def test_demo_runs_on_a_fresh_machine(zw) -> None:
+    state = zw.tmp / "demo" / ".zwarm"
+    # no agent on PATH, no API key: the demo needs neither
+    env = {"PATH": "/usr/bin:/bin"}
+    res = zw.run("--state-dir", str(state), "demo", env_extra=env, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    for part in ("zwarm spawn", "zwarm ls", "zwarm trajectory", "zwarm inject", "zwarm show"):
+        assert part in res.stdout
+    rows = zw.json("--state-dir", str(state), "ls")
+    assert len(rows) == 1 and rows[0]["status"] == "completed" and rows[0]["turns"] == 2
+
+
+@pytest.mark.parametrize("args", [["--help"], ["ls"], ["ls", "--json"]])
+def test_light_commands_do_not_import_heavy_modules(zw, args: list[str]) -> None:
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "zwarm", *args],
+                         capture_output=True, text=True, env=zw.env, cwd=zw.cwd, timeout=120)
+    assert res.returncode == 0, res.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "click" in imported  # the measurement works
+    for heavy in ("rich", "psutil", "tomli_w", "openai", "mcp"):
+        assert heavy not in imported, heavy

@@ -1,0 +1,151 @@
+"""Issue 5, fault 7: the disk fills up while zwarm writes.
+
+Two ways to make the write fail: a real full filesystem (a 1 MiB tmpfs mounted for the test;
+skipped with the reason when mounting is refused), and RLIMIT_FSIZE in the zwarm process
+(always available: writes past the limit fail with EFBIG). In every case the old meta.json
+survives byte for byte, no temp file is left, the command fails with one clear line, a
+failed spawn leaves no half-created session (nor a claimed name), and everything works again
+once there is room.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import resource
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._helpers import (
+    ROOT,
+    alive,
+    meta,
+    one_error_line,
+    sdir,
+    snapshot,
+    spawn,
+    supervisor_ref,
+    wait_status,
+    wait_until,
+)
+
+ZWARM = ROOT / ".venv" / "bin" / "zwarm"
+
+
+def _tmp_files(root: Path) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.name.endswith(".tmp")]
+
+
+def _run_limited(zw: Any, limit: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run zwarm with RLIMIT_FSIZE=limit (Python ignores SIGXFSZ, so writes get EFBIG)."""
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([str(ZWARM), *args], env=zw.env, cwd=zw.cwd, capture_output=True,
+                          text=True, timeout=60, preexec_fn=preexec)
+
+
+def test_meta_write_fails_old_meta_survives(zw: Any) -> None:
+    sid = spawn(zw, "first", "--name", "keep", env=zw.replay("codex_simple"))
+    wait_status(zw, sid, "completed")
+    path = sdir(zw, sid) / "meta.json"
+    before = path.read_bytes()
+    assert len(before) > 1024  # the limit below lets small files through, not meta.json
+    res = _run_limited(zw, 1024, "inject", sid, "more", "--context", "native")
+    one_error_line(res, "meta.json", "File too large")
+    assert path.read_bytes() == before
+    assert _tmp_files(zw.state_dir) == []
+    # spawn under the same limit: no half-created session, the name is not taken
+    res = _run_limited(zw, 1024, "spawn", "second", "--name", "other")
+    one_error_line(res, "File too large")
+    assert [p.name for p in (zw.state_dir / "sessions").iterdir()] == [sid]
+    assert not (zw.state_dir / "names" / "other").exists()
+    # with room again, everything works and the inject runs with its own prompt
+    zw.run("inject", sid, "more", "--context", "native", env_extra=zw.replay("codex_simple"),
+           check=True)
+    m = wait_status(zw, sid, "completed")
+    assert [t["message"] for t in m["turns"]] == ["first", "more"]
+    assert zw.recorded()[1] == b"more"
+    sid2 = spawn(zw, "second", "--name", "other", env=zw.replay("codex_simple"))
+    assert wait_status(zw, sid2, "completed")["name"] == "other"
+
+
+@pytest.fixture
+def small_fs(zw: Any) -> Iterator[Any]:
+    """``zw`` with its state dir on a fresh 1 MiB tmpfs (skipped if mounting is refused)."""
+    mnt = zw.tmp / "smallfs"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip() or res.returncode}")
+    state = mnt / "state"
+    world = dataclasses.replace(zw, state_dir=state, env={**zw.env, "ZWARM_DIR": str(state)})
+    try:
+        yield world
+    finally:
+        with contextlib.suppress(Exception):
+            world.api().kill(all_=True)
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(fs: Path) -> Path:
+    """Fill the filesystem until a write fails with ENOSPC; returns the filler file."""
+    filler = fs / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        block = b"\0" * 65536
+        while True:
+            try:
+                f.write(block)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+                break
+        while True:  # the last, smaller gap
+            try:
+                f.write(b"\0" * 512)
+            except OSError:
+                break
+    return filler
+
+
+def test_disk_full_tmpfs(small_fs: Any) -> None:
+    zw = small_fs
+    release = zw.tmp / "release"  # on the normal disk
+    a = spawn(zw, "done before the disk filled", env=zw.replay("codex_simple"))
+    wait_status(zw, a, "completed")
+    b = spawn(zw, "running when the disk fills", env=zw.replay(
+        "codex_simple", FAKE_WAIT_FILE=str(release)))
+    sup_b = supervisor_ref(zw, b)
+    wait_until(lambda: meta(zw, b)["turns"][0].get("agent"), message="agent of b recorded")
+    filler = _fill(zw.state_dir.parent)
+    snap_a, meta_b = snapshot(sdir(zw, a)), (sdir(zw, b) / "meta.json").read_bytes()
+
+    res = zw.run("inject", a, "more")
+    one_error_line(res, "No space left on device")
+    assert snapshot(sdir(zw, a)) == snap_a
+    res = zw.run("spawn", "new", "--name", "newname", env_extra=zw.replay("codex_simple"))
+    one_error_line(res, "No space left on device")
+    assert sorted(p.name for p in (zw.state_dir / "sessions").iterdir()) == sorted([a, b])
+    assert not (zw.state_dir / "names" / "newname").exists()
+    rows = {r["id"]: r["status"] for r in zw.json("ls")}
+    assert rows == {a: "completed", b: "running"}
+
+    # b's turn ends while the disk is full: its supervisor cannot record the outcome
+    release.touch()
+    wait_until(lambda: not alive(sup_b), message="b's supervisor gave up")
+    assert (sdir(zw, b) / "meta.json").read_bytes() == meta_b  # the old meta.json, intact
+    assert snapshot(sdir(zw, a)) == snap_a
+    assert _tmp_files(zw.state_dir) == []
+
+    # room again: the next command reconciles b, and a continues normally
+    filler.unlink()
+    rows = {r["id"]: r for r in zw.json("ls")}
+    assert rows[a]["status"] == "completed"
+    assert rows[b]["status"] == "failed" and rows[b]["error"].startswith("supervisor lost")
+    zw.run("inject", a, "more", env_extra=zw.replay("codex_simple"), check=True)
+    assert len(wait_status(zw, a, "completed")["turns"]) == 2
