@@ -137,3 +137,17 @@ def test_files_are_private(zw) -> None:
         assert p.stat().st_mode & 0o777 == want, p
     for ext in ("jsonl", "stderr", "prompt"):
         assert zw.turn_file(sid, 1, ext).exists()
+
+
+@pytest.mark.parametrize("adapter,sample", [("codex", "codex_toolcall"), ("claude", "claude_toolcall")])
+def test_spaced_json_output_still_yields_the_outcome(zw, adapter: str, sample: str) -> None:
+    """Output laid out differently from the CLIs' compact JSON is still understood."""
+    import json
+
+    spaced = zw.tmp / f"{sample}_spaced.jsonl"
+    lines = zw.sample_bytes(sample).splitlines()
+    spaced.write_bytes(b"".join(json.dumps(json.loads(x)).encode() + b"\n" for x in lines))
+    sid = zw.spawn("t", "--adapter", adapter, env_extra={"FAKE_REPLAY": str(spaced)})
+    assert zw.wait(sid).returncode == 0
+    t = _turn(zw, sid)
+    assert (t["status"], t["final_message"]) == ("completed", "Done: wrote hello to out.txt.")

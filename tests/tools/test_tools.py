@@ -373,7 +373,7 @@ def test_trajectory_streams_a_huge_log(zw, toolbox, tmp_path) -> None:
     tb = toolbox(FAKE_REPLAY=str(log))
     sid = ok(tb.dispatch("delegate", {"task": "huge"}))["session_id"]
     ok(tb.dispatch("wait", {"session_ids": [sid], "timeout_s": 45}))
-    assert tb.api.get(sid).status.value == "completed"
+    assert tb.api.get(sid).status.value == "completed", tb.api.get(sid).error
     tracemalloc.start()
     try:
         r = ok(tb.dispatch("get_trajectory", {"session_id": sid}))

@@ -14,6 +14,7 @@ native resume (class flags). Must stay true:
 from __future__ import annotations
 
 import abc
+import json
 import os
 import subprocess
 import threading
@@ -261,9 +262,18 @@ class BaseSessionManager(abc.ABC):
         return _closing_iter(f, self.iter_steps(f))
 
     def read_outcome(self, sid: str, n: int) -> TurnOutcome:
+        """The outcome via the adapter's fast scan; if that finds no terminal event, once more
+        over lines re-encoded compactly (the fast scan matches the CLIs' compact layout)."""
+        path = self.store.turn_path(sid, n)
         try:
-            with open(self.store.turn_path(sid, n), "rb") as f:
-                return self.scan_outcome(f)
+            with open(path, "rb") as f:
+                outcome = self.scan_outcome(f)
+            if outcome.status is None:
+                with open(path, "rb") as f:
+                    slow = self.scan_outcome(_compact_lines(f))
+                if slow.status is not None:
+                    return slow
+            return outcome
         except FileNotFoundError:
             return TurnOutcome()
 
@@ -487,6 +497,15 @@ class _private_append:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
+
+
+def _compact_lines(lines: Iterable[bytes]) -> Iterator[bytes]:
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        yield json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _closing_iter(f: Any, it: Iterator[Step]) -> Iterator[Step]:
