@@ -139,7 +139,9 @@ def test_files_are_private(zw) -> None:
         assert zw.turn_file(sid, 1, ext).exists()
 
 
-@pytest.mark.parametrize("adapter,sample", [("codex", "codex_toolcall"), ("claude", "claude_toolcall")])
+@pytest.mark.parametrize(
+    "adapter,sample", [("codex", "codex_toolcall"), ("claude", "claude_toolcall")]
+)
 def test_spaced_json_output_still_yields_the_outcome(zw, adapter: str, sample: str) -> None:
     """Output laid out differently from the CLIs' compact JSON is still understood."""
     import json
