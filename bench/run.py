@@ -77,9 +77,21 @@ class Sample:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+TIME = "/usr/bin/time"
+
+
 def run_cmd(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-            stdout: Any = subprocess.DEVNULL) -> Sample:
-    """Run a whole process; wall time from just before fork to its exit, its own rusage."""
+            stdout: Any = subprocess.DEVNULL, rss: bool = False) -> Sample:
+    """Run a whole process; wall time from just before fork to its exit, its CPU (rusage).
+
+    With ``rss``, the process runs under ``/usr/bin/time -f %M`` to get its own peak RSS: the
+    ``ru_maxrss`` that ``wait4`` reports for a child of this (larger) Python process includes
+    the parent's RSS at fork time, so it cannot be used for that."""
+    rss_file = None
+    if rss and os.access(TIME, os.X_OK):
+        rss_file = tempfile.NamedTemporaryFile(prefix="bench-rss-", delete=False)
+        rss_file.close()
+        argv = [TIME, "-f", "%M", "-o", rss_file.name, *argv]
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
@@ -90,8 +102,14 @@ def run_cmd(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | N
         if p.returncode != 0:
             err.seek(0)
             tail = err.read()[-1500:].decode("utf-8", "replace")
-            raise BenchError(f"{' '.join(argv[:6])} ... exited {p.returncode}: {tail}")
-    return Sample(wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime)
+            raise BenchError(f"{' '.join(argv[:8])} ... exited {p.returncode}: {tail}")
+    peak = 0
+    if rss_file is not None:
+        try:
+            peak = int(Path(rss_file.name).read_text().split()[-1])
+        finally:
+            os.unlink(rss_file.name)
+    return Sample(wall, peak, ru.ru_utime + ru.ru_stime)
 
 
 Case = tuple[str, Callable[[], Sample], int | None]  # key, run one sample, max reps (None: all)
@@ -443,9 +461,10 @@ def fig5(cfg: argparse.Namespace) -> None:
         if head != b"[" or out.read() != b"]\n":
             raise BenchError("trajectory --json did not print a JSON array")
     cases: list[Case] = [
-        ("floor", lambda: run_cmd([PY, "-c", FLOOR_LOADS, str(log_path)], cwd=cwd, env=env), None),
+        ("floor", lambda: run_cmd([PY, "-c", FLOOR_LOADS, str(log_path)], cwd=cwd, env=env,
+                                  rss=True), None),
         ("traj", lambda: run_cmd([ZWARM, "--state-dir", str(state), "trajectory", sid, "--json"],
-                                 cwd=cwd, env=env), None),
+                                 cwd=cwd, env=env, rss=True), None),
     ]
     res = measure(cases, max(3, cfg.reps // 2) if not cfg.quick else 3)
     raw("fig5", res)
@@ -455,6 +474,9 @@ def fig5(cfg: argparse.Namespace) -> None:
     ROWS.append(Row("5", what, spread(res["traj"]), f"json.loads loop {spread(fl)}",
                     f"{r:.2f}× floor", "≤ 1.5× floor", check(r <= 1.5)))
     peak = max(s.rss_kb for s in res["traj"].values())
+    if not peak:
+        ROWS.append(Row("5", "  peak RSS", "—", f"{TIME} not available", "", "< 100 MB", "SKIP"))
+        return
     ROWS.append(Row("5", "  peak RSS of that (max over runs)", fmt_mb(peak),
                     f"json.loads loop {fmt_mb(max(s.rss_kb for s in fl.values()))}", "",
                     "< 100 MB", check(peak < 100 * 1024)))

@@ -12,15 +12,13 @@ and their stable JSON shapes. Must stay true:
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zwarm import config as config_mod
+from zwarm import procs
 from zwarm.adapters import ADAPTERS, adapter_for_model, manager_class
-from zwarm.adapters.base import BaseSessionManager, check_cwd
 from zwarm.env import Env, parse_iso
 from zwarm.errors import (
     AgentNotFound,
@@ -33,6 +31,10 @@ from zwarm.errors import (
 from zwarm.models import Session, Status
 from zwarm.steps import Step
 from zwarm.store import RawEntry, Store
+
+if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
+    from zwarm import config as config_mod
+    from zwarm.adapters.base import BaseSessionManager
 
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
 CONTEXT_MODES = ("summary", "native")
@@ -55,6 +57,8 @@ class Zwarm:
     @property
     def config(self) -> config_mod.Config:
         if self._config is None:
+            from zwarm import config as config_mod
+
             self._config = config_mod.load(self.config_path)
         return self._config
 
@@ -72,6 +76,8 @@ class Zwarm:
         path = self.config_path
         if path.exists() and not force:
             raise InvalidInput(f"{path} already exists (use --force to overwrite)")
+        from zwarm import config as config_mod
+
         text = config_mod.dumps(self.config if path.exists() else config_mod.defaults())
         self.store.ensure()
         from zwarm.store import atomic_write
@@ -97,6 +103,8 @@ class Zwarm:
         check_prompt(task)
         adapter, model = self.route(adapter, model)
         mgr = self.manager(adapter)
+        from zwarm.adapters.base import check_cwd
+
         workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd)
         if name is not None:
             self.store.check_name(name)
@@ -132,6 +140,8 @@ class Zwarm:
     def _check_agent(self, mgr: BaseSessionManager) -> None:
         cmd = self.config.command(mgr.name)[0]
         path_var = mgr.agent_env().get("PATH", os.defpath)
+        import shutil
+
         found = shutil.which(cmd, path=path_var)
         if found is None:
             if os.path.exists(cmd) or (os.sep in cmd and Path(cmd).exists()):
@@ -184,7 +194,13 @@ class Zwarm:
         if m["status"] == "running":
             try:
                 s = Session.from_dict(m)
-                m = self.manager(s.adapter).reconcile(s).to_dict()
+                if _supervised(s):
+                    # what reconcile() returns for a live supervisor (_looks_lost is False),
+                    # without importing the adapter: `ls` stays fast with sessions running
+                    _ = self.config  # as manager() would: a bad config.toml still shows
+                    m = s.to_dict()
+                else:
+                    m = self.manager(s.adapter).reconcile(s).to_dict()
             except (ValueError, ZwarmError) as e:
                 return damaged_row(entry.id, str(e))
         return row(m)
@@ -332,6 +348,19 @@ class Zwarm:
 
 
 _FINISHED = ("completed", "failed", "killed")
+
+
+def _supervised(s: Session) -> bool:
+    """True when ``s``'s running turn has a live supervisor (pid + create time) and a known
+    adapter: then ``BaseSessionManager.reconcile`` would return ``s`` unchanged."""
+    t = s.current
+    return (
+        s.adapter in ADAPTERS
+        and t is not None
+        and t.status is Status.RUNNING
+        and t.supervisor is not None
+        and procs.is_alive(t.supervisor)
+    )
 
 
 def _numbered(mgr: BaseSessionManager, sid: str, numbers: list[int]) -> Iterator[Step]:

@@ -231,7 +231,7 @@ def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool,
 
 def _stream_json_array(items: Any) -> None:
     out = sys.stdout
-    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    dumps = _compact_dumps()
     out.write("[")
     first = True
     for item in items:
@@ -239,6 +239,25 @@ def _stream_json_array(items: Any) -> None:
         out.write("\n")
         first = False
     out.write("]\n")
+
+
+def _compact_dumps() -> Any:
+    """``JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode`` for dicts, with its C
+    encoder built once: ``encode`` builds a new one per call, a fifth of the cost of encoding
+    a 200 MB trajectory step by step. Same bytes (same encoder, same arguments)."""
+    from json import encoder
+
+    std = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    make = encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None:  # pragma: no cover - CPython always has it
+        return std.encode
+    enc = make({}, std.default, encoder.encode_basestring, None, ":", ",", False, False, True)
+    join = "".join
+
+    def dumps(item: Any) -> str:
+        return join(enc(item, 0)) if type(item) is dict else std.encode(item)
+
+    return dumps
 
 
 @cli.command()

@@ -43,13 +43,14 @@ def run_bash(command: str, cwd: str, timeout: float, env: dict[str, str]) -> dic
             close_fds=True,
         )
         timed_out = False
+        code: int | None = None
         try:
-            code: int | None = proc.wait(timeout=timeout)
+            code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            code = None
-        _kill_group(proc.pid)
-        proc.wait()
+        finally:  # also on Ctrl-C: nothing the command started outlives it
+            _kill_group(proc.pid)
+            proc.wait()
         text, cut = _read_bounded(out)
     result: dict[str, Any] = {
         "exit_code": code,

@@ -363,7 +363,7 @@ def system_prompt(api: Zwarm) -> str:
 # ---------------------------------------------------------------------------- progress
 class Progress(Protocol):
     def start(self, run: Run, s: Settings, resumed: bool) -> None: ...
-    def thinking(self, step: int) -> contextlib.AbstractContextManager[Any]: ...
+    def busy(self, what: str) -> contextlib.AbstractContextManager[Any]: ...
     def said(self, text: str) -> None: ...
     def tool(self, name: str, arguments: str, result: Result) -> None: ...
     def end(self, run: Run, total_cost: float | None) -> None: ...
@@ -373,7 +373,7 @@ class Quiet:
     def start(self, run: Run, s: Settings, resumed: bool) -> None:
         pass
 
-    def thinking(self, step: int) -> contextlib.AbstractContextManager[Any]:
+    def busy(self, what: str) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
     def said(self, text: str) -> None:
@@ -427,7 +427,7 @@ class Orchestrator:
         return self._stop("step_limit", f"step limit reached ({self.s.max_steps} steps)")
 
     def _step(self) -> bool:
-        with self.progress.thinking(self.run.steps + 1):
+        with self.progress.busy(f"step {self.run.steps + 1}: waiting for the model…"):
             c = self.llm.complete(self.messages, self.tool_defs)
         self.run.steps += 1
         self._account(c)
@@ -448,7 +448,8 @@ class Orchestrator:
     def _call(self, call: Mapping[str, Any]) -> None:
         fn = call.get("function") or {}
         name, args = str(fn.get("name")), fn.get("arguments")
-        result = self.toolbox.dispatch(name, args)
+        with self.progress.busy(f"{name} running…"):
+            result = self.toolbox.dispatch(name, args)
         self.messages.append(
             {"role": "tool", "tool_call_id": call.get("id"), "content": to_json(result)}
         )
@@ -621,15 +622,16 @@ class RichProgress:
             f"{self._esc(s.model)} · {self._esc(where)} · up to {s.max_steps} steps"
         )
 
-    def thinking(self, step: int) -> contextlib.AbstractContextManager[Any]:
-        return self.c.status(f"step {step}: waiting for the model…")
+    def busy(self, what: str) -> contextlib.AbstractContextManager[Any]:
+        return self.c.status(what)
 
     def said(self, text: str) -> None:
         self.c.print(f"[dim]{self._esc(short(text.strip(), 600))}[/]")
 
     def tool(self, name: str, arguments: str, result: Result) -> None:
         style = "green" if result.get("ok") else "red"
-        args = short(" ".join(arguments.split()), 140)
+        args = " ".join(arguments.split())
+        args = args if len(args) <= 140 else args[:139] + "…"
         self.c.print(
             f"  [magenta]{name}[/] [dim]{self._esc(args)}[/] [{style}]→ "
             f"{self._esc(describe(name, result))}[/]"

@@ -197,7 +197,9 @@ def _step_line(s: Step, full: bool) -> str:
         style = "green" if code == 0 else "red"
         out = _short(str(s.get("output") or ""), full)
         body = f"\n{_esc(out)}" if out.strip() else ""
-        return f"[bold]$ {_esc(s.get('command'))}[/] [{style}](exit {code})[/]{body}"
+        # no exit code: it never ran (declined) or never finished (in_progress)
+        ended = f"exit {code}" if code is not None else _esc(s.get("status") or "no exit code")
+        return f"[bold]$ {_esc(s.get('command'))}[/] [{style}]({ended})[/]{body}"
     if kind == "file_change":
         ch = ", ".join(f"{c.get('kind')} {c.get('path')}" for c in s.get("changes") or [])
         return f"[blue]files[/] {_esc(ch)}"

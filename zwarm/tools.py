@@ -110,13 +110,15 @@ class Toolbox:
                 self.looked().start(self.api.env.now_iso())
             return {"ok": True, **tool.handler(self, args)}
         except ZwarmError as e:
-            return {"ok": False, "error": str(e)}
+            return {"ok": False, "error": _one_line(str(e))}
         except Exception as e:  # a bug must not kill the server or the loop
             where = traceback.extract_tb(e.__traceback__)[-1]
             return {
                 "ok": False,
-                "error": f"internal error in tool {name!r}: {type(e).__name__}: {e} "
-                f"({Path(where.filename).name}:{where.lineno})",
+                "error": _one_line(
+                    f"internal error in tool {name!r}: {type(e).__name__}: {e} "
+                    f"({Path(where.filename).name}:{where.lineno})"
+                ),
             }
 
     # ----- helpers for handlers
@@ -128,6 +130,10 @@ class Toolbox:
 
     def max_wait(self) -> float:
         return float(self.api.config.get("tools", "max_wait_s"))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def dispatch(
@@ -333,7 +339,7 @@ class Looked:
         if seen.get(r["id"]) == _seen_key(r):
             return False
         try:
-            return parse_iso(updated) >= parse_iso(since)
+            return parse_iso(updated) > parse_iso(since)
         except ValueError:
             return False
 
@@ -356,13 +362,20 @@ class Looked:
         self._update(apply)
 
     def _update(self, fn: Callable[[dict[str, Any]], Any]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        """Load-modify-write under a lock. Best effort: the flags are advisory, so a state dir
+        that cannot be written must not make the tools themselves fail."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             data = self.load()
             fn(data)
             atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+        except (OSError, ZwarmError):
+            pass
         finally:
             os.close(fd)
 

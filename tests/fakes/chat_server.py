@@ -85,7 +85,7 @@ ScriptEntry = ChatReply | Callable[["ChatRequest"], ChatReply]
 @dataclass
 class ChatRequest:
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names lowercased
     body: Any
 
     @property
@@ -217,7 +217,7 @@ class FakeChatServer:
     # ----- serving
     def handle(self, h: _Handler) -> None:
         body = h.read_body() if h.command == "POST" else None
-        req = ChatRequest(h.path, dict(h.headers.items()), body)
+        req = ChatRequest(h.path, {k.lower(): v for k, v in h.headers.items()}, body)
         if h.command != "POST" or h.path.rstrip("/") != "/v1/chat/completions":
             self.other_requests.append(req)
             h.send_json(404, _error(f"fake chat server: no route {h.command} {h.path}", 404))

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from ._helpers import (
@@ -189,7 +191,8 @@ def test_reboot_everything_reconciles(zw: Any) -> None:
     res = zw.run("wait", *ids, "--timeout", "30")
     assert res.returncode == 1, res  # all finished (failed), no 124 timeout
     # the queued message still runs, before the new one, in order
-    zw.run("inject", d, "after the reboot", env_extra=zw.replay("codex_simple"), check=True)
+    res = zw.run("inject", d, "after the reboot", env_extra=zw.replay("codex_simple"), check=True)
+    assert res.stdout.strip() == f"{d} queued (turn 3)"  # behind the one left queued
     m = wait_until(lambda: (lambda m: m if m["status"] == "completed" and not m["queue"]
                             else None)(meta(zw, d)), message="queue drained")
     assert [t["message"] for t in m["turns"][1:]] == ["queued before the crash", "after the reboot"]
@@ -282,3 +285,49 @@ def test_timeout_kills_the_agent_tree(zw: Any) -> None:
     m = wait_status(zw, sid, "failed", "completed", "killed")
     assert m["status"] == "failed" and m["turns"][0]["error"] == "timeout: killed after 1 s"
     wait_until(lambda: not any(alive(r) for r in family), message="tree gone after timeout")
+
+
+def test_kill_racing_the_start(zw: Any) -> None:
+    """kill right after spawn, while the supervisor may not have started the agent yet: the
+    session ends killed and no agent (nor its children) is left, whichever side wins."""
+    env = zw.replay("codex_simple", FAKE_CHILDREN="1")
+    ids = []
+    for _ in range(6):
+        sid = spawn(zw, "race", env=env)
+        zw.run("kill", sid, check=True)
+        ids.append(sid)
+    for sid in ids:
+        m = meta(zw, sid)
+        assert m["status"] == "killed", m
+        sup = m["turns"][0]["supervisor"]
+        wait_until(lambda sup=sup: not alive((sup["pid"], sup["create_time"])),
+                   message="supervisor exit")
+    started = [json.loads(p.read_text())["pid"] for p in zw.record.glob("argv*.json")]
+    for pid in started:
+        wait_until(lambda pid=pid: not tree(pid), message=f"agent {pid} and its tree gone")
+    assert not [p for p in psutil.process_iter(["cwd"]) if p.info["cwd"] == str(zw.cwd)]
+
+
+def test_no_zwarm_fd_leaks_into_the_agent(zw: Any) -> None:
+    """The agent holds only its three turn files (never the session lock or meta.json), and
+    the lock is free while a turn runs: inject and kill do not wait for the agent."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple", FAKE_HANG="1"))
+    agent, sup = agent_ref(zw, sid), supervisor_ref(zw, sid)
+    wait_until(lambda: turn_lines(zw, sid), message="agent output")
+    state = str(zw.state_dir)
+
+    def open_in_state(pid: int) -> list[str]:
+        out = []
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith(state):
+                    out.append(target[len(state) + 1:].split("/", 2)[-1])
+        return sorted(out)
+
+    assert open_in_state(agent[0]) == ["turns/turn_1.jsonl", "turns/turn_1.prompt",
+                                       "turns/turn_1.stderr"]
+    assert open_in_state(sup[0]) == ["supervisor.log"]
+    res = zw.run("inject", sid, "next", timeout=30)
+    assert res.returncode == 0 and "queued (turn 2)" in res.stdout, res
+    zw.run("kill", sid, check=True)

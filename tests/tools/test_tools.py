@@ -3,6 +3,7 @@ and each tool against real sessions run by the fake agent."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -15,8 +16,15 @@ from zwarm.api import Zwarm
 from zwarm.errors import InvalidInput
 from zwarm.tools import TOOL_NAMES, Toolbox, dispatch, schemas, validate_args
 
-NAMES = {"delegate", "converse", "check_session", "list_sessions", "get_trajectory", "wait",
-         "end_session"}  # fmt: skip
+NAMES = {
+    "delegate",
+    "converse",
+    "check_session",
+    "list_sessions",
+    "get_trajectory",
+    "wait",
+    "end_session",
+}
 
 
 # ---------------------------------------------------------------------------- schemas
@@ -43,7 +51,9 @@ def test_schemas_are_strict_objects() -> None:
             assert prop.get("description"), (tool.name, name)
             assert prop["type"] in ("string", "number", "integer", "boolean", "array")
     assert schemas("mcp")[TOOL_NAMES.index("end_session")]["annotations"] == {
-        "readOnlyHint": False, "destructiveHint": True}  # fmt: skip
+        "readOnlyHint": False,
+        "destructiveHint": True,
+    }
 
 
 def test_unknown_format_is_an_error() -> None:
@@ -96,8 +106,10 @@ def test_argument_leniency_llms_need() -> None:
     got = validate_args(wait, {"timeout_s": "30", "session_ids": None, "all": False})
     assert got == {"timeout_s": 30.0, "all": False}  # numeric string accepted, null = absent
     traj = next(t for t in tools.TOOLS if t.name == "get_trajectory").schema
-    assert validate_args(traj, {"session_id": "abcd", "turn": 2.0}) == {"session_id": "abcd",
-                                                                         "turn": 2}  # fmt: skip
+    assert validate_args(traj, {"session_id": "abcd", "turn": 2.0}) == {
+        "session_id": "abcd",
+        "turn": 2,
+    }
     with pytest.raises(tools.ToolError, match="must be a whole number"):
         validate_args(traj, {"session_id": "abcd", "turn": 1.5})
     with pytest.raises(tools.ToolError, match=r"argument 'session_ids\[1\]' must be a string"):
@@ -194,8 +206,9 @@ def test_check_converse_trajectory_end(zw, toolbox) -> None:
     assert c["usage"] == {"input_tokens": 100, "output_tokens": 9, "total_tokens": 109}
     assert c["source"] == "t" and c["current_turn"]["status"] == "completed"
     t = ok(tb.dispatch("get_trajectory", {"session_id": sid}))
-    assert t["steps"] == [{"turn": 1, "index": 0, "kind": "message",
-                           "text": "Hi there! This is the fake server."}]  # fmt: skip
+    assert t["steps"] == [
+        {"turn": 1, "index": 0, "kind": "message", "text": "Hi there! This is the fake server."}
+    ]
     assert "note" not in t
     r = ok(tb.dispatch("converse", {"session_id": sid, "message": "and again"}))
     assert (r["state"], r["turn"]) == ("started", 2)
@@ -220,8 +233,12 @@ def test_converse_queues_behind_a_running_turn_and_end_kills(zw, toolbox) -> Non
     c = ok(tb.dispatch("check_session", {"session_id": sid}))
     assert c["status"] == "running" and c["queued"] == ["then this", "and this"]
     r = ok(tb.dispatch("end_session", {"session_id": sid}))
-    assert (r["killed"], r["deleted"], r["status"], r["dropped_queued"]) == (True, False,
-                                                                              "killed", 2)  # fmt: skip
+    assert (r["killed"], r["deleted"], r["status"], r["dropped_queued"]) == (
+        True,
+        False,
+        "killed",
+        2,
+    )
     assert tb.api.get(sid).status.value == "killed"
 
 
@@ -234,8 +251,9 @@ def test_ambiguous_prefix_and_bad_refs(zw, toolbox, monkeypatch) -> None:
     msg = err(tb.dispatch("check_session", {"session_id": "abcd"}))
     assert "'abcd' matches 2 sessions" in msg
     assert "invalid session id or name" in err(tb.dispatch("wait", {"session_ids": ["../x"]}))
-    assert "no session matches 'abcd3'" in err(tb.dispatch("converse",
-                                                           {"session_id": "abcd3", "message": "m"}))  # fmt: skip
+    assert "no session matches 'abcd3'" in err(
+        tb.dispatch("converse", {"session_id": "abcd3", "message": "m"})
+    )
 
 
 def test_damaged_session_is_reported_then_deletable(zw, toolbox) -> None:
@@ -294,19 +312,22 @@ def test_finished_since_last_look_per_caller(zw, toolbox) -> None:
 
 # ---------------------------------------------------------------------------- wait
 def test_wait_returns_when_one_finishes_and_never_repeats_old_news(zw, toolbox) -> None:
-    write_config(zw, "[tools]\nmax_wait_s = 1.5\n")
+    write_config(zw, "[tools]\nmax_wait_s = 30\n")
     fast, slow = toolbox(), toolbox(FAKE_HANG="1")
     f = ok(fast.dispatch("delegate", {"task": "quick"}))["session_id"]
     s = ok(slow.dispatch("delegate", {"task": "forever"}))["session_id"]
     r = ok(fast.dispatch("wait", {"session_ids": [f, s], "timeout_s": 60}))
     assert r["timed_out"] is False and r["running"] == [s]
     assert [(x["session_id"], x["status"], x["new"]) for x in r["finished"]] == [
-        (f, "completed", True)]  # fmt: skip
-    assert "capped at 1.5 s" in r["note"]
+        (f, "completed", True)
+    ]
+    assert "capped at 30 s" in r["note"]
     # f is old news now: the same wait blocks (up to the cap) instead of returning at once
+    write_config(zw, "[tools]\nmax_wait_s = 1.5\n")
+    fast = toolbox()
     r = ok(fast.dispatch("wait", {"session_ids": [f, s], "timeout_s": 60}))
     assert r["timed_out"] is True and r["waited_s"] >= 1.4 and r["running"] == [s]
-    assert r["finished"][0]["new"] is False
+    assert r["finished"][0]["new"] is False and "capped at 1.5 s" in r["note"]
     r = ok(fast.dispatch("wait", {"session_ids": [f, s], "timeout_s": 0.2, "all": True}))
     assert r["timed_out"] is True and "note" not in r
     ok(slow.dispatch("end_session", {"session_id": s}))
@@ -327,17 +348,30 @@ def test_wait_defaults_to_own_running_sessions(zw, toolbox) -> None:
 
 # ---------------------------------------------------------------------------- trajectory
 def _big_log(path: Path, n: int, out_chars: int) -> Path:
-    lines = [json.dumps({"type": "thread.started", "thread_id": "t-1"}),
-             json.dumps({"type": "turn.started"})]  # fmt: skip
+    lines = [
+        json.dumps({"type": "thread.started", "thread_id": "t-1"}),
+        json.dumps({"type": "turn.started"}),
+    ]
     for i in range(n):
-        item = {"id": f"item_{i}", "type": "command_execution", "command": f"step {i}",
-                "aggregated_output": f"out-{i} " + "y" * out_chars, "exit_code": 0,
-                "status": "completed"}  # fmt: skip
+        item = {
+            "id": f"item_{i}",
+            "type": "command_execution",
+            "command": f"step {i}",
+            "aggregated_output": f"out-{i} " + "y" * out_chars,
+            "exit_code": 0,
+            "status": "completed",
+        }
         lines.append(json.dumps({"type": "item.completed", "item": item}))
     done = {"id": "last", "type": "agent_message", "text": "FINAL ANSWER"}
     lines.append(json.dumps({"type": "item.completed", "item": done}))
-    lines.append(json.dumps({"type": "turn.completed", "usage": {"input_tokens": 1,
-                 "cached_input_tokens": 0, "output_tokens": 1}}))  # fmt: skip
+    lines.append(
+        json.dumps(
+            {
+                "type": "turn.completed",
+                "usage": {"input_tokens": 1, "cached_input_tokens": 0, "output_tokens": 1},
+            }
+        )
+    )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -358,7 +392,7 @@ def test_trajectory_is_cut_to_fit_with_a_note(zw, toolbox, tmp_path) -> None:
     assert "[... " in r["steps"][0]["output"] and len(r["steps"][0]["output"]) < 700
     indexes = [s["index"] for s in r["steps"]]
     assert indexes == sorted(indexes)
-    gap = [b - a for a, b in zip(indexes, indexes[1:], strict=False) if b - a > 1]
+    gap = [b - a for a, b in itertools.pairwise(indexes) if b - a > 1]
     assert len(gap) == 1  # one contiguous cut in the middle
     full = ok(tb.dispatch("get_trajectory", {"session_id": sid, "full": True}))
     assert len(full["steps"][0]["output"]) > 2000  # whole outputs

@@ -8,7 +8,9 @@ robustness: garbage, blank, truncated, unknown and wrong-typed input never raise
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -637,3 +639,222 @@ def test_recorded_fixtures_agree_with_exit_codes() -> None:
         else:
             assert outcome.status is Status.FAILED and outcome.error, name
             assert steps[-1] == error(outcome.error, True), name
+
+
+def test_bash_refused_by_permission_mode_is_declined_not_run() -> None:
+    """A refused Bash call never ran: ``declined``, no exit code (claude 2.1.330's meta)."""
+    why = "touch in '/w/x' needs approval."
+    refused = tool_result("b1", why, is_error=True, extra=f"Error: {why}")
+    refused["tool_result_meta"] = [
+        {
+            "id": "b1",
+            "non_execution_kind": "user-rejected",
+            "permission_decision": {"decision": "reject", "source": "config"},
+        }
+    ]
+    ran = tool_result("b2", "Exit code 1", is_error=True, extra="Error: Exit code 1")
+    ran["tool_result_meta"] = [
+        {"id": "b2", "permission_decision": {"decision": "accept", "source": "config"}}
+    ]
+    denials = [{"tool_name": "Bash", "tool_use_id": "b1", "tool_input": {"command": "touch x"}}]
+    lines = jl(
+        init(),
+        tool_use("b1", "Bash", {"command": "touch x"}),
+        refused,
+        tool_use("b2", "Bash", {"command": "false"}),
+        ran,
+        text("not allowed"),
+        result(result="not allowed", permission_denials=denials),
+    )
+    assert list(iter_steps(lines)) == [
+        command("touch x", None, why, "declined"),
+        command("false", 1, "Exit code 1", "failed"),
+        msg("not allowed"),
+        error("permission denied: Bash", False),
+    ]
+    assert scan_outcome(lines).status is Status.COMPLETED
+
+
+# --------------------------------------------------------------------------- recorded fixtures
+# Exact expectations over every run recorded from the real claude by tests/record_fixtures.py
+# (tests/fixtures/recorded, version in its index.json). Session and tool ids, temp paths and
+# the fake's port change with each recording, so ids are read from the fixture and the rest
+# is matched by pattern. Costs are claude's own (its price for the model the fake echoes).
+
+
+class Like:
+    """Equal to any string that fully matches ``pattern`` (a regex)."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and re.fullmatch(self.pattern, other, re.S) is not None
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"Like({self.pattern!r})"
+
+
+def recorded(name: str) -> list[bytes]:
+    return (RECORDED / name).read_bytes().splitlines(keepends=True)
+
+
+def recorded_session(name: str) -> str:
+    (result_event,) = [e for e in map(json.loads, recorded(name)) if e.get("type") == "result"]
+    session_id: str = result_event["session_id"]
+    return session_id
+
+
+REC_MODEL = "claude-opus-5-5"  # claude's default model, echoed back by the fake
+REC_SHELL = "echo hello > out.txt && cat out.txt"
+REC_TOOL_STEPS = [
+    {"kind": "reasoning", "text": "I should create the file with a shell command."},
+    msg("I'll create out.txt now."),
+    command(REC_SHELL, 0, "hello", "completed"),
+    msg("Done: wrote hello to out.txt."),
+]
+REC_TOOL_COST = 0.0024800000000000004
+# two replies: 200+260 input plus 0+200 cache reads (zwarm counts them as input), 20+10 output
+REC_TOOL_USAGE = Usage(660, 200, 30, 0)
+REC_500 = Like(
+    r"API Error: 500 fake internal server error\. This is a server-side issue, usually "
+    r"temporary — try again in a moment\. If it persists, check your inference gateway "
+    r"\(127\.0\.0\.1:\d+\)\."
+)
+REC_LOST = (
+    "API Error: Connection to the API was lost (ECONNRESET). This is usually temporary — try again."
+)
+REC_WRITTEN = Like(r"/\S+/work/hello\.txt")
+REC_TOOL_ID = Like(r"toolu_[0-9a-f]+")
+
+
+def rec_outcome(status: Status, final: str | None = None, error: Any = None, **kw: Any) -> Any:
+    return TurnOutcome(status, final, error, model=REC_MODEL, **kw)
+
+
+RECORDED_EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
+    "claude_simple.jsonl": (
+        [msg("Hi there! This is the fake server.")],
+        # 100 input + 10 cache creation + 40 cache read
+        rec_outcome(
+            Status.COMPLETED,
+            "Hi there! This is the fake server.",
+            usage=Usage(150, 40, 9, 0),
+            cost_usd=0.000638,
+        ),
+    ),
+    "claude_toolcall.jsonl": (
+        REC_TOOL_STEPS,
+        rec_outcome(
+            Status.COMPLETED,
+            "Done: wrote hello to out.txt.",
+            usage=REC_TOOL_USAGE,
+            cost_usd=REC_TOOL_COST,
+        ),
+    ),
+    "claude_shell_fail.jsonl": (
+        [
+            command("echo oops >&2; exit 3", 3, "Exit code 3\noops", "failed"),
+            msg("The command failed with exit code 3."),
+        ],
+        rec_outcome(
+            Status.COMPLETED,
+            "The command failed with exit code 3.",
+            usage=REC_TOOL_USAGE,
+            cost_usd=REC_TOOL_COST,
+        ),
+    ),
+    "claude_file_write.jsonl": (
+        [
+            {
+                "kind": "tool_call",
+                "id": REC_TOOL_ID,
+                "name": "Write",
+                "arguments": {"file_path": REC_WRITTEN, "content": "hello\n"},
+                "server": None,
+            },
+            {
+                "kind": "tool_result",
+                "id": REC_TOOL_ID,
+                "name": "Write",
+                "result": Like(r"File created successfully at: /\S+/work/hello\.txt .*"),
+                "is_error": False,
+            },
+            {
+                "kind": "file_change",
+                "changes": [{"path": REC_WRITTEN, "kind": "add"}],  # Write said "create"
+                "status": "completed",
+            },
+            msg("Wrote hello.txt."),
+        ],
+        rec_outcome(
+            Status.COMPLETED, "Wrote hello.txt.", usage=REC_TOOL_USAGE, cost_usd=REC_TOOL_COST
+        ),
+    ),
+    # is_error with subtype "success"; the synthetic API-error text is no final message
+    "claude_error_500.jsonl": (
+        [msg(REC_500), error(REC_500, True)],
+        rec_outcome(Status.FAILED, None, REC_500, usage=Usage(), cost_usd=0.0),
+    ),
+    # the stream broke, then claude's one non-streaming retry broke too
+    "claude_broken_stream.jsonl": (
+        [msg(REC_LOST), error(REC_LOST, True)],
+        rec_outcome(Status.FAILED, None, REC_LOST, usage=Usage(), cost_usd=0.0),
+    ),
+    # --max-turns 1: the tool ran, the next model call was not made; the last text is kept
+    "claude_max_turns.jsonl": (
+        [*REC_TOOL_STEPS[:3], error("Reached maximum number of turns (1)", True)],
+        rec_outcome(
+            Status.FAILED,
+            "I'll create out.txt now.",
+            "Reached maximum number of turns (1)",
+            usage=Usage(200, 0, 20, 0),
+            cost_usd=0.0012000000000000001,
+        ),
+    ),
+    "claude_resume_turn1.jsonl": (
+        REC_TOOL_STEPS,
+        rec_outcome(
+            Status.COMPLETED,
+            "Done: wrote hello to out.txt.",
+            usage=REC_TOOL_USAGE,
+            cost_usd=REC_TOOL_COST,
+        ),
+    ),
+    # resumed: usage covers this run only (300 + 250 cache read), the cost the whole session
+    "claude_resume_turn2.jsonl": (
+        [msg("Follow-up answer: the file contains hello.")],
+        rec_outcome(
+            Status.COMPLETED,
+            "Follow-up answer: the file contains hello.",
+            usage=Usage(550, 250, 8, 0),
+            cost_usd=0.0038900000000000002,
+        ),
+    ),
+}
+
+
+def test_every_recorded_claude_fixture_has_expectations() -> None:
+    assert {p.name for p in RECORDED.glob("claude_*.jsonl")} == set(RECORDED_EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED_EXPECTED))
+def test_recorded_steps(name: str) -> None:
+    assert list(iter_steps(recorded(name))) == RECORDED_EXPECTED[name][0]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED_EXPECTED))
+def test_recorded_outcome(name: str) -> None:
+    session_id = recorded_session(name)
+    expected = dataclasses.replace(RECORDED_EXPECTED[name][1], agent_session_id=session_id)
+    assert scan_outcome(recorded(name)) == expected
+
+
+def test_recorded_resume_keeps_the_session_and_its_cost_is_cumulative() -> None:
+    first, second = (f"claude_resume_turn{n}.jsonl" for n in (1, 2))
+    assert recorded_session(first) == recorded_session(second)
+    cost1, cost2 = (scan_outcome(recorded(n)).cost_usd for n in (first, second))
+    assert cost1 is not None and cost2 is not None and cost2 > cost1  # a running total

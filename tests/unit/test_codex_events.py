@@ -7,7 +7,9 @@ input never raises, and ``scan_outcome`` decodes only the lines that can matter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -536,3 +538,117 @@ def test_recorded_fixtures_agree_with_exit_codes() -> None:
         else:
             assert outcome.status is Status.FAILED and outcome.error, name
             assert steps[-1] == error(outcome.error, True), name
+
+
+# --------------------------------------------------------------------------- recorded fixtures
+# Exact expectations over every run recorded from the real codex by tests/record_fixtures.py
+# (tests/fixtures/recorded, version in its index.json). Thread ids and temp paths change with
+# each recording, so they are read from the fixture (ids) or matched by pattern (paths).
+
+
+class Like:
+    """Equal to any string that fully matches ``pattern`` (a regex)."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and re.fullmatch(self.pattern, other, re.S) is not None
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"Like({self.pattern!r})"
+
+
+def recorded(name: str) -> list[bytes]:
+    return (RECORDED / name).read_bytes().splitlines(keepends=True)
+
+
+def recorded_thread(name: str) -> str:
+    thread_id: str = json.loads(recorded(name)[0])["thread_id"]
+    return thread_id
+
+
+DISCONNECTED = (
+    "stream disconnected before completion: Transport error: network error: "
+    "error decoding response body"
+)
+TOOL_USAGE = Usage(460, 200, 30, 0)  # two replies: 200+260 input, 0+200 cached, 20+10 output
+
+RECORDED_EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
+    "codex_simple.jsonl": (
+        [msg("Hi there! This is the fake server.")],
+        TurnOutcome(
+            Status.COMPLETED, "Hi there! This is the fake server.", usage=Usage(100, 40, 9, 0)
+        ),
+    ),
+    "codex_toolcall.jsonl": (
+        TOOLCALL_STEPS,
+        TurnOutcome(Status.COMPLETED, "Done: wrote hello to out.txt.", usage=TOOL_USAGE),
+    ),
+    "codex_shell_fail.jsonl": (
+        [
+            command("/bin/bash -lc 'echo oops >&2; exit 3'", 3, "oops\n", "failed"),
+            msg("The command failed with exit code 3."),
+        ],
+        TurnOutcome(Status.COMPLETED, "The command failed with exit code 3.", usage=TOOL_USAGE),
+    ),
+    # the fake's write_file part is an apply_patch custom_tool_call: codex reports file_change
+    "codex_file_write.jsonl": (
+        [
+            {
+                "kind": "file_change",
+                "changes": [{"path": Like(r"/\S+/work/hello\.txt"), "kind": "add"}],
+                "status": "completed",
+            },
+            msg("Wrote hello.txt."),
+        ],
+        TurnOutcome(Status.COMPLETED, "Wrote hello.txt.", usage=TOOL_USAGE),
+    ),
+    # a 5xx: codex shows its own text, not the server's; it also printed a non-fatal error event
+    "codex_error_500.jsonl": (
+        [error(HIGH_DEMAND, False), error(HIGH_DEMAND, True)],
+        TurnOutcome(Status.FAILED, error=HIGH_DEMAND),
+    ),
+    # the text streamed before the cut stays the turn's last message
+    "codex_broken_stream.jsonl": (
+        [msg("Partial answer"), error(DISCONNECTED, False), error(DISCONNECTED, True)],
+        TurnOutcome(Status.FAILED, "Partial answer", DISCONNECTED),
+    ),
+    "codex_resume_turn1.jsonl": (
+        TOOLCALL_STEPS,
+        TurnOutcome(Status.COMPLETED, "Done: wrote hello to out.txt.", usage=TOOL_USAGE),
+    ),
+    # resumed thread: usage is cumulative over the thread (460+300, 200+250, 30+8), raw
+    "codex_resume_turn2.jsonl": (
+        [msg("Follow-up answer: the file contains hello.")],
+        TurnOutcome(
+            Status.COMPLETED,
+            "Follow-up answer: the file contains hello.",
+            usage=Usage(760, 450, 38, 0),
+        ),
+    ),
+}
+
+
+def test_every_recorded_codex_fixture_has_expectations() -> None:
+    assert {p.name for p in RECORDED.glob("codex_*.jsonl")} == set(RECORDED_EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED_EXPECTED))
+def test_recorded_steps(name: str) -> None:
+    assert list(iter_steps(recorded(name))) == RECORDED_EXPECTED[name][0]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED_EXPECTED))
+def test_recorded_outcome(name: str) -> None:
+    thread_id = recorded_thread(name)
+    expected = dataclasses.replace(RECORDED_EXPECTED[name][1], agent_session_id=thread_id)
+    assert scan_outcome(recorded(name)) == expected
+
+
+def test_recorded_resume_keeps_the_thread_id() -> None:
+    first, second = (recorded_thread(f"codex_resume_turn{n}.jsonl") for n in (1, 2))
+    assert first == second

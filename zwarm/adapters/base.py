@@ -176,7 +176,10 @@ class BaseSessionManager(abc.ABC):
             n = self._begin_next(s, supervisor=None)
             self.store.save(s)
             self._launch(sid, n)
-        return self.store.load(sid), "started"
+            # read under the lock: once released, turn n may end and the next one start.
+            # Messages left queued by a lost supervisor run first: then ours is queued.
+            s = self.store.load(sid)
+        return s, "queued" if s.queue else "started"
 
     def _begin_next(self, s: Session, supervisor: ProcRef | None) -> int:
         """Pop the first queued message into a new running turn (prompt written). Lock held."""

@@ -183,19 +183,23 @@ def _bash_exit_code(is_error: bool, text: str, extra: Any) -> int:
     return 1 if is_error else 0
 
 
-def _on_tool_result(block: dict[str, Any], extra: Any, calls: _Calls) -> list[Step]:
-    """One tool_result block; ``extra`` is the line's ``tool_use_result`` (None if shared)."""
+def _on_tool_result(
+    block: dict[str, Any], extra: Any, calls: _Calls, rejected: frozenset[str] = frozenset()
+) -> list[Step]:
+    """One tool_result block; ``extra`` is the line's ``tool_use_result`` (None if shared);
+    ``rejected``: the line's tool_use ids refused by permission checks (never executed)."""
     call_id = _str(block.get("tool_use_id"))
     is_error = block.get("is_error") is True
     text = _content_text(block.get("content"))
     if call_id in calls.bash:
+        declined = call_id in rejected  # never ran: no exit code
         return [
             {
                 "kind": "command",
                 "command": calls.bash.pop(call_id),
-                "exit_code": _bash_exit_code(is_error, text, extra),
+                "exit_code": None if declined else _bash_exit_code(is_error, text, extra),
                 "output": text,
-                "status": "failed" if is_error else "completed",
+                "status": "declined" if declined else "failed" if is_error else "completed",
             }
         ]
     steps: list[Step] = [
@@ -229,10 +233,25 @@ def _on_assistant(event: Event, calls: _Calls) -> list[Step]:
 def _on_user(event: Event, calls: _Calls) -> list[Step]:
     results = [b for b in _blocks(event) if b.get("type") == "tool_result"]
     extra = event.get("tool_use_result") if len(results) == 1 else None
+    rejected = _rejected_ids(event)
     steps: list[Step] = []
     for block in results:
-        steps.extend(_on_tool_result(block, extra, calls))
+        steps.extend(_on_tool_result(block, extra, calls, rejected))
     return steps
+
+
+def _rejected_ids(event: Event) -> frozenset[str]:
+    """Tool uses a permission check refused, from the user line's ``tool_result_meta``
+    (``{"id", "non_execution_kind": "user-rejected", "permission_decision": {"decision":
+    "reject"}}``, claude 2.1.330)."""
+    ids = set()
+    for raw in _list(event.get("tool_result_meta")):
+        meta = _dict(raw)
+        decision = _str(_dict(meta.get("permission_decision")).get("decision"))
+        kind = _str(meta.get("non_execution_kind"))
+        if decision in ("reject", "deny") or kind == "user-rejected":
+            ids.add(_str(meta.get("id")))
+    return frozenset(ids)
 
 
 def _on_result(event: Event, calls: _Calls) -> list[Step]:

@@ -1,0 +1,1 @@
+"""Real-agent conformance suite: the pinned codex and claude CLIs driven through zwarm."""

@@ -1,0 +1,149 @@
+"""``zwarm mcp`` driven by the MCP Python SDK's own client over stdio, as Claude Code or
+Codex would drive it: the real ``zwarm`` executable, fake agents behind it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+
+from tests.tools.helpers import SAMPLES, write_config
+from tests.tools.mcp_client import Call, run_client
+from zwarm.tools import TOOL_NAMES, schemas
+
+
+def test_mcp_full_session_life_cycle(zw) -> None:
+    claude_replay = SAMPLES / "claude_simple.jsonl"
+    write_config(zw, f'[claude]\nenv = {{ FAKE_HANG = "1", FAKE_REPLAY = "{claude_replay}" }}\n')
+    env = {"FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl")}
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession, call: Call) -> None:
+        listed = await session.list_tools()
+        assert [t.name for t in listed.tools] == list(TOOL_NAMES)
+        wire = [t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools]
+        assert wire == schemas("mcp")
+
+        # bad calls are tool errors, and the server lives on
+        assert await call("delegate", {}) == (
+            True,
+            {"ok": False, "error": "missing required argument 'task'"},
+        )
+        is_error, data = await call("check_session", {"session_id": "nope"})
+        assert is_error and data["error"] == "no session matches 'nope'"
+        is_error, data = await call("frobnicate", {"x": 1})
+        assert is_error and data["error"].startswith("unknown tool 'frobnicate'")
+        is_error, data = await call("delegate", {"task": "x", "cwd": "/"})
+        assert is_error and "outside the allowed roots" in data["error"]
+
+        # delegate, wait, check, trajectory, converse, wait, end
+        _, d = await call("delegate", {"task": "write hello.py", "name": "hello"})
+        sid = d["session_id"]
+        _, w = await call("wait", {"session_ids": [sid], "timeout_s": 30})
+        assert w["timed_out"] is False and w["finished"][0]["status"] == "completed"
+        _, c = await call("check_session", {"session_id": "hello"})
+        assert c["source"] == "mcp:pytest-client" and c["turns"] == 1
+        assert c["last_message"] == "Hi there! This is the fake server."
+        _, t = await call("get_trajectory", {"session_id": sid})
+        assert t["steps"][0]["kind"] == "message"
+        _, v = await call("converse", {"session_id": sid, "message": "add a test"})
+        assert (v["state"], v["turn"]) == ("started", 2)
+        _, w = await call("wait", {"session_ids": [sid]})
+        assert w["finished"][0]["turns"] == 2
+        is_error, e = await call("end_session", {"session_id": sid})
+        assert is_error and "already finished (completed)" in e["error"]
+
+        # a blocking wait does not block the server: other calls are answered meanwhile
+        _, slow = await call("delegate", {"task": "slow work", "adapter": "claude"})
+        seen["slow"] = slow["session_id"]
+        waited: dict[str, Any] = {}
+
+        async def waiter() -> None:
+            waited["result"] = await call("wait", {"timeout_s": 30})
+            waited["at"] = time.monotonic()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.sleep(0.3)
+            _, rows = await call("list_sessions")
+            listed_at = time.monotonic()
+            assert rows["total"] == 2 and "result" not in waited
+            _, ended = await call("end_session", {"session_id": seen["slow"]})
+            assert ended["killed"] is True
+        assert waited["at"] > listed_at
+        _, w = waited["result"]
+        assert w["finished"][0]["status"] == "killed" and w["timed_out"] is False
+
+        _, gone = await call("end_session", {"session_id": sid, "delete": True})
+        assert gone["deleted"] is True
+        assert len((await session.list_tools()).tools) == len(TOOL_NAMES)
+
+    run_client(zw, body, env)
+    rows = zw.json("ls")
+    assert [(r["source"], r["status"]) for r in rows] == [("mcp:pytest-client", "killed")]
+    assert "mcp:pytest-client" in zw.run("ls", check=True).stdout
+
+
+def test_sessions_outlive_the_server(zw) -> None:
+    started: dict[str, str] = {}
+
+    async def body(session: ClientSession, call: Call) -> None:
+        _, d = await call("delegate", {"task": "runs on"})
+        started["id"] = d["session_id"]
+
+    run_client(zw, body, {"FAKE_HANG": "1", "FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl")})
+    assert zw.json("show", started["id"])["status"] == "running"
+
+
+def test_mcp_refuses_an_invalid_config_in_one_line(zw) -> None:
+    write_config(zw, "[tools]\nmax_wait_s = 'soon'\n")
+    res = zw.run("mcp", input="")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert (
+        res.stderr.strip()
+        .splitlines()[-1]
+        .endswith("tools.max_wait_s must be an integer or a number, not a string")
+    )
+
+
+def test_missing_extras_are_one_line(monkeypatch) -> None:
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from zwarm.cli import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("mcp", "openai") else real(name, *a),
+    )
+    runner = CliRunner()
+    res = runner.invoke(cli, ["mcp"])
+    assert res.exit_code == 1
+    assert res.stderr.strip() == "Error: zwarm mcp needs the mcp package: pip install 'zwarm[mcp]'"
+    res = runner.invoke(cli, ["orchestrate", "x"])
+    assert res.exit_code == 1
+    assert "pip install 'zwarm[orchestrate]'" in res.stderr
+
+
+@pytest.mark.parametrize("cmd", ["mcp", "orchestrate", "tools"])
+def test_help_does_not_import_the_extras(zw, cmd) -> None:
+    code = (
+        "import sys; from zwarm.cli import main; sys.argv = ['zwarm', "
+        + repr(cmd)
+        + ", '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('mcp', 'openai', 'rich', 'anyio') if m in sys.modules))"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=zw.env, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"
