@@ -132,10 +132,11 @@ def _read_task(task: str) -> str:
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
 @json_option
 @click.pass_context
-def spawn(ctx: click.Context, task: str, as_json: bool, wait_: bool, **opts: Any) -> None:
+def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerous: bool,
+          **opts: Any) -> None:  # fmt: skip
     """Start a session with TASK (use - to read it from stdin); prints its id."""
     api = _api(ctx)
-    s = api.spawn(_read_task(task), dangerous=opts.pop("dangerous") or None, **opts)
+    s = api.spawn(_read_task(task), dangerous=dangerous or None, **opts)
     _after_start(ctx, api, s.id, wait_, as_json)
 
 

@@ -24,8 +24,7 @@ def run_demo(state_dir: Path | None, keep: bool = True) -> int:
     work.mkdir(parents=True, exist_ok=True)
     api = Zwarm(env=Env(state_dir=root))
     _write_config(api, root)
-    say = lambda text: click.secho(f"\n$ {text}", fg="cyan", bold=True)  # noqa: E731
-    say('zwarm spawn "Summarise this directory in NOTES.md" --name demo')
+    say('zwarm spawn "Summarise this directory in NOTES.md"')
     s = api.spawn("Summarise this directory in NOTES.md", cwd=work, adapter="codex")
     click.echo(s.id)
     say(f"zwarm wait {s.id[:8]}")
@@ -44,6 +43,10 @@ def run_demo(state_dir: Path | None, keep: bool = True) -> int:
         f"\nDemo state is in {root}. Explore it: zwarm --state-dir {root} ls", fg="green"
     )
     return 0 if final["status"] == "completed" else 1
+
+
+def say(command: str) -> None:
+    click.secho(f"\n$ {command}", fg="cyan", bold=True)
 
 
 def _write_config(api: object, root: Path) -> None:
