@@ -196,12 +196,7 @@ def test_real_claude_code_orchestrates_through_zwarm_mcp(zw) -> None:
 
 def _readme_text() -> str:
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text() if (root / "README.md").exists() else ""
-    return (
-        readme
-        if "claude mcp add zwarm" in readme
-        else (Path(__file__).with_name("README_SECTION.md").read_text())
-    )
+    return (root / "README.md").read_text()
 
 
 def test_readme_registration_lines_work_with_the_pinned_clis(zw) -> None:
