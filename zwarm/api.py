@@ -211,6 +211,7 @@ class Zwarm:
         d = row(s.to_dict())
         d["context_mode"] = s.context_mode
         d["requested_model"] = s.requested_model
+        d["permissions"] = s.permissions
         d["turns_detail"] = [turn_json(self.store, s, t.to_dict()) for t in s.turns]
         return d
 

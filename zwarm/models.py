@@ -262,7 +262,9 @@ class Session:
     requested_model: str | None = None
     context_mode: str = "summary"
     source: str = "cli"
-    dangerous: bool = False
+    dangerous: bool = False  # the agent runs without sandbox/permission checks (shown in ls)
+    bypass: bool = False  # pass the agent's bypass flag (explicit --dangerous or config)
+    permissions: str = ""  # the sandbox/permission flags the agent runs with, for show
     task_truncated: bool = False
     agent_session_id: str | None = None
     turns: list[Turn] = field(default_factory=list)
@@ -313,6 +315,8 @@ class Session:
             "context_mode": self.context_mode,
             "source": self.source,
             "dangerous": self.dangerous,
+            "bypass": self.bypass,
+            "permissions": self.permissions,
             "agent_session_id": self.agent_session_id,
             "usage": self.usage.to_dict(),
             "cost_usd": self.cost_usd,
@@ -352,6 +356,8 @@ class Session:
             context_mode=_str(d, "context_mode"),
             source=_str(d, "source"),
             dangerous=bool(d.get("dangerous", False)),
+            bypass=bool(d.get("bypass", False)),
+            permissions=str(d.get("permissions", "")),
             task_truncated=bool(d.get("task_truncated", False)),
             agent_session_id=_opt_str(d, "agent_session_id"),
             turns=[Turn.from_dict(t) for t in turns],

@@ -135,6 +135,8 @@ def session_detail(d: dict[str, Any]) -> None:
     c.print(f"cwd {_esc(d['cwd'])}  source {_esc(d.get('source'))}  created {d['created_at']}")
     if d.get("dangerous"):
         c.print("[bold red]DANGEROUS: the agent runs without its sandbox/permission checks[/]")
+    if d.get("permissions"):
+        c.print(f"permissions {_esc(d['permissions'])}")
     if d.get("agent_session_id"):
         c.print(f"agent session {d['agent_session_id']}")
     if d.get("error"):

@@ -175,6 +175,25 @@ def test_dangerous_modes_off_by_default_shown_when_on(zw: Any, adapter: str) -> 
     assert "DANGEROUS" not in zw.run("show", safe, check=True).stdout
 
 
+UNSAFE_CONFIG = {"codex": 'sandbox = "danger-full-access"',
+                 "claude": 'permission_mode = "bypassPermissions"'}
+
+
+@pytest.mark.parametrize("adapter", ["codex", "claude"])
+def test_unsafe_configured_modes_are_shown_as_dangerous(zw: Any, adapter: str) -> None:
+    """A sandbox or permission mode that disables the checks is flagged like the bypass flag."""
+    env = zw.replay(f"{adapter}_simple")
+    zw.state_dir.mkdir(mode=0o700)
+    (zw.state_dir / "config.toml").write_text(f"[{adapter}]\n{UNSAFE_CONFIG[adapter]}\n")
+    sid = spawn(zw, "unsafe", "--adapter", adapter, env=env)
+    wait_status(zw, sid, "completed")
+    argv = zw.recorded()[0]["argv"]
+    assert FLAGS[adapter] not in argv  # no bypass flag: the configured mode is what runs
+    assert zw.json("ls")[0]["dangerous"] is True
+    shown = zw.run("show", sid, check=True).stdout
+    assert "DANGEROUS" in shown and UNSAFE_CONFIG[adapter].split('"')[1] in shown
+
+
 def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     zw.state_dir.mkdir(mode=0o700)
     (zw.state_dir / "config.toml").write_text(

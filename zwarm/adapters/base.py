@@ -86,8 +86,12 @@ class BaseSessionManager(abc.ABC):
             config=tuple(t.get("config", {}).items()),
             sandbox=t.get("sandbox", "workspace-write"),
             permission_mode=t.get("permission_mode", "acceptEdits"),
-            dangerous=session.dangerous,
+            dangerous=session.bypass,
         )
+
+    @abc.abstractmethod
+    def permissions(self, bypass: bool) -> tuple[str, bool]:
+        """(the permission flags a turn runs with, whether they disable the agent's checks)."""
 
     def agent_env(self) -> dict[str, str]:
         env = dict(self.env.environ)
@@ -140,10 +144,12 @@ class BaseSessionManager(abc.ABC):
             requested_model=model,
             context_mode=context,
             source=source,
-            dangerous=dangerous,
+            bypass=dangerous,
             cost_source=self.cost_source(model),
             turns=[_first_turn(task, now, timeout)],
         )
+        session.permissions, unsafe = self.permissions(dangerous)
+        session.dangerous = dangerous or unsafe
         self.store.ensure()
         self.store.create(session, task.encode("utf-8", "surrogateescape"))
         if name:  # claimed after create: a claim whose session dir is missing counts as stale

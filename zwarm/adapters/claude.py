@@ -42,6 +42,12 @@ class ClaudeSessionManager(BaseSessionManager):
     def build_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
         return claude_argv(opts, resume_id)
 
+    def permissions(self, bypass: bool) -> tuple[str, bool]:
+        if bypass:
+            return "--dangerously-skip-permissions", True
+        mode = self.config.get("claude", "permission_mode")
+        return f"--permission-mode {mode}", mode == "bypassPermissions"
+
     def iter_steps(self, lines: Iterable[bytes]) -> Iterator[Step]:
         return claude_events.iter_steps(lines)
 

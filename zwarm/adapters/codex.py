@@ -72,6 +72,12 @@ class CodexSessionManager(BaseSessionManager):
     def build_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
         return codex_argv(opts, resume_id)
 
+    def permissions(self, bypass: bool) -> tuple[str, bool]:
+        if bypass:
+            return "--dangerously-bypass-approvals-and-sandbox", True
+        sandbox = self.config.get("codex", "sandbox")
+        return f"-s {sandbox}", sandbox == "danger-full-access"
+
     def iter_steps(self, lines: Iterable[bytes]) -> Iterator[Step]:
         return codex_events.iter_steps(lines)
 
