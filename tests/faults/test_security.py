@@ -95,6 +95,7 @@ def test_prompts_never_in_any_argv(zw: Any, adapter: str) -> None:
             if canary.encode() in c or queued.encode() in c:
                 hits.append((d.name, c))
     assert hits == []
+    wait_until(lambda: zw.calls() >= 1)  # the agent records what it read just after reading
     _, prompt = zw.recorded()
     assert canary.encode() in prompt  # it did reach the agent, by stdin
     zw.run("kill", sid, check=True)
