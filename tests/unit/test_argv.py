@@ -154,7 +154,8 @@ def _session(tmp_dir: str, adapter: str, model: str | None, dangerous: bool = Fa
     return Session(
         id="00000000-0000-4000-8000-000000000000", adapter=adapter, task="PROMPT-SECRET",
         cwd=tmp_dir, created_at="2026-01-01T00:00:00+00:00",
-        updated_at="2026-01-01T00:00:00+00:00", requested_model=model, dangerous=dangerous,
+        updated_at="2026-01-01T00:00:00+00:00", requested_model=model,
+        dangerous=dangerous, bypass=dangerous,
         turns=[Turn(1, Status.RUNNING, "PROMPT-SECRET", "task", "2026-01-01T00:00:00+00:00")],
     )
 
