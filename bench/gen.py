@@ -253,7 +253,8 @@ def claude_turn(rng: random.Random, sid: str, model: str, outcome: Status, steps
     result["usage"]["output_tokens"] = usage.output_tokens
     result["total_cost_usd"] = cost
     if outcome is Status.FAILED:
-        msg = "API Error: 500 internal server error. This is a server-side issue, usually temporary."
+        msg = ("API Error: 500 internal server error. "
+               "This is a server-side issue, usually temporary.")
         result.update(is_error=True, result=msg, subtype="error_during_execution")
         out.append(_dumps(result))
         return TurnLog(out, outcome, None, usage, cost, msg, said)
@@ -335,7 +336,8 @@ def make_session(rng: random.Random, now: float, running: bool = False,
             outcome = Status.RUNNING
         elif last:
             r = rng.random()
-            outcome = Status.COMPLETED if r < 0.85 else (Status.FAILED if r < 0.95 else Status.KILLED)
+            outcome = (Status.COMPLETED if r < 0.85
+                       else Status.FAILED if r < 0.95 else Status.KILLED)
         else:
             outcome = Status.COMPLETED
         k = rng.randint(*steps)
@@ -348,7 +350,8 @@ def make_session(rng: random.Random, now: float, running: bool = False,
         if outcome is not Status.RUNNING:
             t += dur
             turn.ended_at = iso(t)
-            turn.exit_code = 0 if outcome is Status.COMPLETED else (None if outcome is Status.KILLED else 1)
+            turn.exit_code = (0 if outcome is Status.COMPLETED
+                              else None if outcome is Status.KILLED else 1)
             turn.signal = 15 if outcome is Status.KILLED else None
             turn.usage = log.usage or Usage()
             turn.reported_usage = log.usage
@@ -427,7 +430,8 @@ def old_meta(g: Generated, pid: int | None = None) -> dict[str, Any]:
     }
 
 
-def write_old_session(old_sessions: Path, store: Store, g: Generated, pid: int | None = None) -> None:
+def write_old_session(old_sessions: Path, store: Store, g: Generated,
+                      pid: int | None = None) -> None:
     s = g.session
     d = old_sessions / s.id
     (d / "turns").mkdir(parents=True)

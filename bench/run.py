@@ -89,9 +89,9 @@ def run_cmd(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | N
     the parent's RSS at fork time, so it cannot be used for that."""
     rss_file = None
     if rss and os.access(TIME, os.X_OK):
-        rss_file = tempfile.NamedTemporaryFile(prefix="bench-rss-", delete=False)
-        rss_file.close()
-        argv = [TIME, "-f", "%M", "-o", rss_file.name, *argv]
+        fd, rss_file = tempfile.mkstemp(prefix="bench-rss-")
+        os.close(fd)
+        argv = [TIME, "-f", "%M", "-o", rss_file, *argv]
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
@@ -106,9 +106,9 @@ def run_cmd(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | N
     peak = 0
     if rss_file is not None:
         try:
-            peak = int(Path(rss_file.name).read_text().split()[-1])
+            peak = int(Path(rss_file).read_text().split()[-1])
         finally:
-            os.unlink(rss_file.name)
+            os.unlink(rss_file)
     return Sample(wall, peak, ru.ru_utime + ru.ru_stime)
 
 
@@ -426,7 +426,8 @@ def _wait_finished(state: Path, sid: str) -> None:
             sup = (m["turns"][-1].get("supervisor") or {}).get("pid")
             while sup and os.path.exists(f"/proc/{sup}") and time.monotonic() < deadline:
                 try:
-                    if open(f"/proc/{sup}/stat", "rb").read().split(b")")[-1].split()[0] == b"Z":
+                    stat = Path(f"/proc/{sup}/stat").read_bytes()
+                    if stat.split(b")")[-1].split()[0] == b"Z":
                         break
                 except OSError:
                     break
@@ -577,7 +578,7 @@ FIGURES: dict[int, Callable[[argparse.Namespace], None]] = {
 def machine() -> str:
     cpu = "?"
     try:
-        for line in open("/proc/cpuinfo"):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
@@ -585,7 +586,7 @@ def machine() -> str:
         pass
     mem = "?"
     try:
-        for line in open("/proc/meminfo"):
+        for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal"):
                 mem = f"{int(line.split()[1]) / 1024 / 1024:.0f} GB"
     except OSError:
@@ -666,7 +667,6 @@ def main(argv: list[str] | None = None) -> int:
     (CACHE / "last-run.json").write_text(json.dumps(
         {"machine": info, "quick": cfg.quick, "reps": cfg.reps, "rows": [vars(r) for r in ROWS],
          "notes": NOTES, "raw": RAW}, indent=1))
-    misses = sum(1 for r in ROWS if r.result == "MISS")
     return 1 if failed else 0
 
 

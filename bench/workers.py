@@ -33,7 +33,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def _verify(path: Path, n: int) -> str | None:
     """None if ``path`` holds exactly the n lines the stream agent writes, in order."""
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors reported
     except OSError as e:
         return f"{path.name}: {e}"
     with f:
@@ -78,7 +78,8 @@ def fig6_alone(n: int, events: int, work: Path) -> dict:
     procs = []
     for k in range(n):
         with open(prompt, "rb") as stdin:
-            fd = os.open(out_dir / f"agent_{k}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            fd = os.open(out_dir / f"agent_{k}.jsonl", flags, 0o600)
             try:
                 procs.append(subprocess.Popen([PY, str(STREAM_AGENT)], stdin=stdin, stdout=fd,
                                               stderr=subprocess.DEVNULL, env=env,
@@ -275,7 +276,8 @@ def followup(state: Path, sid: str, reps: int) -> dict:
     turns_dir = store.session_dir(sid) / "turns"
 
     def clear_digests(only_latest: bool) -> None:
-        paths = sorted(turns_dir.glob("*.digest.json"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))
+        paths = sorted(turns_dir.glob("*.digest.json"),
+                       key=lambda p: int(p.name.split("_")[1].split(".")[0]))
         for p in paths[-1:] if only_latest else paths:
             p.unlink()
 

@@ -28,17 +28,17 @@ def main() -> int:
     ).encode()
     completed = (
         '{"type":"item.completed","item":{"id":"item_%d","type":"command_execution",'
-        '"command":"' + cmd + '","aggregated_output":"' + output.replace("%", "%%") + '","exit_code":0,'
-        '"status":"completed"}}\n'
+        '"command":"' + cmd + '","aggregated_output":"' + output.replace("%", "%%")
+        + '","exit_code":0,"status":"completed"}}\n'
     ).encode()
     reasoning = (
-        '{"type":"item.completed","item":{"id":"item_%d","type":"reasoning",'
-        '"text":"**Checking the failing test**\\n\\nThe fixture is shared; run it alone."}}\n'
-    ).encode()
+        b'{"type":"item.completed","item":{"id":"item_%d","type":"reasoning",'
+        b'"text":"**Checking the failing test**\\n\\nThe fixture is shared; run it alone."}}\n'
+    )
     message = (
-        '{"type":"item.completed","item":{"id":"item_%d","type":"agent_message",'
-        '"text":"Tests pass locally now. Let me run the linters too."}}\n'
-    ).encode()
+        b'{"type":"item.completed","item":{"id":"item_%d","type":"agent_message",'
+        b'"text":"Tests pass locally now. Let me run the linters too."}}\n'
+    )
     cycle = [started, completed] * 4 + [reasoning, message]
     k = len(cycle)
     write(b'{"type":"thread.started","thread_id":"01a1ffe6-40d4-7d42-8089-790d2ae1459f"}\n')
