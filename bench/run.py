@@ -250,11 +250,6 @@ def ensure_old(install: bool) -> tuple[Path | None, str]:
     return OLD_ZWARM, f"zwarm {OLD_VERSION} from {OLD_VENV}"
 
 
-def claude_adapter_ok() -> bool:
-    r = subprocess.run([PY, "-c", "import zwarm.adapters.claude"], capture_output=True)
-    return r.returncode == 0
-
-
 # --------------------------------------------------------------------------- figures
 
 
@@ -296,12 +291,7 @@ def fig2_3(cfg: argparse.Namespace) -> None:
         "sessions vs reading every meta.json" + (f"; and zwarm {OLD_VERSION}" if cfg.old else ""))
     env, cwd = base_env(), workdir()
     trees = {n: gen.ensure_tree(CACHE, n, log) for n in sizes}
-    adapters = ("codex", "claude") if claude_adapter_ok() else ("codex",)
-    if adapters == ("codex",):
-        NOTES.append("zwarm.adapters.claude does not import in this tree (claude_events.py is "
-                     "missing), so the running sessions are all codex: a running claude session "
-                     "would make `zwarm ls` fail with ImportError.")
-    overlay = gen.RunningOverlay(CACHE, cfg.running, adapters)
+    overlay = gen.RunningOverlay(CACHE, cfg.running, ("codex", "claude"))
     try:
         for i, n in enumerate(sizes):
             new, old = trees[n]
