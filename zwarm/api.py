@@ -11,6 +11,7 @@ and their stable JSON shapes. Must stay true:
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -267,6 +268,7 @@ class Zwarm:
         self, refs: list[str], timeout: float | None = None, any_: bool = False
     ) -> dict[str, Any]:
         """Block until all (or any) of ``refs`` finish, or ``timeout``. Never busy-polls hard."""
+        timeout = check_timeout(timeout) if timeout != 0 else 0.0
         ids = [self.store.resolve(r) for r in refs]
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.05
@@ -446,7 +448,8 @@ def check_prompt(text: str) -> str:
 def check_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+    bad = not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+    if bad or not math.isfinite(timeout) or timeout <= 0:
         raise InvalidInput(f"timeout must be a positive number of seconds, not {timeout!r}")
     return float(timeout)
 

@@ -10,6 +10,7 @@ Owns every configurable key and its default. Must stay true:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,8 +196,11 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
                 raise ConfigError(where, f"{name}.{k} must be a string (valid variable name)")
     if key == "prices":
         _check_prices(name, value, where)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        raise ConfigError(where, f"{name} must not be negative")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigError(where, f"{name} must be a finite number")
+        if value < 0:
+            raise ConfigError(where, f"{name} must not be negative")
 
 
 def _check_prices(name: str, value: dict[str, Any], where: str) -> None:

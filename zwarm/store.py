@@ -63,7 +63,13 @@ class Store:
 
     # ----- layout
     def exists(self) -> bool:
-        return self.sessions.is_dir()
+        """Whether the state dir holds sessions; a state dir that is a file is an error."""
+        if self.sessions.is_dir():
+            return True
+        for d in (self.root, self.sessions):
+            if d.exists() and not d.is_dir():
+                raise StoreError(f"{d} exists and is not a directory")
+        return False
 
     def ensure(self) -> None:
         """Create the state dir (0700) if needed. Only commands that write call this."""
@@ -182,6 +188,8 @@ class Store:
             return [n for n in os.listdir(self.sessions) if _ID.match(n)]
         except FileNotFoundError:
             return []
+        except OSError as e:  # not a directory, no permission
+            raise StoreError(f"cannot read {self.sessions}: {e.strerror}") from None
 
     # ----- locking and meta.json
     @contextlib.contextmanager

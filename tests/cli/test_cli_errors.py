@@ -67,6 +67,8 @@ def test_unknown_and_ambiguous_refs(zw, cmd: list[str]) -> None:
     (["spawn", "x", "--name", "a b"], None, "invalid session name"),
     (["spawn", "x", "--timeout", "-1"], None, "timeout must be a positive number"),
     (["spawn", "x", "--timeout", "0"], None, "timeout must be a positive number"),
+    (["spawn", "x", "--timeout", "nan"], None, "timeout must be a positive number"),
+    (["spawn", "x", "--timeout", "inf"], None, "timeout must be a positive number"),
 ])
 def test_bad_spawn_input(zw, args: list[str], stdin: bytes | None, expect: str) -> None:
     one_line_error(zw.run(*args, input=stdin), expect)

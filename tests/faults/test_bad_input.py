@@ -247,3 +247,17 @@ def test_bad_working_dir(zw: Any) -> None:
         zw.api(env).spawn("t", cwd=missing)
     with pytest.raises(AgentNotFound):
         zw.api({"PATH": "/nonexistent"}).spawn("t")
+
+
+@pytest.mark.parametrize("where", ["state dir", "sessions dir"])
+def test_state_dir_that_is_a_file(zw: Any, where: str) -> None:
+    """A state dir (or its sessions/) that is a file is an error, never "no sessions"."""
+    root = zw.tmp / "state-file"
+    bad = root if where == "state dir" else root / "sessions"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text("not a directory")
+    env = zw.replay("codex_simple")
+    for cmd in (["ls"], ["ls", "--json"], ["spawn", "t"], ["kill", "--all"], ["rm", "--finished"]):
+        one_error_line(zw.run("--state-dir", str(root), *cmd, env_extra=env),
+                       f"{bad}", "ot a directory")
+    assert bad.read_text() == "not a directory" and zw.calls() == 0

@@ -121,6 +121,8 @@ def test_bool_is_not_a_number(tmp_path: Path, table: str, key: str) -> None:
     ("[claude]\npermission_mode = 'yolo'\n", "claude.permission_mode must be one of"),
     ("[defaults]\ntimeout = -1\n", "defaults.timeout must not be negative"),
     ("[summary]\nbudget_chars = -5\n", "must not be negative"),
+    ("[defaults]\ntimeout = nan\n", "defaults.timeout must be a finite number"),
+    ("[tools]\nmax_wait_s = inf\n", "tools.max_wait_s must be a finite number"),
     ("[codex]\ncommand = []\n", "codex.command must not be empty"),
     ("[codex]\ncommand = ''\n", "codex.command must not be empty"),
     ("[claude]\ncommand = ['claude', 3]\n", "claude.command must be a list of strings"),
