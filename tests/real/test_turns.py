@@ -190,8 +190,10 @@ def test_codex_broken_stream_fails_the_turn(real: RealWorld) -> None:
 
 
 def test_claude_broken_stream_then_failed_fallback_fails(real: RealWorld) -> None:
-    # claude retries a broken stream once without streaming (even with CLAUDE_CODE_MAX_RETRIES=0)
-    srv = real.use("claude", [broken_stream(text("Partial answer")), broken_stream()])
+    # claude retries a broken stream (even with CLAUDE_CODE_MAX_RETRIES=0): usually once without
+    # streaming; on a loaded machine it was also seen to stream again, or to retry twice. How it
+    # retries is claude's business; every retry is cut here, and the turn must fail with its reason
+    srv = real.use("claude", [broken_stream(text("Partial answer")), *[broken_stream()] * 3])
     sid = real.spawn("Say hi.", "claude")
     d = real.wait(sid)
 
@@ -199,7 +201,7 @@ def test_claude_broken_stream_then_failed_fallback_fails(real: RealWorld) -> Non
     assert reason.startswith("API Error: Connection to the API was lost")
     (t,) = d["turns_detail"]
     assert (d["status"], t["exit_code"], d["error"]) == ("failed", 1, reason)
-    assert [r.body["stream"] for r in srv.requests] == [True, False]
+    assert 2 <= len(srv.requests) <= 3 and srv.requests[0].body["stream"] is True
     assert t["final_message"] is None  # claude drops the partial text; its error is no answer
 
 
@@ -210,7 +212,8 @@ def test_claude_broken_stream_recovered_by_its_fallback_completes(real: RealWorl
 
     assert (d["status"], d["turns_detail"][0]["exit_code"]) == ("completed", 0)
     assert d["last_message"] == "Recovered."
-    assert [r.body["stream"] for r in srv.requests] == [True, False]
+    # its retry is usually not streamed; under load it was seen streamed: either way, one retry
+    assert len(srv.requests) == 2 and srv.requests[0].body["stream"] is True
 
 
 # --------------------------------------------------------------------------- 6 claude limits

@@ -138,7 +138,7 @@ def test_real_claude_code_orchestrates_through_zwarm_mcp(zw) -> None:
     claude = require("claude")
     script = [
         Reply([tool_call("mcp__zwarm__delegate", {"task": "say hi", "name": "from-claude"})]),
-        Reply([tool_call("mcp__zwarm__wait", {"timeout_s": 30})]),
+        Reply([tool_call("mcp__zwarm__wait", {"timeout_s": 45})]),
         Reply([text("Delegated, waited, done.")]),
     ]
     mcp_config = {
@@ -184,6 +184,7 @@ def test_real_claude_code_orchestrates_through_zwarm_mcp(zw) -> None:
     ]
     delegated, waited = (json.loads(r["content"]) for r in results)
     assert delegated["ok"] and delegated["name"] == "from-claude"
+    assert waited["finished"], waited
     assert waited["finished"][0]["last_message"] == "Hi there! This is the fake server."
     assert events[-1]["result"] == "Delegated, waited, done."
     (row,) = zw.json("ls")
