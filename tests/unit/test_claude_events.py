@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from zwarm.adapters import claude_events
+from zwarm.adapters import claude_events, jsonl
 from zwarm.adapters.claude_events import iter_steps, scan_outcome
 from zwarm.models import Status, TurnOutcome, Usage
 from zwarm.steps import KINDS
@@ -544,13 +544,14 @@ def test_str_lines_are_tolerated() -> None:
 
 def test_scan_decodes_only_lines_that_matter(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []
-    real = claude_events._decode
+    real = jsonl.decode
 
     def counting(line: object) -> dict[str, Any] | None:
         calls.append(line)
         return real(line)
 
     monkeypatch.setattr(claude_events, "_decode", counting)
+    monkeypatch.setattr(jsonl, "decode", counting)  # newest() decodes there
     body = []
     for i in range(10_000):
         body += [

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from zwarm.adapters import codex_events
+from zwarm.adapters import codex_events, jsonl
 from zwarm.adapters.codex_events import iter_steps, scan_outcome
 from zwarm.models import Status, TurnOutcome, Usage
 from zwarm.steps import KINDS
@@ -429,13 +429,14 @@ def test_str_lines_are_tolerated() -> None:
 
 def test_scan_decodes_only_lines_that_matter(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []
-    real = codex_events._decode
+    real = jsonl.decode
 
     def counting(line: object) -> dict[str, Any] | None:
         calls.append(line)
         return real(line)
 
     monkeypatch.setattr(codex_events, "_decode", counting)
+    monkeypatch.setattr(jsonl, "decode", counting)  # newest() decodes there
     cmd = {
         "id": "item_1",
         "type": "command_execution",

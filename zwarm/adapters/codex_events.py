@@ -4,9 +4,9 @@ Owns the whole reading of one codex turn log: ``iter_steps`` (the trajectory, as
 ``zwarm.steps`` dicts) and ``scan_outcome`` (status, final message, error, usage).
 
 Must stay true:
-- pure and stdlib-only (plus ``zwarm.models``/``zwarm.steps``); neither function raises on any
-  input: blank, non-JSON, truncated or non-object lines, wrong-typed fields, and unknown event
-  or item types are skipped (new codex versions add types);
+- pure and stdlib-only (plus ``zwarm.models``, ``zwarm.steps``, ``zwarm.adapters.jsonl``);
+  neither function raises on any input: blank, non-JSON, truncated or non-object lines, wrong-typed
+  fields, and unknown event or item types are skipped (new codex versions add types);
 - ``iter_steps`` streams: memory is bounded by the items started and not yet completed;
 - ``scan_outcome`` json-decodes only lines that can change the outcome (thread.started,
   turn.completed/failed, and lazily the last agent message or error event). Codex writes the
@@ -27,80 +27,23 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from zwarm.adapters.jsonl import Event
+from zwarm.adapters.jsonl import as_bytes as _as_bytes
+from zwarm.adapters.jsonl import count as _count
+from zwarm.adapters.jsonl import decode as _decode
+from zwarm.adapters.jsonl import dict_ as _dict
+from zwarm.adapters.jsonl import int_ as _int
+from zwarm.adapters.jsonl import list_ as _list
+from zwarm.adapters.jsonl import newest as _newest
+from zwarm.adapters.jsonl import obj as _obj
+from zwarm.adapters.jsonl import str_ as _str
 from zwarm.models import Status, TurnOutcome, Usage
 from zwarm.steps import Step
 
-Event = dict[str, Any]
 OpenItems = dict[str, Event]
 
 # Item types that may be started and never completed (agent killed mid-way).
 _TRACKED_ITEMS = frozenset({"command_execution", "mcp_tool_call", "file_change"})
-
-
-# --------------------------------------------------------------------------- decoding helpers
-
-
-_scan_once = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # as json.loads
-
-
-def _decode(line: object) -> Event | None:
-    """One line as a JSON object, or None for anything else (never raises).
-
-    A bytes line ``{"...`` is UTF-8 to ``json.loads`` (``detect_encoding``), so it is scanned
-    directly: the same result as ``json.loads`` when the object ends the line (optionally
-    followed by ``\\n``), ~40% faster per line (the trajectory of a 200 MB log is mostly this).
-    Anything else, or any error, takes ``json.loads`` itself.
-    """
-    if type(line) is bytes and line[:2] == b'{"':
-        try:
-            text = line.decode("utf-8", "surrogatepass")
-            obj, end = _scan_once(text, 0)
-            if end == len(text) or text[end:] == "\n":
-                return obj  # type: ignore[no-any-return]  # a dict: text starts with "{"
-        except (ValueError, StopIteration, RecursionError):
-            pass
-    try:
-        obj = json.loads(line)  # type: ignore[arg-type]
-    except (ValueError, TypeError, RecursionError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _as_bytes(line: object) -> bytes:
-    if isinstance(line, (bytearray, memoryview)):
-        return bytes(line)
-    if isinstance(line, str):
-        return line.encode("utf-8", "replace")
-    return b""
-
-
-def _str(v: Any) -> str:
-    return v if isinstance(v, str) else ""
-
-
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _count(v: Any) -> int:
-    """A token count: a non-negative int, else 0."""
-    n = _int(v)
-    return n if n is not None and n >= 0 else 0
-
-
-def _obj(v: Any) -> dict[str, Any]:
-    """Tool arguments as an object, whatever the CLI sent."""
-    if isinstance(v, dict):
-        return v
-    return {} if v is None else {"value": v}
 
 
 # --------------------------------------------------------------------------- item -> steps
@@ -359,16 +302,6 @@ def _usage(raw: Any) -> Usage | None:
         output_tokens=_count(raw.get("output_tokens")),
         reasoning_tokens=_count(raw.get("reasoning_output_tokens")),
     )
-
-
-def _newest(candidates: deque[bytes], extract: Callable[[Event], str | None]) -> str | None:
-    """The newest candidate line that decodes and yields a value."""
-    for line in reversed(candidates):
-        event = _decode(line)
-        value = extract(event) if event is not None else None
-        if value is not None:
-            return value
-    return None
 
 
 def _agent_message_text(event: Event) -> str | None:
