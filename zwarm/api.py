@@ -5,6 +5,7 @@ and their stable JSON shapes. Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
   session (never a turn log), fully parsing only sessions marked running, to reconcile them;
+  finished sessions whose meta.json is unchanged come from the listing index (``zwarm.index``);
 - a damaged session is listed as damaged, never hidden, rewritten or deleted;
 - it knows no agent's argv or event format: that is the adapters' (``zwarm.adapters``).
 """
@@ -29,6 +30,7 @@ from zwarm.errors import (
     SessionStateError,
     ZwarmError,
 )
+from zwarm.index import ListingIndex
 from zwarm.models import Session, Status
 from zwarm.steps import Step
 from zwarm.store import RawEntry, Store
@@ -179,14 +181,31 @@ class Zwarm:
         """Every session as a compact row (see ``row``), oldest first; damaged ones included."""
         if status is not None and status not in {*(s.value for s in Status), "damaged"}:
             raise InvalidInput(f"unknown status {status!r}")
+        ids = self.store.list_ids()
+        if not ids:
+            return []
+        index = ListingIndex(self.store.index, self.env.clock)
         rows = []
-        for sid in self.store.list_ids():
-            entry = self.store.read_raw(sid)
-            r = self._row(entry)
+        for sid in ids:
+            r = self._listed(sid, index)
             if status is None or r["status"] == status:
                 rows.append(r)
+        index.save()
         rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]))
         return rows
+
+    def _listed(self, sid: str, index: ListingIndex) -> dict[str, Any]:
+        """``sid``'s row: from the index if its meta.json is unchanged, else built (and
+        indexed unless the meta says running: running rows are reconciled on every read)."""
+        cached = index.get(sid, self.store.meta_key(sid))
+        if cached is not None:
+            return cached
+        entry = self.store.read_raw(sid)
+        r = self._row(entry)
+        running = isinstance(entry.meta, dict) and entry.meta.get("status") == "running"
+        if entry.key is not None and not running:
+            index.put(sid, entry.key, r)
+        return r
 
     def _row(self, entry: RawEntry) -> dict[str, Any]:
         if entry.problem is not None or entry.meta is None:

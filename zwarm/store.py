@@ -33,6 +33,7 @@ from zwarm.errors import (
     SessionNotFound,
     StoreError,
 )
+from zwarm.index import Key, file_key
 from zwarm.models import SCHEMA_VERSION, Session, Status
 
 T = TypeVar("T")
@@ -53,6 +54,7 @@ class RawEntry:
     id: str
     meta: dict[str, Any] | None
     problem: str | None = None
+    key: Key | None = None  # identity of the meta.json read (``zwarm.index.file_key``)
 
 
 class Store:
@@ -60,6 +62,7 @@ class Store:
         self.root = root
         self.sessions = root / "sessions"
         self.names = root / "names"
+        self.index = root / "index.json"
 
     # ----- layout
     def exists(self) -> bool:
@@ -240,6 +243,7 @@ class Store:
         """meta.json as a dict with a light check, for listing (no full model build)."""
         try:
             with open(f"{self.sessions}/{sid}/meta.json", "rb") as f:  # no Path: 10,000 calls
+                key = file_key(os.fstat(f.fileno()))
                 data = f.read()
         except FileNotFoundError:
             return RawEntry(sid, None, "meta.json is missing")
@@ -248,8 +252,15 @@ class Store:
         try:
             meta = json.loads(data)
         except ValueError as e:
-            return RawEntry(sid, None, _describe(e, data))
-        return RawEntry(sid, meta, _light_check(meta, sid))
+            return RawEntry(sid, None, _describe(e, data), key)
+        return RawEntry(sid, meta, _light_check(meta, sid), key)
+
+    def meta_key(self, sid: str) -> Key | None:
+        """The identity of ``sid``'s meta.json now, or None if it cannot be stat'ed."""
+        try:
+            return file_key(os.stat(f"{self.sessions}/{sid}/meta.json"))
+        except OSError:
+            return None
 
     # ----- creation and removal
     def create(self, session: Session, prompt: bytes) -> None:
