@@ -133,7 +133,8 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
     when the spawner exits: each one is then seen as a zombie (``waitid(WNOWAIT)``), its own
     CPU read exactly from ``/proc/PID/schedstat`` before it is reaped, and ``wait4`` gives its
     CPU plus its waited-for agent's; the difference is the agent's CPU. Peak RSS (VmHWM) is
-    sampled from ``/proc/PID/status`` while it lives (a zombie has no memory to report).
+    sampled from ``/proc/PID/status`` every 50 ms while it lives (a zombie has no memory to
+    report); a supervisor that lives less than that may go unsampled (counted, not guessed).
     """
     import subprocess
 
@@ -179,7 +180,7 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
                 v = _proc_status_kb(p, b"VmHWM:")
                 if v is not None:
                     hwm[p] = max(hwm.get(p, 0), v)
-            next_sample = now + 0.2
+            next_sample = now + 0.05
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
         except ChildProcessError:
@@ -210,7 +211,7 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
     statuses: dict[str, int] = {}
     if spawner_rc != 0:
         problems.append(f"spawner exited {spawner_rc}")
-    for pid, sid in sup.items():
+    for sid in sup.values():
         p = _verify(state / "sessions" / sid / "turns" / "turn_1.jsonl", events)
         if p:
             problems.append(p)
@@ -219,8 +220,6 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
         except (OSError, ValueError, KeyError):
             st = "unreadable"
         statuses[st] = statuses.get(st, 0) + 1
-        if pid not in hwm:
-            problems.append(f"no RSS sample for supervisor {pid}")
     if statuses.get("completed", 0) != n:
         problems.append(f"session statuses: {statuses}")
     if len(sup) != n:
@@ -234,6 +233,8 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
         "agent_cpu_s": agent_cpu,
         "spawner_cpu_s": spawn_cpu,
         "sup_rss_kb": sorted(hwm.values()),
+        # a supervisor that lived less than one sampling interval has no RSS sample
+        "sup_rss_unsampled": sum(1 for pid in sup if pid not in hwm),
         "statuses": statuses,
         "problems": problems,
     }
