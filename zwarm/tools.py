@@ -568,17 +568,20 @@ def _kill_if_running(tb: Toolbox, s: Session) -> tuple[bool, int]:
 # ----- wait
 def _wait(tb: Toolbox, a: dict[str, Any]) -> Result:
     looked = tb.looked()
+    state = looked.load()
     ids = [tb.api.resolve(r) for r in a.get("session_ids") or []]
     if not ids:
-        ids = _own_running(tb)
+        ids = _own_pending(tb, looked, state)
         if not ids:
-            note = "none of your sessions is running; pass session_ids to wait on others"
+            note = (
+                "none of your sessions is running or has news; "
+                "pass session_ids to wait on others"
+            )
             return {"timed_out": False, "finished": [], "running": [], "note": note}
     ids = list(dict.fromkeys(ids))
     cap = tb.max_wait()
     asked = float(a.get("timeout_s", cap))
     timeout = min(asked, cap)
-    state = looked.load()
     started = time.monotonic()
     rows, done = _wait_loop(tb, ids, state, looked, timeout, bool(a.get("all")))
     looked.mark(r for r in rows.values() if r["status"] in _FINISHED)
@@ -597,10 +600,16 @@ def _wait(tb: Toolbox, a: dict[str, Any]) -> Result:
     return out
 
 
-def _own_running(tb: Toolbox) -> list[str]:
+def _own_pending(tb: Toolbox, looked: Looked, state: Mapping[str, Any]) -> list[str]:
+    """The caller's sessions still running, and those that finished without its being told
+    (a quick task may finish before the caller gets to ``wait``: that is news, not nothing)."""
     if not tb.api.store.exists():
         return []
-    return [r["id"] for r in tb.api.sessions("running") if r.get("source") == tb.source]
+    return [
+        r["id"]
+        for r in tb.api.sessions()
+        if r.get("source") == tb.source and (r["status"] == "running" or looked.is_new(state, r))
+    ]
 
 
 def _wait_loop(
@@ -857,7 +866,8 @@ TOOLS: tuple[Tool, ...] = (
         "Block until a session finishes, instead of polling. Returns as soon as any of the "
         "given sessions finishes that you were not already told about (or, with all=true, "
         "when all have finished), or when the timeout passes; then it lists which finished "
-        "and which still run. Default sessions: every running session you started. One call "
+        "and which still run. Default sessions: every session you started that is running "
+        "or finished without your being told. One call "
         "waits at most about 45 s: call it again to keep waiting.",
         object_schema(
             {
@@ -865,7 +875,7 @@ TOOLS: tuple[Tool, ...] = (
                     "type": "array",
                     "items": _SESSION_ID,
                     "maxItems": 100,
-                    "description": "Sessions to wait for (default: your running ones).",
+                    "description": "Sessions to wait for (default: yours that run or have news).",
                 },
                 "timeout_s": {
                     "type": "number",

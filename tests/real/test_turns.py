@@ -202,7 +202,11 @@ def test_claude_broken_stream_then_failed_fallback_fails(real: RealWorld) -> Non
     (t,) = d["turns_detail"]
     assert (d["status"], t["exit_code"], d["error"]) == ("failed", 1, reason)
     assert 2 <= len(srv.requests) <= 3 and srv.requests[0].body["stream"] is True
-    assert t["final_message"] is None  # claude drops the partial text; its error is no answer
+    # claude either drops the partial text, or keeps it and asks the model to resume from it
+    # (both seen with this version): the final message is then that text, never the error
+    kept = any(e.get("type") == "assistant" and e["message"].get("model") != "<synthetic>"
+               for e in real.events(sid))  # fmt: skip
+    assert t["final_message"] == ("Partial answer" if kept else None)
 
 
 def test_claude_broken_stream_recovered_by_its_fallback_completes(real: RealWorld) -> None:

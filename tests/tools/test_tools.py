@@ -343,7 +343,21 @@ def test_wait_defaults_to_own_running_sessions(zw, toolbox) -> None:
     sid = ok(me.dispatch("delegate", {"task": "mine"}))["session_id"]
     r = ok(me.dispatch("wait", {"timeout_s": 30}))
     assert [x["session_id"] for x in r["finished"]] == [sid] and r["running"] == []
+    assert "none of your sessions is running" in ok(me.dispatch("wait"))["note"]  # told now
     assert "no session matches 'zzzz'" in err(me.dispatch("wait", {"session_ids": ["zzzz"]}))
+
+
+def test_wait_reports_a_session_that_finished_before_the_call(zw, toolbox) -> None:
+    """A quick task can finish between delegate and wait: wait must tell, not say 'none'."""
+    me = toolbox(source="me")
+    sid = ok(me.dispatch("delegate", {"task": "quick"}))["session_id"]
+    zw.api().wait([sid], timeout=30)
+    r = ok(me.dispatch("wait", {"timeout_s": 30}))
+    assert r["timed_out"] is False and r["waited_s"] < 5
+    assert [(x["session_id"], x["status"], x["new"]) for x in r["finished"]] == [
+        (sid, "completed", True)
+    ]
+    assert "none of your sessions" in ok(me.dispatch("wait", {"timeout_s": 30}))["note"]
 
 
 # ---------------------------------------------------------------------------- trajectory
