@@ -14,30 +14,25 @@ Must stay true:
   reconciled against live processes on every read;
 - a missing, unreadable, corrupt or foreign index (another format or zwarm version) is ignored
   and rebuilt, never an error; a failure to write it (read-only dir, disk full) is ignored too;
-- it is written atomically (temp file, rename) with mode 0600: rows hold tasks and messages.
+- it is written atomically (``store.atomic_write``, not fsynced) with mode 0600: rows hold
+  tasks and messages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from zwarm import __version__
+from zwarm.errors import StoreError
+from zwarm.store import Key, atomic_write
 
 FORMAT = 1
 SETTLED_NS = 2_000_000_000
-Key = tuple[int, int, int, int]
-
-
-def file_key(st: os.stat_result) -> Key:
-    """The identity of one version of a file (see the module docstring)."""
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
 
 class ListingIndex:
     """The rows of one state dir's index, loaded once, saved if anything changed."""
@@ -79,7 +74,9 @@ class ListingIndex:
             del self._entries[sid]
         doc = {"format": FORMAT, "zwarm": __version__, "entries": self._entries}
         data = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        _replace(self.path, data)
+        # not fsynced: after a crash the index may be empty or torn, which reads as no index
+        with contextlib.suppress(StoreError, OSError):
+            atomic_write(self.path, data, durable=False)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -92,23 +89,3 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
     entries = doc.get("entries")
     return entries if type(entries) is dict else {}
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path`` and rename it over ``path``.
-
-    Not fsynced: after a crash the index may be empty or torn, which reads as no index.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)

@@ -33,7 +33,6 @@ from zwarm.errors import (
     SessionNotFound,
     StoreError,
 )
-from zwarm.index import Key, file_key
 from zwarm.models import SCHEMA_VERSION, Session, Status
 
 T = TypeVar("T")
@@ -47,6 +46,16 @@ _STATUSES = frozenset(s.value for s in Status)
 _SUMMARY_STR_KEYS = ("id", "adapter", "task", "cwd", "created_at", "updated_at")
 
 
+Key = tuple[int, int, int, int]
+
+
+def file_key(st: os.stat_result) -> Key:
+    """The identity of one version of a file: inode, size, mtime and ctime (ns). meta.json is
+    replaced by rename (a new inode) and an edit in place changes the ctime (which nothing can
+    set back), so a changed file has another key (``zwarm.index`` relies on it)."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 @dataclass
 class RawEntry:
     """One session as ``ls`` sees it: the parsed meta.json dict, or why it could not be read."""
@@ -54,7 +63,7 @@ class RawEntry:
     id: str
     meta: dict[str, Any] | None
     problem: str | None = None
-    key: Key | None = None  # identity of the meta.json read (``zwarm.index.file_key``)
+    key: Key | None = None  # identity of the meta.json read (``file_key``)
 
 
 class Store:
@@ -326,14 +335,16 @@ def write_private(path: Path, data: bytes) -> None:
         raise StoreError(f"cannot write {path}: {e.strerror}") from None
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably; the old file survives failure."""
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (and, if ``durable``, fsynced with its
+    directory: a cache may skip that); the old file survives failure."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -343,7 +354,8 @@ def atomic_write(path: Path, data: bytes) -> None:
         if e.errno == errno.ENOENT:
             raise
         raise StoreError(f"cannot write {path}: {e.strerror}") from None
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -15,9 +15,9 @@ import pytest
 from zwarm import procs
 from zwarm.api import Zwarm
 from zwarm.env import Env
-from zwarm.index import ListingIndex, file_key
+from zwarm.index import ListingIndex
 from zwarm.models import ProcRef, Status
-from zwarm.store import Store
+from zwarm.store import Store, file_key
 
 from .test_store import make_session, sid_
 
