@@ -1,7 +1,7 @@
 """Generators for the bench's state directories (cached under ``bench/.cache/``).
 
 Everything zwarm reads is written in zwarm's own store format: sessions are built as
-``zwarm.models.Session``/``Turn`` objects and serialized exactly as ``Store.save`` does, into the
+``zwarm.model.Session``/``Turn`` objects and serialized exactly as ``Store.save`` does, into the
 paths ``Store`` computes (``sessions/<id>/meta.json``, ``turns/turn_N.{prompt,jsonl,stderr}``,
 ``names/<name>``), with 0700/0600 permissions. Only the fsync that ``Store.save`` does per
 write is skipped (it changes nothing on disk and would make a 10,000-session tree take minutes).
@@ -33,9 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zwarm.config import DEFAULT_PRICES  # noqa: E402
+from zwarm.agents.codex import DEFAULT_PRICES  # noqa: E402
 from zwarm.env import iso  # noqa: E402
-from zwarm.models import ProcRef, Session, Status, Turn, Usage  # noqa: E402
+from zwarm.model import ProcRef, Session, Status, Turn, Usage  # noqa: E402
 from zwarm.store import Store  # noqa: E402
 
 SAMPLES = ROOT / "tests" / "fixtures" / "samples"
@@ -82,11 +82,19 @@ COMMANDS = [
     "/bin/bash -lc 'python -m mypy zwarm'",
     "/bin/bash -lc 'cat pyproject.toml'",
     "/bin/bash -lc 'git diff --stat'",
-    "/bin/bash -lc \"rg --files | head -200\"",
+    '/bin/bash -lc "rg --files | head -200"',
     "/bin/bash -lc 'ruff check .'",
 ]
-FILES = ["zwarm/api.py", "zwarm/store.py", "tests/unit/test_store.py", "README.md",
-         "zwarm/cli.py", "pyproject.toml", "docs/usage.md", "zwarm/render.py"]
+FILES = [
+    "zwarm/api.py",
+    "zwarm/store.py",
+    "tests/unit/test_store.py",
+    "README.md",
+    "zwarm/cli.py",
+    "pyproject.toml",
+    "docs/usage.md",
+    "zwarm/render.py",
+]
 MESSAGES = [
     "I'll start by looking at how the command is wired up.",
     "The failure comes from a race between the writer and the reader; fixing it with a lock.",
@@ -144,29 +152,77 @@ def codex_turn(rng: random.Random, thread: str, outcome: Status, steps: int) -> 
     for _ in range(steps):
         kind = rng.random()
         if kind < 0.2:
-            out.append(_dumps({"type": "item.completed", "item": {
-                "id": f"item_{item}", "type": "reasoning", "text": rng.choice(REASONING)}}))
+            out.append(
+                _dumps(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"item_{item}",
+                            "type": "reasoning",
+                            "text": rng.choice(REASONING),
+                        },
+                    }
+                )
+            )
         elif kind < 0.35:
             text = rng.choice(MESSAGES)
             said.append(text)
-            out.append(_dumps({"type": "item.completed", "item": {
-                "id": f"item_{item}", "type": "agent_message", "text": text}}))
+            out.append(
+                _dumps(
+                    {
+                        "type": "item.completed",
+                        "item": {"id": f"item_{item}", "type": "agent_message", "text": text},
+                    }
+                )
+            )
         elif kind < 0.9:
             cmd = rng.choice(COMMANDS)
             code = 0 if rng.random() < 0.85 else 1
-            out.append(_dumps({"type": "item.started", "item": {
-                "id": f"item_{item}", "type": "command_execution", "command": cmd,
-                "aggregated_output": "", "exit_code": None, "status": "in_progress"}}))
-            out.append(_dumps({"type": "item.completed", "item": {
-                "id": f"item_{item}", "type": "command_execution", "command": cmd,
-                "aggregated_output": _output(rng), "exit_code": code,
-                "status": "completed" if code == 0 else "failed"}}))
+            out.append(
+                _dumps(
+                    {
+                        "type": "item.started",
+                        "item": {
+                            "id": f"item_{item}",
+                            "type": "command_execution",
+                            "command": cmd,
+                            "aggregated_output": "",
+                            "exit_code": None,
+                            "status": "in_progress",
+                        },
+                    }
+                )
+            )
+            out.append(
+                _dumps(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"item_{item}",
+                            "type": "command_execution",
+                            "command": cmd,
+                            "aggregated_output": _output(rng),
+                            "exit_code": code,
+                            "status": "completed" if code == 0 else "failed",
+                        },
+                    }
+                )
+            )
         else:
             path = rng.choice(FILES)
-            out.append(_dumps({"type": "item.completed", "item": {
-                "id": f"item_{item}", "type": "file_change",
-                "changes": [{"path": f"/home/dev/project/{path}", "kind": "update"}],
-                "status": "completed"}}))
+            out.append(
+                _dumps(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "id": f"item_{item}",
+                            "type": "file_change",
+                            "changes": [{"path": f"/home/dev/project/{path}", "kind": "update"}],
+                            "status": "completed",
+                        },
+                    }
+                )
+            )
         item += 1
     if outcome is Status.KILLED:  # cut off mid-stream: no terminal event
         return TurnLog(out, outcome, said[-1] if said else None, None, assistant=said)
@@ -177,14 +233,30 @@ def codex_turn(rng: random.Random, thread: str, outcome: Status, steps: int) -> 
         return TurnLog(out, outcome, said[-1] if said else None, None, None, msg, said)
     final = f"Done. {rng.choice(MESSAGES)} Changed {rng.choice(FILES)}; all tests pass."
     said.append(final)
-    out.append(_dumps({"type": "item.completed", "item": {
-        "id": f"item_{item}", "type": "agent_message", "text": final}}))
+    out.append(
+        _dumps(
+            {
+                "type": "item.completed",
+                "item": {"id": f"item_{item}", "type": "agent_message", "text": final},
+            }
+        )
+    )
     inp = rng.randint(2_000, 400_000)
     usage = Usage(inp, rng.randint(0, inp), rng.randint(200, 20_000), rng.randint(0, 4_000))
-    out.append(_dumps({"type": "turn.completed", "usage": {
-        "input_tokens": usage.input_tokens, "cached_input_tokens": usage.cached_input_tokens,
-        "cache_write_input_tokens": 0, "output_tokens": usage.output_tokens,
-        "reasoning_output_tokens": usage.reasoning_tokens}}))
+    out.append(
+        _dumps(
+            {
+                "type": "turn.completed",
+                "usage": {
+                    "input_tokens": usage.input_tokens,
+                    "cached_input_tokens": usage.cached_input_tokens,
+                    "cache_write_input_tokens": 0,
+                    "output_tokens": usage.output_tokens,
+                    "reasoning_output_tokens": usage.reasoning_tokens,
+                },
+            }
+        )
+    )
     return TurnLog(out, outcome, final, usage, None, None, said)
 
 
@@ -211,19 +283,46 @@ def claude_turn(rng: random.Random, sid: str, model: str, outcome: Status, steps
     said: list[str] = []
 
     def assistant(content: list[dict[str, Any]], k: int) -> bytes:
-        return _dumps({"type": "assistant", "message": {
-            "id": f"msg_{k:04d}_{sid[:8]}", "type": "message", "role": "assistant",
-            "model": model, "content": content, "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 200 + 40 * k, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 150 * k, "output_tokens": 1},
-            "context_management": None}, "parent_tool_use_id": None, "session_id": sid,
-            "uuid": str(uuid.UUID(int=rng.getrandbits(128)))})
+        return _dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": f"msg_{k:04d}_{sid[:8]}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": content,
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": 200 + 40 * k,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 150 * k,
+                        "output_tokens": 1,
+                    },
+                    "context_management": None,
+                },
+                "parent_tool_use_id": None,
+                "session_id": sid,
+                "uuid": str(uuid.UUID(int=rng.getrandbits(128))),
+            }
+        )
 
     for k in range(steps):
         r = rng.random()
         if r < 0.2:
-            out.append(assistant([{"type": "thinking", "thinking": rng.choice(REASONING),
-                                   "signature": "sig" + str(k)}], k))
+            out.append(
+                assistant(
+                    [
+                        {
+                            "type": "thinking",
+                            "thinking": rng.choice(REASONING),
+                            "signature": "sig" + str(k),
+                        }
+                    ],
+                    k,
+                )
+            )
         elif r < 0.35:
             text = rng.choice(MESSAGES)
             said.append(text)
@@ -232,15 +331,47 @@ def claude_turn(rng: random.Random, sid: str, model: str, outcome: Status, steps
             tid = f"toolu_{k:02d}_{rng.getrandbits(32):08x}"
             c = rng.choice(COMMANDS)
             cmd = c.split("'")[1] if "'" in c else c
-            out.append(assistant([{"type": "tool_use", "id": tid, "name": "Bash",
-                                   "input": {"command": cmd, "description": "Run it"}}], k))
+            out.append(
+                assistant(
+                    [
+                        {
+                            "type": "tool_use",
+                            "id": tid,
+                            "name": "Bash",
+                            "input": {"command": cmd, "description": "Run it"},
+                        }
+                    ],
+                    k,
+                )
+            )
             text = _output(rng)
-            out.append(_dumps({"type": "user", "message": {"role": "user", "content": [
-                {"tool_use_id": tid, "type": "tool_result", "content": text, "is_error": False}]},
-                "parent_tool_use_id": None, "session_id": sid,
-                "uuid": str(uuid.UUID(int=rng.getrandbits(128))),
-                "tool_use_result": {"stdout": text, "stderr": "", "interrupted": False,
-                                    "isImage": False}}))
+            out.append(
+                _dumps(
+                    {
+                        "type": "user",
+                        "message": {
+                            "role": "user",
+                            "content": [
+                                {
+                                    "tool_use_id": tid,
+                                    "type": "tool_result",
+                                    "content": text,
+                                    "is_error": False,
+                                }
+                            ],
+                        },
+                        "parent_tool_use_id": None,
+                        "session_id": sid,
+                        "uuid": str(uuid.UUID(int=rng.getrandbits(128))),
+                        "tool_use_result": {
+                            "stdout": text,
+                            "stderr": "",
+                            "interrupted": False,
+                            "isImage": False,
+                        },
+                    }
+                )
+            )
     if outcome is Status.KILLED:
         return TurnLog(out, outcome, said[-1] if said else None, assistant=said)
     result = json.loads(_CLAUDE["result"])
@@ -253,8 +384,9 @@ def claude_turn(rng: random.Random, sid: str, model: str, outcome: Status, steps
     result["usage"]["output_tokens"] = usage.output_tokens
     result["total_cost_usd"] = cost
     if outcome is Status.FAILED:
-        msg = ("API Error: 500 internal server error. "
-               "This is a server-side issue, usually temporary.")
+        msg = (
+            "API Error: 500 internal server error. This is a server-side issue, usually temporary."
+        )
         result.update(is_error=True, result=msg, subtype="error_during_execution")
         out.append(_dumps(result))
         return TurnLog(out, outcome, None, usage, cost, msg, said)
@@ -274,7 +406,7 @@ def write_private(path: Path, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
@@ -294,10 +426,16 @@ class Generated:
     logs: list[TurnLog]
 
 
-def make_session(rng: random.Random, now: float, running: bool = False,
-                 sup: ProcRef | None = None, agent: ProcRef | None = None,
-                 adapter: str | None = None, turns: int | None = None,
-                 steps: tuple[int, int] = (3, 25)) -> Generated:
+def make_session(
+    rng: random.Random,
+    now: float,
+    running: bool = False,
+    sup: ProcRef | None = None,
+    agent: ProcRef | None = None,
+    adapter: str | None = None,
+    turns: int | None = None,
+    steps: tuple[int, int] = (3, 25),
+) -> Generated:
     adapter = adapter or ("codex" if rng.random() < 0.6 else "claude")
     sid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
     created = now - rng.uniform(86400, 30 * 86400) if not running else now - rng.uniform(5, 600)
@@ -306,16 +444,25 @@ def make_session(rng: random.Random, now: float, running: bool = False,
     model = rng.choice(models)
     task = rng.choice(TASKS) + (TASK_DETAIL * rng.randint(0, 3))
     thread = str(uuid.UUID(int=rng.getrandbits(128)))
-    cost_source = "reported" if adapter == "claude" else (
-        "estimated" if model in DEFAULT_PRICES else "unknown")
+    cost_source = (
+        "reported"
+        if adapter == "claude"
+        else ("estimated" if model in DEFAULT_PRICES else "unknown")
+    )
     s = Session(
-        id=sid, adapter=adapter, task=task, cwd=f"/home/dev/work/proj{rng.randint(1, 40)}",
-        created_at=iso(created), updated_at=iso(created),
+        id=sid,
+        adapter=adapter,
+        task=task,
+        cwd=f"/home/dev/work/proj{rng.randint(1, 40)}",
+        created_at=iso(created),
+        updated_at=iso(created),
         name=f"job-{sid[:6]}" if rng.random() < 0.2 else None,
         model=model if adapter == "codex" else (model or "claude-sonnet-4-5"),
-        requested_model=model, context_mode="summary" if rng.random() < 0.7 else "native",
+        requested_model=model,
+        context_mode="summary" if rng.random() < 0.7 else "native",
         source=rng.choice(["cli", "cli", "cli", "mcp", "orchestrator"]),
-        dangerous=rng.random() < 0.05, cost_source=cost_source,
+        dangerous=rng.random() < 0.05,
+        cost_source=cost_source,
         agent_session_id=thread,
     )
     logs: list[TurnLog] = []
@@ -336,22 +483,30 @@ def make_session(rng: random.Random, now: float, running: bool = False,
             outcome = Status.RUNNING
         elif last:
             r = rng.random()
-            outcome = (Status.COMPLETED if r < 0.85
-                       else Status.FAILED if r < 0.95 else Status.KILLED)
+            outcome = Status.COMPLETED if r < 0.85 else Status.FAILED if r < 0.95 else Status.KILLED
         else:
             outcome = Status.COMPLETED
         k = rng.randint(*steps)
         gen_outcome = Status.KILLED if outcome is Status.RUNNING else outcome
-        log = (codex_turn(rng, thread, gen_outcome, k) if adapter == "codex"
-               else claude_turn(rng, thread, s.model or "sonnet", gen_outcome, k))
+        log = (
+            codex_turn(rng, thread, gen_outcome, k)
+            if adapter == "codex"
+            else claude_turn(rng, thread, s.model or "sonnet", gen_outcome, k)
+        )
         message = task if n == 1 else rng.choice(FOLLOWUPS)
-        turn = Turn(n=n, status=outcome, message=message[:16000],
-                    context="task" if n == 1 else s.context_mode, started_at=iso(t))
+        turn = Turn(
+            n=n,
+            status=outcome,
+            message=message[:16000],
+            context="task" if n == 1 else s.context_mode,
+            started_at=iso(t),
+        )
         if outcome is not Status.RUNNING:
             t += dur
             turn.ended_at = iso(t)
-            turn.exit_code = (0 if outcome is Status.COMPLETED
-                              else None if outcome is Status.KILLED else 1)
+            turn.exit_code = (
+                0 if outcome is Status.COMPLETED else None if outcome is Status.KILLED else 1
+            )
             turn.signal = 15 if outcome is Status.KILLED else None
             turn.usage = log.usage or Usage()
             turn.reported_usage = log.usage
@@ -366,9 +521,15 @@ def make_session(rng: random.Random, now: float, running: bool = False,
             elif log.usage is not None and model in DEFAULT_PRICES:
                 p = DEFAULT_PRICES[model]
                 u = log.usage
-                turn.cost_usd = round(((u.input_tokens - u.cached_input_tokens) * p["input"]
-                                       + u.cached_input_tokens * p["cached_input"]
-                                       + u.output_tokens * p["output"]) / 1e6, 8)
+                turn.cost_usd = round(
+                    (
+                        (u.input_tokens - u.cached_input_tokens) * p["input"]
+                        + u.cached_input_tokens * p["cached_input"]
+                        + u.output_tokens * p["output"]
+                    )
+                    / 1e6,
+                    8,
+                )
             pid = rng.randint(1000, 4_000_000)
             turn.supervisor = ProcRef(pid, round(t - dur, 2))
             turn.agent = ProcRef(pid + 1, round(t - dur + 0.05, 2))
@@ -410,28 +571,48 @@ def old_meta(g: Generated, pid: int | None = None) -> dict[str, Any]:
     msgs = []
     for turn, log in zip(s.turns, g.logs, strict=True):
         ts = _naive_local(turn.started_at)
-        msgs.append({"role": "user", "content": s.task if turn.n == 1 else turn.message,
-                     "timestamp": ts, "metadata": {}})
+        msgs.append(
+            {
+                "role": "user",
+                "content": s.task if turn.n == 1 else turn.message,
+                "timestamp": ts,
+                "metadata": {},
+            }
+        )
         for text in log.assistant:
             msgs.append({"role": "assistant", "content": text, "timestamp": ts, "metadata": {}})
     u = s.usage
-    usage = {"input_tokens": u.input_tokens, "cached_input_tokens": u.cached_input_tokens,
-             "cache_write_input_tokens": 0, "output_tokens": u.output_tokens,
-             "reasoning_output_tokens": u.reasoning_tokens, "total_tokens": u.total_tokens}
+    usage = {
+        "input_tokens": u.input_tokens,
+        "cached_input_tokens": u.cached_input_tokens,
+        "cache_write_input_tokens": 0,
+        "output_tokens": u.output_tokens,
+        "reasoning_output_tokens": u.reasoning_tokens,
+        "total_tokens": u.total_tokens,
+    }
     cur = s.turns[-1]
     return {
-        "id": s.id, "task": s.task, "status": s.status.value, "working_dir": s.cwd,
-        "created_at": _naive_local(s.created_at), "updated_at": _naive_local(s.updated_at),
+        "id": s.id,
+        "task": s.task,
+        "status": s.status.value,
+        "working_dir": s.cwd,
+        "created_at": _naive_local(s.created_at),
+        "updated_at": _naive_local(s.updated_at),
         "pid": pid if pid is not None else (cur.agent.pid if cur.agent else None),
-        "exit_code": cur.exit_code, "model": s.model or "", "turn": len(s.turns),
-        "messages": msgs, "token_usage": usage if s.status is not Status.RUNNING else {},
-        "error": s.error, "source": "user" if s.source == "cli" else "orchestrator:" + s.id[:8],
+        "exit_code": cur.exit_code,
+        "model": s.model or "",
+        "turn": len(s.turns),
+        "messages": msgs,
+        "token_usage": usage if s.status is not Status.RUNNING else {},
+        "error": s.error,
+        "source": "user" if s.source == "cli" else "orchestrator:" + s.id[:8],
         "adapter": s.adapter,
     }
 
 
-def write_old_session(old_sessions: Path, store: Store, g: Generated,
-                      pid: int | None = None) -> None:
+def write_old_session(
+    old_sessions: Path, store: Store, g: Generated, pid: int | None = None
+) -> None:
     s = g.session
     d = old_sessions / s.id
     (d / "turns").mkdir(parents=True)
@@ -483,7 +664,7 @@ class RunningOverlay:
     """50 running sessions added to the cached trees for one bench run, with live processes.
 
     Each running session's supervisor and agent are real processes (``sleep``) recorded with
-    their true identity (``zwarm.procs.identify``: pid + create time), so zwarm's reconcile
+    their true identity (``zwarm.runtime.procs.identify``: pid + create time), so zwarm's reconcile
     sees live supervisors and leaves them running, and 3.10.6 sees a live pid. Their current
     turn's log is a partial stream (no terminal event). Removed again by ``close``.
     """
@@ -491,7 +672,7 @@ class RunningOverlay:
     MANIFEST = "running-overlay.json"
 
     def __init__(self, cache: Path, n: int, adapters: tuple[str, ...]) -> None:
-        from zwarm import procs
+        from zwarm.runtime import procs
 
         self.cache = cache
         self.n = n
@@ -503,8 +684,9 @@ class RunningOverlay:
         for _ in range(n):
             pair = []
             for _ in range(2):
-                p = subprocess.Popen(["sleep", "86400"], stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                p = subprocess.Popen(
+                    ["sleep", "86400"], stdin=subprocess.DEVNULL, start_new_session=True
+                )
                 self.procs.append(p)
                 pair.append(p.pid)
             time.sleep(0.002)
@@ -530,8 +712,15 @@ class RunningOverlay:
         rng = random.Random(seed)
         now = time.time()
         for k, (sup, agent) in enumerate(self.refs):
-            g = make_session(rng, now, running=True, sup=sup, agent=agent,
-                             adapter=self.adapters[k % len(self.adapters)], steps=(100, 800))
+            g = make_session(
+                rng,
+                now,
+                running=True,
+                sup=sup,
+                agent=agent,
+                adapter=self.adapters[k % len(self.adapters)],
+                steps=(100, 800),
+            )
             self.placed += [(store.sessions, g.session.id), (old_sessions, g.session.id)]
             self._record()
             write_session(store, g)

@@ -88,8 +88,14 @@ class Sample:
 TIME = "/usr/bin/time"
 
 
-def run_cmd(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-            stdout: Any = subprocess.DEVNULL, rss: bool = False) -> Sample:
+def run_cmd(
+    argv: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdout: Any = subprocess.DEVNULL,
+    rss: bool = False,
+) -> Sample:
     """Run a whole process; wall time from just before fork to its exit, its CPU (rusage).
 
     With ``rss``, the process runs under ``/usr/bin/time -f %M`` to get its own peak RSS: the
@@ -102,8 +108,9 @@ def run_cmd(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | N
         argv = [TIME, "-f", "%M", "-o", rss_file, *argv]
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                             stderr=err)
+        p = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=err
+        )
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -233,8 +240,10 @@ def ensure_old(install: bool) -> tuple[Path | None, str]:
     if stamp.exists() and OLD_ZWARM.exists():
         return OLD_ZWARM, f"zwarm {OLD_VERSION} from {OLD_VENV}"
     if not install:
-        return None, (f"zwarm {OLD_VERSION} is not installed under {OLD_VENV} "
-                      "(run once without --quick to install it)")
+        return None, (
+            f"zwarm {OLD_VERSION} is not installed under {OLD_VENV} "
+            "(run once without --quick to install it)"
+        )
     log(f"  installing zwarm {OLD_VERSION} into {OLD_VENV} (once; ~300 MB) ...")
     wheels = CACHE / "old-wheels"
     try:
@@ -242,12 +251,27 @@ def ensure_old(install: bool) -> tuple[Path | None, str]:
             shutil.rmtree(OLD_VENV)
         subprocess.run([PY, "-m", "venv", str(OLD_VENV)], check=True, capture_output=True)
         pip = str(OLD_VENV / "bin" / "pip")
-        subprocess.run([pip, "download", "--no-deps", "--python-version", "3.13",
-                        "--only-binary=:all:", f"zwarm=={OLD_VERSION}", "-d", str(wheels)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                pip,
+                "download",
+                "--no-deps",
+                "--python-version",
+                "3.13",
+                "--only-binary=:all:",
+                f"zwarm=={OLD_VERSION}",
+                "-d",
+                str(wheels),
+            ],
+            check=True,
+            capture_output=True,
+        )
         wheel = next(wheels.glob(f"zwarm-{OLD_VERSION}-*.whl"))
-        subprocess.run([pip, "install", "--ignore-requires-python", str(wheel)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [pip, "install", "--ignore-requires-python", str(wheel)],
+            check=True,
+            capture_output=True,
+        )
         run_cmd([str(OLD_ZWARM), "--help"])
     except (subprocess.CalledProcessError, StopIteration, BenchError, OSError) as e:
         detail = getattr(e, "stderr", b"") or b""
@@ -280,23 +304,40 @@ def fig1(cfg: argparse.Namespace) -> None:
     raw("fig1", res)
     fl = res["floor"]
     ref = f"import click {spread(fl)}"
-    for key, what in (("help", "zwarm --help"), ("ls_json", "zwarm ls --json, empty state dir"),
-                      ("ls", "zwarm ls, empty state dir")):
+    for key, what in (
+        ("help", "zwarm --help"),
+        ("ls_json", "zwarm ls --json, empty state dir"),
+        ("ls", "zwarm ls, empty state dir"),
+    ):
         r = paired_ratio(res[key], fl)
-        ROWS.append(Row("1", what, spread(res[key]), ref, f"{r:.2f}× floor", "≤ 1.5× floor",
-                        check(r <= 1.5)))
+        ROWS.append(
+            Row(
+                "1", what, spread(res[key]), ref, f"{r:.2f}× floor", "≤ 1.5× floor", check(r <= 1.5)
+            )
+        )
     if "old_help" in res:
         r = paired_ratio(res["old_help"], res["help"])
-        ROWS.append(Row("1", f"zwarm {OLD_VERSION} --help", spread(res["old_help"]),
-                        f"zwarm --help {spread(res['help'])}", f"{r:.0f}× slower", "", "info"))
+        ROWS.append(
+            Row(
+                "1",
+                f"zwarm {OLD_VERSION} --help",
+                spread(res["old_help"]),
+                f"zwarm --help {spread(res['help'])}",
+                f"{r:.0f}× slower",
+                "",
+                "info",
+            )
+        )
 
 
 def fig2_3(cfg: argparse.Namespace) -> None:
     import gen
 
     sizes = [100, 1000] if cfg.quick else [1000, 10000]
-    log(f"[2,3] listing {', '.join(f'{n:,}' for n in sizes)} finished + {cfg.running} running "
-        "sessions vs reading every meta.json" + (f"; and zwarm {OLD_VERSION}" if cfg.old else ""))
+    log(
+        f"[2,3] listing {', '.join(f'{n:,}' for n in sizes)} finished + {cfg.running} running "
+        "sessions vs reading every meta.json" + (f"; and zwarm {OLD_VERSION}" if cfg.old else "")
+    )
     env, cwd = base_env(), workdir()
     trees = {n: gen.ensure_tree(CACHE, n, log) for n in sizes}
     # zwarm's listing index keeps only rows of files older than its settle window (2 s):
@@ -322,12 +363,15 @@ def _check_listing(new: Path, n: int, running: int, env: dict[str, str], cwd: Pa
     for r in rows:
         st[r["status"]] = st.get(r["status"], 0) + 1
     if len(rows) != n + running or st.get("running", 0) != running or st.get("damaged"):
-        raise BenchError(f"zwarm ls --json over the {n}-session tree listed {len(rows)} rows, "
-                         f"statuses {st}; expected {n + running} with {running} running")
+        raise BenchError(
+            f"zwarm ls --json over the {n}-session tree listed {len(rows)} rows, "
+            f"statuses {st}; expected {n + running} with {running} running"
+        )
 
 
-def _listing(cfg: argparse.Namespace, n: int, new: Path, old: Path, env: dict[str, str],
-             cwd: Path) -> None:
+def _listing(
+    cfg: argparse.Namespace, n: int, new: Path, old: Path, env: dict[str, str], cwd: Path
+) -> None:
     _check_listing(new, n, cfg.running, env, cwd)
 
     def cmd(argv: list[str]) -> Callable[[], Sample]:
@@ -356,24 +400,51 @@ def _listing(cfg: argparse.Namespace, n: int, new: Path, old: Path, env: dict[st
     ref = f"read-meta floor {spread(fl)}"
     r = paired_ratio(res["ls_json"], fl)
     sized = n >= 1000  # the target's sizes; --quick's 100 is start-up bound, for information
-    ROWS.append(Row("2", f"zwarm ls --json, {label}", spread(res["ls_json"]), ref,
-                    f"{r:.2f}× floor", "≤ 2× floor" if sized else "",
-                    check(r <= 2.0) if sized else "info"))
+    ROWS.append(
+        Row(
+            "2",
+            f"zwarm ls --json, {label}",
+            spread(res["ls_json"]),
+            ref,
+            f"{r:.2f}× floor",
+            "≤ 2× floor" if sized else "",
+            check(r <= 2.0) if sized else "info",
+        )
+    )
     r = paired_ratio(res["ls"], fl)
-    ROWS.append(Row("2", f"zwarm ls (table), {label}", spread(res["ls"]), ref,
-                    f"{r:.2f}× floor", "", "info"))
+    ROWS.append(
+        Row(
+            "2", f"zwarm ls (table), {label}", spread(res["ls"]), ref, f"{r:.2f}× floor", "", "info"
+        )
+    )
     r = paired_ratio(res["ls_cold"], fl)
-    ROWS.append(Row("2", "  ls --json with no index yet (first listing; writes it)",
-                    spread(res["ls_cold"]), ref, f"{r:.2f}× floor", "", "info"))
+    ROWS.append(
+        Row(
+            "2",
+            "  ls --json with no index yet (first listing; writes it)",
+            spread(res["ls_cold"]),
+            ref,
+            f"{r:.2f}× floor",
+            "",
+            "info",
+        )
+    )
     if "old" in res:
         r = paired_ratio(res["old"], res["ls_json"])
         target = "≥ 20× faster" if n == 1000 else ""
-        ROWS.append(Row("3", f"zwarm {OLD_VERSION} sessions, {label}", spread(res["old"]),
-                        f"zwarm ls --json {spread(res['ls_json'])}",
-                        f"zwarm {r:.0f}× faster", target, check(r >= 20) if target else "info"))
+        ROWS.append(
+            Row(
+                "3",
+                f"zwarm {OLD_VERSION} sessions, {label}",
+                spread(res["old"]),
+                f"zwarm ls --json {spread(res['ls_json'])}",
+                f"zwarm {r:.0f}× faster",
+                target,
+                check(r >= 20) if target else "info",
+            )
+        )
     elif n == sizes_first(cfg):
-        ROWS.append(Row("3", f"zwarm {OLD_VERSION} sessions", "—", "", "", "≥ 20× faster",
-                        "SKIP"))
+        ROWS.append(Row("3", f"zwarm {OLD_VERSION} sessions", "—", "", "", "≥ 20× faster", "SKIP"))
 
 
 def sizes_first(cfg: argparse.Namespace) -> int:
@@ -393,6 +464,9 @@ def fig4(cfg: argparse.Namespace) -> None:
         f"[codex]\ncommand = [{json.dumps(str(TS_AGENT))}]\n"
         f"[codex.env]\nBENCH_TS_FILE = {json.dumps(str(ts_file))}\n"
     )
+    from zwarm.trust import trust_config
+
+    trust_config(state / "config.toml", environ=env)  # the bench's own agent: trusted as written
 
     def agent_starts() -> list[float]:
         return [float(x) for x in ts_file.read_text().split()]
@@ -401,8 +475,22 @@ def fig4(cfg: argparse.Namespace) -> None:
         before = len(agent_starts())
         with tempfile.TemporaryFile() as out:
             t_wall = time.time()
-            s = run_cmd([ZWARM, "--state-dir", str(state), "spawn", "say ok", "--adapter",
-                         "codex", "-C", str(cwd)], cwd=cwd, env=env, stdout=out)
+            s = run_cmd(
+                [
+                    ZWARM,
+                    "--state-dir",
+                    str(state),
+                    "spawn",
+                    "say ok",
+                    "--adapter",
+                    "codex",
+                    "-C",
+                    str(cwd),
+                ],
+                cwd=cwd,
+                env=env,
+                stdout=out,
+            )
             out.seek(0)
             sid = out.read().decode().strip()
         deadline = time.monotonic() + 20
@@ -414,18 +502,38 @@ def fig4(cfg: argparse.Namespace) -> None:
         _wait_finished(state, sid)
         return Sample(s.wall, s.rss_kb, s.cpu, {"agent_started": started})
 
-    cases: list[Case] = [("floor", lambda: run_cmd([PY, "-c", "import click"], cwd=cwd, env=env),
-                          None), ("spawn", spawn, None)]
+    cases: list[Case] = [
+        ("floor", lambda: run_cmd([PY, "-c", "import click"], cwd=cwd, env=env), None),
+        ("spawn", spawn, None),
+    ]
     res = measure(cases, cfg.reps)
     raw("fig4", res)
     fl = res["floor"]
     r = paired_ratio(res["spawn"], fl)
-    ROWS.append(Row("4", "zwarm spawn: invocation → command returns", spread(res["spawn"]),
-                    f"import click {spread(fl)}", f"{r:.2f}× floor", "≤ 2× floor", check(r <= 2)))
+    ROWS.append(
+        Row(
+            "4",
+            "zwarm spawn: invocation → command returns",
+            spread(res["spawn"]),
+            f"import click {spread(fl)}",
+            f"{r:.2f}× floor",
+            "≤ 2× floor",
+            check(r <= 2),
+        )
+    )
     started = {k: Sample(v.extra["agent_started"]) for k, v in res["spawn"].items()}
     r2 = paired_ratio(started, fl)
-    ROWS.append(Row("4", "zwarm spawn: invocation → agent process running", spread(started),
-                    f"import click {spread(fl)}", f"{r2:.2f}× floor", "", "info"))
+    ROWS.append(
+        Row(
+            "4",
+            "zwarm spawn: invocation → agent process running",
+            spread(started),
+            f"import click {spread(fl)}",
+            f"{r2:.2f}× floor",
+            "",
+            "info",
+        )
+    )
 
 
 def _wait_finished(state: Path, sid: str) -> None:
@@ -468,51 +576,95 @@ def fig5(cfg: argparse.Namespace) -> None:
         lines = sum(1 for _ in f)
     # correctness: the output is one JSON array (checked at its ends; parsed fully if small)
     with tempfile.TemporaryFile() as out:
-        run_cmd([ZWARM, "--state-dir", str(state), "trajectory", sid, "--json"], cwd=cwd,
-                env=env, stdout=out)
+        run_cmd(
+            [ZWARM, "--state-dir", str(state), "trajectory", sid, "--json"],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+        )
         out.seek(0)
         head = out.read(1)
         out.seek(-2, os.SEEK_END)
         if head != b"[" or out.read() != b"]\n":
             raise BenchError("trajectory --json did not print a JSON array")
     cases: list[Case] = [
-        ("floor", lambda: run_cmd([PY, "-c", FLOOR_LOADS, str(log_path)], cwd=cwd, env=env,
-                                  rss=True), None),
-        ("traj", lambda: run_cmd([ZWARM, "--state-dir", str(state), "trajectory", sid, "--json"],
-                                 cwd=cwd, env=env, rss=True), None),
-        ("parse", lambda: run_cmd([PY, "-c", PARSE_ONLY, str(state), sid], cwd=cwd, env=env),
-         None),
+        (
+            "floor",
+            lambda: run_cmd([PY, "-c", FLOOR_LOADS, str(log_path)], cwd=cwd, env=env, rss=True),
+            None,
+        ),
+        (
+            "traj",
+            lambda: run_cmd(
+                [ZWARM, "--state-dir", str(state), "trajectory", sid, "--json"],
+                cwd=cwd,
+                env=env,
+                rss=True,
+            ),
+            None,
+        ),
+        ("parse", lambda: run_cmd([PY, "-c", PARSE_ONLY, str(state), sid], cwd=cwd, env=env), None),
     ]
     res = measure(cases, max(3, cfg.reps // 2) if not cfg.quick else 3)
     raw("fig5", res)
     fl = res["floor"]
     r = paired_ratio(res["traj"], fl)
     what = f"zwarm trajectory --json, {size / 1e6:.0f} MB / {lines:,} lines"
-    ROWS.append(Row("5", what, spread(res["traj"]), f"json.loads loop {spread(fl)}",
-                    f"{r:.2f}× floor", "≤ 1.5× floor", check(r <= 1.5)))
+    ROWS.append(
+        Row(
+            "5",
+            what,
+            spread(res["traj"]),
+            f"json.loads loop {spread(fl)}",
+            f"{r:.2f}× floor",
+            "≤ 1.5× floor",
+            check(r <= 1.5),
+        )
+    )
     r = paired_ratio(res["parse"], fl)
-    ROWS.append(Row("5", "  parsing alone: the same steps from the API, not printed",
-                    spread(res["parse"]), f"json.loads loop {spread(fl)}", f"{r:.2f}× floor",
-                    "≤ 1.5× floor", check(r <= 1.5)))
+    ROWS.append(
+        Row(
+            "5",
+            "  parsing alone: the same steps from the API, not printed",
+            spread(res["parse"]),
+            f"json.loads loop {spread(fl)}",
+            f"{r:.2f}× floor",
+            "≤ 1.5× floor",
+            check(r <= 1.5),
+        )
+    )
     peak = max(s.rss_kb for s in res["traj"].values())
     if not peak:
         ROWS.append(Row("5", "  peak RSS", "—", f"{TIME} not available", "", "< 100 MB", "SKIP"))
         return
-    ROWS.append(Row("5", "  peak RSS of that (max over runs)", fmt_mb(peak),
-                    f"json.loads loop {fmt_mb(max(s.rss_kb for s in fl.values()))}", "",
-                    "< 100 MB", check(peak < 100 * 1024)))
+    ROWS.append(
+        Row(
+            "5",
+            "  peak RSS of that (max over runs)",
+            fmt_mb(peak),
+            f"json.loads loop {fmt_mb(max(s.rss_kb for s in fl.values()))}",
+            "",
+            "< 100 MB",
+            check(peak < 100 * 1024),
+        )
+    )
 
 
 def fig6(cfg: argparse.Namespace) -> None:
     n, events = (5, 2000) if cfg.quick else (50, 20000)
     rounds = 1 if cfg.quick else 3
-    log(f"[6] {n} concurrent sessions × {events:,} events, through zwarm vs the agents alone "
-        f"({rounds} round{'s' if rounds > 1 else ''})")
+    log(
+        f"[6] {n} concurrent sessions × {events:,} events, through zwarm vs the agents alone "
+        f"({rounds} round{'s' if rounds > 1 else ''})"
+    )
     work = CACHE / "fig6"
 
     def worker(mode: str, n_: int, ev: int) -> dict[str, Any]:
-        r = subprocess.run([PY, str(HERE / "workers.py"), "fig6", mode, str(n_), str(ev),
-                            str(work)], capture_output=True, env=base_env())
+        r = subprocess.run(
+            [PY, str(HERE / "workers.py"), "fig6", mode, str(n_), str(ev), str(work)],
+            capture_output=True,
+            env=base_env(),
+        )
         if r.returncode != 0:
             raise BenchError(f"fig6 {mode} worker failed: {r.stderr.decode()[-1500:]}")
         d = json.loads(r.stdout)
@@ -537,31 +689,73 @@ def fig6(cfg: argparse.Namespace) -> None:
             else:
                 rss += d["sup_rss_kb"]
                 unsampled += d["sup_rss_unsampled"]
-                zw[r] = Sample(d["wall_s"], max(d["sup_rss_kb"] or [0]), d["sup_cpu_s"],
-                               {"agent_cpu": d["agent_cpu_s"], "spawner_cpu": d["spawner_cpu_s"],
-                                "cpu_share": d["sup_cpu_s"] / d["agent_cpu_s"]})
-    RAW["fig6"] = {"alone": [vars(s) for s in alone.values()],
-                   "zwarm": [vars(s) for s in zw.values()], "problems": problems[:50]}
+                zw[r] = Sample(
+                    d["wall_s"],
+                    max(d["sup_rss_kb"] or [0]),
+                    d["sup_cpu_s"],
+                    {
+                        "agent_cpu": d["agent_cpu_s"],
+                        "spawner_cpu": d["spawner_cpu_s"],
+                        "cpu_share": d["sup_cpu_s"] / d["agent_cpu_s"],
+                    },
+                )
+    RAW["fig6"] = {
+        "alone": [vars(s) for s in alone.values()],
+        "zwarm": [vars(s) for s in zw.values()],
+        "problems": problems[:50],
+    }
     total = n * events * rounds
-    ROWS.append(Row("6", f"{n} sessions × {events:,} events: lines lost or out of order",
-                    f"{len(problems)} problems in {total:,} lines", "every turn file checked",
-                    "", "0 lost", check(not problems)))
+    ROWS.append(
+        Row(
+            "6",
+            f"{n} sessions × {events:,} events: lines lost or out of order",
+            f"{len(problems)} problems in {total:,} lines",
+            "every turn file checked",
+            "",
+            "0 lost",
+            check(not problems),
+        )
+    )
     for p in problems[:5]:
         NOTES.append(f"fig 6: {p}")
     r_wall = paired_ratio(zw, alone)
-    ROWS.append(Row("6", "  wall time, spawn → last session finished", spread(zw),
-                    f"agents alone {spread(alone)}", f"{r_wall:.2f}× alone", "", "info"))
+    ROWS.append(
+        Row(
+            "6",
+            "  wall time, spawn → last session finished",
+            spread(zw),
+            f"agents alone {spread(alone)}",
+            f"{r_wall:.2f}× alone",
+            "",
+            "info",
+        )
+    )
     rss_med = statistics.median(rss) if rss else 0
-    ROWS.append(Row("6", "  supervisor peak RSS (VmHWM) per session",
-                    f"{fmt_mb(rss_med)} ({fmt_mb(min(rss or [0]))}–{fmt_mb(max(rss or [0]))})",
-                    f"{len(rss)} of {len(rss) + unsampled} supervisors sampled", "", "≤ 15 MB",
-                    check(bool(rss) and max(rss) <= 15 * 1024)))
+    ROWS.append(
+        Row(
+            "6",
+            "  supervisor peak RSS (VmHWM) per session",
+            f"{fmt_mb(rss_med)} ({fmt_mb(min(rss or [0]))}–{fmt_mb(max(rss or [0]))})",
+            f"{len(rss)} of {len(rss) + unsampled} supervisors sampled",
+            "",
+            "≤ 15 MB",
+            check(bool(rss) and max(rss) <= 15 * 1024),
+        )
+    )
     share = statistics.median(s.extra["cpu_share"] for s in zw.values())
     per = {k: Sample(v.cpu / n) for k, v in zw.items()}
     agent_per = {k: Sample(v.extra["agent_cpu"] / n) for k, v in zw.items()}
-    ROWS.append(Row("6", "  supervisor CPU per session / its agent's CPU",
-                    f"{spread(per)} / {spread(agent_per)}", "",
-                    f"{share * 100:.0f}% of agents", "< 10%", check(share < 0.10)))
+    ROWS.append(
+        Row(
+            "6",
+            "  supervisor CPU per session / its agent's CPU",
+            f"{spread(per)} / {spread(agent_per)}",
+            "",
+            f"{share * 100:.0f}% of agents",
+            "< 10%",
+            check(share < 0.10),
+        )
+    )
 
 
 def fig7(cfg: argparse.Namespace) -> None:
@@ -571,8 +765,11 @@ def fig7(cfg: argparse.Namespace) -> None:
     state = CACHE / "state-followup"
     sid = gen.make_many_turns(state, 100)
     reps = 5 if cfg.quick else 15
-    r = subprocess.run([PY, str(HERE / "workers.py"), "followup", str(state), sid, str(reps)],
-                       capture_output=True, env=base_env())
+    r = subprocess.run(
+        [PY, str(HERE / "workers.py"), "followup", str(state), sid, str(reps)],
+        capture_output=True,
+        env=base_env(),
+    )
     if r.returncode != 0:
         raise BenchError(f"followup worker failed: {r.stderr.decode()[-1500:]}")
     d = json.loads(r.stdout)
@@ -582,16 +779,49 @@ def fig7(cfg: argparse.Namespace) -> None:
         return {i: Sample(v) for i, v in enumerate(d[key])}
 
     info = f"{d['turns']} turns, {d['log_bytes'] / 1e6:.1f} MB of logs"
-    ROWS.append(Row("7", "follow-up prompt, all digests cached", spread(s("cached_s")), info,
-                    "", "< 50 ms", check(med(s("cached_s")) < 0.05)))
-    ROWS.append(Row("7", "  latest turn not yet digested (the usual inject)",
-                    spread(s("latest_s")), "", "", "< 50 ms", check(med(s("latest_s")) < 0.05)))
-    ROWS.append(Row("7", "  first build, no digest cached (all 100 logs parsed)",
-                    spread(s("cold_s")), f"prompt {d['prompt_chars']:,} chars", "", "", "info"))
+    ROWS.append(
+        Row(
+            "7",
+            "follow-up prompt, all digests cached",
+            spread(s("cached_s")),
+            info,
+            "",
+            "< 50 ms",
+            check(med(s("cached_s")) < 0.05),
+        )
+    )
+    ROWS.append(
+        Row(
+            "7",
+            "  latest turn not yet digested (the usual inject)",
+            spread(s("latest_s")),
+            "",
+            "",
+            "< 50 ms",
+            check(med(s("latest_s")) < 0.05),
+        )
+    )
+    ROWS.append(
+        Row(
+            "7",
+            "  first build, no digest cached (all 100 logs parsed)",
+            spread(s("cold_s")),
+            f"prompt {d['prompt_chars']:,} chars",
+            "",
+            "",
+            "info",
+        )
+    )
 
 
 FIGURES: dict[int, Callable[[argparse.Namespace], None]] = {
-    1: fig1, 2: fig2_3, 3: fig2_3, 4: fig4, 5: fig5, 6: fig6, 7: fig7,
+    1: fig1,
+    2: fig2_3,
+    3: fig2_3,
+    4: fig4,
+    5: fig5,
+    6: fig6,
+    7: fig7,
 }
 
 
@@ -615,15 +845,25 @@ def machine() -> str:
     except OSError:
         pass
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{os.cpu_count()} cores ({cpu}), {mem} RAM, Linux {platform.release()}, "
-            f"Python {platform.python_version()}; load average at start {load}")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem} RAM, Linux {platform.release()}, "
+        f"Python {platform.python_version()}; load average at start {load}"
+    )
 
 
 def table(rows: list[Row], markdown: bool) -> str:
-    head = ("#", "figure", "measured: median (min–max)", "reference (same run)", "ratio",
-            "target", "result")
-    cells = [head] + [(r.fig, r.what, r.value, r.reference, r.ratio, r.target, r.result)
-                      for r in rows]
+    head = (
+        "#",
+        "figure",
+        "measured: median (min–max)",
+        "reference (same run)",
+        "ratio",
+        "target",
+        "result",
+    )
+    cells = [head] + [
+        (r.fig, r.what, r.value, r.reference, r.ratio, r.target, r.result) for r in rows
+    ]
     if markdown:
         esc = [[c.replace("|", "\\|") for c in row] for row in cells]
         lines = ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(head)]
@@ -676,8 +916,10 @@ def main(argv: list[str] | None = None) -> int:
     text = table(ROWS, markdown=False)
     print()
     print(f"zwarm bench{' --quick' if cfg.quick else ''}: {info}")
-    print(f"rounds per figure: {cfg.reps} after a warm-up; ratios are medians of per-round "
-          f"ratios; wall time {elapsed:.0f} s; load average at end {load}")
+    print(
+        f"rounds per figure: {cfg.reps} after a warm-up; ratios are medians of per-round "
+        f"ratios; wall time {elapsed:.0f} s; load average at end {load}"
+    )
     print()
     print(text)
     for note in NOTES:
@@ -686,10 +928,22 @@ def main(argv: list[str] | None = None) -> int:
     (CACHE / "last-run.md").write_text(
         f"Machine: {info}. Rounds: {cfg.reps} after a warm-up{' (quick)' if cfg.quick else ''}; "
         f"total {elapsed:.0f} s; load average at end {load}.\n\n{md}\n"
-        + "".join(f"\n- {n}" for n in NOTES) + "\n")
-    (CACHE / "last-run.json").write_text(json.dumps(
-        {"machine": info, "quick": cfg.quick, "reps": cfg.reps, "rows": [vars(r) for r in ROWS],
-         "notes": NOTES, "raw": RAW}, indent=1))
+        + "".join(f"\n- {n}" for n in NOTES)
+        + "\n"
+    )
+    (CACHE / "last-run.json").write_text(
+        json.dumps(
+            {
+                "machine": info,
+                "quick": cfg.quick,
+                "reps": cfg.reps,
+                "rows": [vars(r) for r in ROWS],
+                "notes": NOTES,
+                "raw": RAW,
+            },
+            indent=1,
+        )
+    )
     return 1 if failed else 0
 
 

@@ -62,6 +62,9 @@ def _write_config(state: Path, events: int) -> None:
         "[codex.env]\n"
         f'BENCH_EVENTS = "{events}"\n'
     )
+    from zwarm.trust import trust_config
+
+    trust_config(state / "config.toml")  # the bench's own agent command: trusted as written
 
 
 def fig6_alone(n: int, events: int, work: Path) -> dict:
@@ -81,9 +84,17 @@ def fig6_alone(n: int, events: int, work: Path) -> dict:
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
             fd = os.open(out_dir / f"agent_{k}.jsonl", flags, 0o600)
             try:
-                procs.append(subprocess.Popen([PY, str(STREAM_AGENT)], stdin=stdin, stdout=fd,
-                                              stderr=subprocess.DEVNULL, env=env,
-                                              start_new_session=True, close_fds=True))
+                procs.append(
+                    subprocess.Popen(
+                        [PY, str(STREAM_AGENT)],
+                        stdin=stdin,
+                        stdout=fd,
+                        stderr=subprocess.DEVNULL,
+                        env=env,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
+                )
             finally:
                 os.close(fd)
     cpu = 0.0
@@ -147,8 +158,11 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
     cwd = work / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    spawner = subprocess.Popen([PY, __file__, "spawner", str(state), str(n), str(cwd)],
-                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    spawner = subprocess.Popen(
+        [PY, __file__, "spawner", str(state), str(n), str(cwd)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     sup: dict[int, str] = {}  # supervisor pid -> session id
     lock = threading.Lock()
     spawn_out: list[dict] = []
@@ -244,7 +258,7 @@ def spawner(state: Path, n: int, cwd: Path) -> None:
     """Spawn n sessions through ``zwarm.api.Zwarm``; print each supervisor's pid at once."""
     import resource
 
-    import zwarm.adapters.base as base
+    import zwarm.engine.manager as base
     from zwarm.api import Zwarm
 
     keep: list[object] = []
@@ -277,8 +291,9 @@ def followup(state: Path, sid: str, reps: int) -> dict:
     turns_dir = store.session_dir(sid) / "turns"
 
     def clear_digests(only_latest: bool) -> None:
-        paths = sorted(turns_dir.glob("*.digest.json"),
-                       key=lambda p: int(p.name.split("_")[1].split(".")[0]))
+        paths = sorted(
+            turns_dir.glob("*.digest.json"), key=lambda p: int(p.name.split("_")[1].split(".")[0])
+        )
         for p in paths[-1:] if only_latest else paths:
             p.unlink()
 

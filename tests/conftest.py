@@ -2,9 +2,14 @@
 
 Owns the ``zw`` fixture (state dir, environment with the fake agents first on PATH, running
 the installed ``zwarm`` as a real subprocess, building a ``zwarm.api.Zwarm`` on the same state
-dir), ``wait_until`` and the ``SAMPLES``/``FAKE_BIN`` paths. Must stay true: nothing here
-touches anything outside ``tmp_path`` (HOME and TMPDIR are isolated too), and every wait is
-on a condition with a generous deadline, never on elapsed time.
+dir), ``wait_until``, the ``SAMPLES``/``FAKE_BIN`` paths, and the autouse ``private_trust``:
+every test gets its own zwarm trust file and launch pins (``XDG_CONFIG_HOME`` and
+``XDG_STATE_HOME`` under ``tmp_path``, set in ``os.environ`` so every zwarm subprocess inherits
+them). Must stay true: nothing here touches anything outside ``tmp_path`` (HOME, TMPDIR, the
+trust file and pins are isolated too); every wait is on a condition with a generous deadline,
+never on elapsed time; a test's config.toml is trusted only by writing it through
+``ZW.write_config`` (or ``zwarm.trust.trust_config``): there is no switch that trusts every
+config.
 """
 
 from __future__ import annotations
@@ -32,8 +37,12 @@ ZWARM_BIN = VENV_BIN / "zwarm" if (VENV_BIN / "zwarm").exists() else ROOT / ".ve
 DEFAULT_TIMEOUT = 60.0
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT,
-               interval: float = 0.05, message: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value (returned); fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -55,21 +64,33 @@ class ZW:
     env: dict[str, str]
     record: Path  # FAKE_RECORD directory the fake agents write argv/prompt into
 
-    def run(self, *args: str, input: str | bytes | None = None,
-            env_extra: Mapping[str, str] | None = None, check: bool | None = None,
-            cwd: Path | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        *args: str,
+        input: str | bytes | None = None,
+        env_extra: Mapping[str, str] | None = None,
+        check: bool | None = None,
+        cwd: Path | None = None,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
         """Run the installed ``zwarm`` CLI; text output. ``check=True`` asserts exit 0."""
         env = dict(self.env)
         if env_extra:
             env.update(env_extra)
         data = input.encode("utf-8") if isinstance(input, str) else input
         proc = subprocess.run(
-            [str(ZWARM_BIN), *args], input=data, capture_output=True, env=env,
-            cwd=str(cwd or self.cwd), timeout=timeout,
+            [str(ZWARM_BIN), *args],
+            input=data,
+            capture_output=True,
+            env=env,
+            cwd=str(cwd or self.cwd),
+            timeout=timeout,
         )
         res = subprocess.CompletedProcess(
-            proc.args, proc.returncode,
-            proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"),
+            proc.args,
+            proc.returncode,
+            proc.stdout.decode("utf-8", "replace"),
+            proc.stderr.decode("utf-8", "replace"),
         )
         if check:
             assert res.returncode == 0, (
@@ -78,15 +99,25 @@ class ZW:
             )
         return res
 
-    def run_bytes(self, *args: str, input: bytes | None = None,
-                  env_extra: Mapping[str, str] | None = None,
-                  timeout: float = 120.0) -> subprocess.CompletedProcess[bytes]:
+    def run_bytes(
+        self,
+        *args: str,
+        input: bytes | None = None,
+        env_extra: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[bytes]:
         """Like ``run`` but returns raw bytes (for ``logs``)."""
         env = dict(self.env)
         if env_extra:
             env.update(env_extra)
-        return subprocess.run([str(ZWARM_BIN), *args], input=input, capture_output=True,
-                              env=env, cwd=str(self.cwd), timeout=timeout)
+        return subprocess.run(
+            [str(ZWARM_BIN), *args],
+            input=input,
+            capture_output=True,
+            env=env,
+            cwd=str(self.cwd),
+            timeout=timeout,
+        )
 
     def json(self, *args: str, **kw: Any) -> Any:
         """Run a command with ``--json`` appended and parse stdout (asserts exit 0)."""
@@ -102,6 +133,17 @@ class ZW:
         if env_extra:
             environ.update(env_extra)
         return Zwarm(env=Env(state_dir=self.state_dir, environ=environ, cwd=self.cwd))
+
+    def write_config(self, text: str | bytes) -> Path:
+        """Write ``config.toml`` in the state dir (which must exist) and trust it, as a user
+        who wrote it would (``zwarm trust``): the test's fake-agent commands then run."""
+        from zwarm.trust import trust_config
+
+        path = self.state_dir / "config.toml"
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        path.write_bytes(data)
+        trust_config(path, data, environ=self.env)
+        return path
 
     def sample(self, name: str) -> str:
         """Absolute path of a sample JSONL, e.g. ``zw.sample("codex_simple")``."""
@@ -128,16 +170,21 @@ class ZW:
         return len(list(self.record.glob("argv*.json")))
 
     # ----- sessions, as a test sees them
-    def spawn(self, *args: str, env_extra: Mapping[str, str] | None = None,
-              input: str | bytes | None = None) -> str:
+    def spawn(
+        self,
+        *args: str,
+        env_extra: Mapping[str, str] | None = None,
+        input: str | bytes | None = None,
+    ) -> str:
         """``zwarm spawn ARGS``; asserts exit 0 and returns the printed session id."""
         res = self.run("spawn", *args, env_extra=env_extra, input=input, check=True)
         sid = res.stdout.strip()
         assert len(sid) == 36 and sid.count("-") == 4, res.stdout
         return sid
 
-    def wait(self, *sids: str,
-             timeout: float = DEFAULT_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    def wait(
+        self, *sids: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> subprocess.CompletedProcess[str]:
         return self.run("wait", *sids, "--timeout", str(timeout), timeout=timeout + 60)
 
     def session_dir(self, sid: str) -> Path:
@@ -181,8 +228,11 @@ def make_env(tmp: Path, state_dir: Path, record: Path) -> dict[str, str]:
     tmpdir = tmp / "tmpdir"
     home.mkdir(exist_ok=True)
     tmpdir.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ZWARM_", "FAKE_", "OPENAI_", "ANTHROPIC_", "CODEX_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ZWARM_", "FAKE_", "OPENAI_", "ANTHROPIC_", "CODEX_"))
+    }
     env.update(
         PATH=os.pathsep.join([str(FAKE_BIN), str(VENV_BIN), env.get("PATH", "/usr/bin:/bin")]),
         ZWARM_DIR=str(state_dir),
@@ -196,6 +246,17 @@ def make_env(tmp: Path, state_dir: Path, record: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(autouse=True)
+def private_trust(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own zwarm trust file location (created only when something is trusted),
+    and its own ``XDG_STATE_HOME`` (launch pins): nothing a test does lands in the real home,
+    and the API in the test process and the CLI and supervisors it starts agree on both."""
+    xdg = tmp_path / "xdg-config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    return xdg / "zwarm" / "trust.json"
+
+
 @pytest.fixture
 def zw(tmp_path: Path) -> Iterator[ZW]:
     """An isolated zwarm world; state dir ``tmp/state`` (not created), cwd ``tmp/work``.
@@ -206,8 +267,9 @@ def zw(tmp_path: Path) -> Iterator[ZW]:
     cwd.mkdir()
     state = tmp_path / "state"
     record = tmp_path / "record"
-    world = ZW(tmp=tmp_path, state_dir=state, cwd=cwd, env=make_env(tmp_path, state, record),
-               record=record)
+    world = ZW(
+        tmp=tmp_path, state_dir=state, cwd=cwd, env=make_env(tmp_path, state, record), record=record
+    )
     yield world
     _kill_leftovers(world)
 

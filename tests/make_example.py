@@ -43,8 +43,11 @@ def codex_session(world: RealWorld) -> None:
         Reply([shell("wc -l NOTES.md")], Usage(900, 0, 20)),
         Reply([text("NOTES.md has 3 lines; nothing else changed.")], Usage(1000, 896, 15)),
     ], **shell_args("codex"))  # fmt: skip
-    sid = world.api().spawn("Summarise this project in NOTES.md", adapter="codex",
-                            cwd=work, name="notes").id
+    sid = (
+        world.api()
+        .spawn("Summarise this project in NOTES.md", adapter="codex", cwd=work, name="notes")
+        .id
+    )
     world.wait(sid)
     world.api().inject(sid, "How long is NOTES.md now?", context="summary")
     world.wait(sid)
@@ -57,8 +60,13 @@ def claude_session(world: RealWorld) -> None:
         Reply([text("All 3 tests pass.")], Usage(2600, 2048, 12)),
         Reply([text("No: the suite has no slow tests.")], Usage(2700, 2560, 10)),
     ], **shell_args("claude"))  # fmt: skip
-    sid = world.api().spawn("Run the tests and tell me if they pass", adapter="claude",
-                            cwd=world.work, name="tests").id
+    sid = (
+        world.api()
+        .spawn(
+            "Run the tests and tell me if they pass", adapter="claude", cwd=world.work, name="tests"
+        )
+        .id
+    )
     world.wait(sid)
     world.api().inject(sid, "Are any of them slow?", context="native")
     world.wait(sid)
@@ -69,8 +77,11 @@ def scrub(path: Path, tmp: Path) -> None:
     escaped form JSON may use, and in claude's dashed project-directory form)."""
     raw = path.read_bytes()
     for old in (str(tmp / "work"), str(tmp)):
-        for form, new in ((old, PROJECT), (json.dumps(old)[1:-1], PROJECT),
-                          (re.sub("[^A-Za-z0-9]", "-", old), PROJECT.replace("/", "-"))):
+        for form, new in (
+            (old, PROJECT),
+            (json.dumps(old)[1:-1], PROJECT),
+            (re.sub("[^A-Za-z0-9]", "-", old), PROJECT.replace("/", "-")),
+        ):
             raw = raw.replace(form.encode(), new.encode())
     path.write_bytes(raw)
 
@@ -86,8 +97,9 @@ def main() -> int:
             world.close()
         for sub in ("sessions", "names"):
             shutil.rmtree(EXAMPLE / sub, ignore_errors=True)
-            shutil.copytree(world.state / sub, EXAMPLE / sub,
-                            ignore=shutil.ignore_patterns(".lock"))
+            shutil.copytree(
+                world.state / sub, EXAMPLE / sub, ignore=shutil.ignore_patterns(".lock")
+            )
         for f in EXAMPLE.rglob("*"):
             if f.is_file() and f.parent != EXAMPLE:
                 scrub(f, tmp)

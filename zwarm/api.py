@@ -4,14 +4,15 @@ Owns the operations on sessions (spawn, inject, list, show, trajectory, logs, wa
 and their stable JSON shapes. Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
-  session (never a turn log), fully parsing only sessions marked running, to reconcile them;
-  finished sessions whose meta.json is unchanged come from the listing index (``zwarm.index``);
+  session (never a turn log), each decoded by the one schema (``zwarm.model.schema``);
+  running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted;
-- it knows no agent's argv or event format: that is the adapters' (``zwarm.adapters``).
+- it knows no agent's argv or event format: that is the adapters' (``zwarm.agents``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -19,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zwarm import procs
-from zwarm.adapters import ADAPTERS, adapter_for_model, manager_class
+from zwarm import agents
+from zwarm.agents import agent_for_model, manager_class
 from zwarm.env import Env, parse_iso
 from zwarm.errors import (
     AgentNotFound,
@@ -30,16 +31,17 @@ from zwarm.errors import (
     SessionStateError,
     ZwarmError,
 )
-from zwarm.index import ListingIndex
-from zwarm.models import Session, Status
-from zwarm.steps import Step
-from zwarm.store import RawEntry, Store
+from zwarm.model import Session, Status
+from zwarm.model.steps import Step
+from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
     from zwarm import config as config_mod
-    from zwarm.adapters.base import BaseSessionManager
+    from zwarm.engine.manager import BaseSessionManager
+    from zwarm.runtime.launcher import Launcher
 
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
+LOG_CHUNK = 1 << 20  # logs streams a turn log in pieces this size: memory stays bounded
 CONTEXT_MODES = ("summary", "native")
 
 
@@ -51,6 +53,7 @@ class Zwarm:
         self.store = Store(self.env.find_state_dir())
         self._config: config_mod.Config | None = None
         self._managers: dict[str, BaseSessionManager] = {}
+        self._launchers: dict[str, Launcher] = {}
 
     # ------------------------------------------------------------------ config
     @property
@@ -62,17 +65,37 @@ class Zwarm:
         if self._config is None:
             from zwarm import config as config_mod
 
-            self._config = config_mod.load(self.config_path)
+            self._config = config_mod.load(self.config_path, self.env.environ)
         return self._config
 
     def manager(self, adapter: str) -> BaseSessionManager:
         if adapter not in self._managers:
-            try:
-                cls = manager_class(adapter)
-            except ValueError as e:
-                raise InvalidInput(str(e)) from None
+            cls = self._manager_cls(adapter)
             self._managers[adapter] = cls(self.store, self.config, self.env)
         return self._managers[adapter]
+
+    @staticmethod
+    def _manager_cls(adapter: str) -> type[BaseSessionManager]:
+        try:
+            return manager_class(adapter)
+        except ValueError as e:
+            raise InvalidInput(str(e)) from None
+
+    def reader(self, adapter: str) -> BaseSessionManager:
+        """A manager for reading, reconciling and killing ``adapter``'s sessions: those never
+        need the agent's command, so an invalid or untrusted config.toml does not stop them
+        (the built-in defaults are used instead, e.g. for price estimates)."""
+        try:
+            _ = self.config
+        except ZwarmError:
+            from zwarm import config as config_mod
+
+            key = f"{adapter}\0defaults"
+            if key not in self._managers:
+                cls = self._manager_cls(adapter)
+                self._managers[key] = cls(self.store, config_mod.defaults(), self.env)
+            return self._managers[key]
+        return self.manager(adapter)
 
     def init(self, force: bool = False) -> Path:
         """Write ``config.toml`` with every default; refuses to overwrite unless ``force``."""
@@ -106,7 +129,7 @@ class Zwarm:
         check_prompt(task)
         adapter, model = self.route(adapter, model)
         mgr = self.manager(adapter)
-        from zwarm.adapters.base import check_cwd
+        from zwarm.engine.manager import check_cwd
 
         workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd)
         if name is not None:
@@ -130,17 +153,17 @@ class Zwarm:
         model = model or None
         default_model = cfg.get("defaults", "model") or None
         if adapter is None:
-            implied = adapter_for_model(model) if model else adapter_for_model(default_model)
+            implied = agent_for_model(model) if model else agent_for_model(default_model)
             adapter = implied or cfg.get("defaults", "adapter")
-        if adapter not in ADAPTERS:
-            raise InvalidInput(f"unknown adapter {adapter!r} (use codex or claude)")
+        agents.get(adapter)  # UnknownAgent (InvalidInput) names the installed ones
         if model is None:
             model = cfg.get(adapter, "model") or None
-        if model is None and default_model and adapter_for_model(default_model) in (None, adapter):
+        if model is None and default_model and agent_for_model(default_model) in (None, adapter):
             model = default_model
         return adapter, model
 
     def _check_agent(self, mgr: BaseSessionManager) -> None:
+        self.config.require(mgr.name)  # its supervisor will use every key: refuse now, not there
         cmd = self.config.command(mgr.name)[0]
         path_var = mgr.agent_env().get("PATH", os.defpath)
         import shutil
@@ -175,55 +198,44 @@ class Zwarm:
         """The session (reconciled), or ``DamagedSession``/``SessionNotFound``."""
         sid = self.store.resolve(ref)
         s = self.store.load(sid)
-        return self.manager(s.adapter).reconcile(s)
+        if s.status is not Status.RUNNING or self._alive(s):
+            return s
+        return self.reader(s.adapter).reconcile(s)
 
     def sessions(self, status: str | None = None) -> list[dict[str, Any]]:
         """Every session as a compact row (see ``row``), oldest first; damaged ones included."""
         if status is not None and status not in {*(s.value for s in Status), "damaged"}:
             raise InvalidInput(f"unknown status {status!r}")
-        ids = self.store.list_ids()
-        if not ids:
-            return []
-        index = ListingIndex(self.store.index, self.env.clock)
         rows = []
-        for sid in ids:
-            r = self._listed(sid, index)
+        for sid in self.store.list_ids():
+            r = self._listed(sid)
             if status is None or r["status"] == status:
                 rows.append(r)
-        index.save()
         rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]))
         return rows
 
-    def _listed(self, sid: str, index: ListingIndex) -> dict[str, Any]:
-        """``sid``'s row: from the index if its meta.json is unchanged, else built (and
-        indexed unless the meta says running: running rows are reconciled on every read)."""
-        cached = index.get(sid, self.store.meta_key(sid))
-        if cached is not None:
-            return cached
-        entry = self.store.read_raw(sid)
-        r = self._row(entry)
-        running = isinstance(entry.meta, dict) and entry.meta.get("status") == "running"
-        if entry.key is not None and not running:
-            index.put(sid, entry.key, r)
-        return r
-
-    def _row(self, entry: RawEntry) -> dict[str, Any]:
-        if entry.problem is not None or entry.meta is None:
-            return damaged_row(entry.id, entry.problem or "unreadable")
-        m = entry.meta
-        if m["status"] == "running":
+    def _listed(self, sid: str) -> dict[str, Any]:
+        """``sid``'s row, decoded by the one schema; a running session is reconciled (its
+        launcher verifies what runs it; only a lost one needs its agent's parser)."""
+        got = self.store.read(sid)
+        if isinstance(got, DamagedSession):
+            return damaged_row(sid, got.problem)
+        if got.status is Status.RUNNING and not self._alive(got):
             try:
-                s = Session.from_dict(m)
-                if _supervised(s):
-                    # what reconcile() returns for a live supervisor (_looks_lost is False),
-                    # without importing the adapter: `ls` stays fast with sessions running
-                    _ = self.config  # as manager() would: a bad config.toml still shows
-                    m = s.to_dict()
-                else:
-                    m = self.manager(s.adapter).reconcile(s).to_dict()
-            except (ValueError, ZwarmError) as e:
-                return damaged_row(entry.id, str(e))
-        return row(m)
+                got = self.reader(got.adapter).reconcile(got)
+            except ZwarmError as e:
+                return damaged_row(sid, str(e))
+        return row(got.to_dict())
+
+    def _alive(self, s: Session) -> bool:
+        t = s.current
+        if t is None or t.supervisor is None:
+            return False
+        if t.launcher not in self._launchers:
+            from zwarm.runtime.launcher import get
+
+            self._launchers[t.launcher] = get(t.launcher, self.store, self.env)
+        return self._launchers[t.launcher].alive(s.id, t)
 
     def show(self, ref: str) -> dict[str, Any]:
         """The session row plus every turn in full."""
@@ -258,13 +270,7 @@ class Zwarm:
         path = self.store.turn_path(sid, n)
         pos = 0
         while True:
-            chunk = b""
-            try:
-                with open(path, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                pass
+            chunk = _read_at(path, pos, LOG_CHUNK)
             if chunk:
                 pos += len(chunk)
                 yield chunk
@@ -302,6 +308,28 @@ class Zwarm:
             time.sleep(pause)
             delay = min(delay * 1.5, 0.5)
 
+    def wait_turn(self, ref: str, n: int, timeout: float | None = None) -> tuple[Session, bool]:
+        """Block until turn ``n`` of ``ref`` has finished (a queued message becomes turn ``n``
+        when it starts), or ``timeout``. Returns (the session, whether it timed out). Unlike
+        ``wait``, a later turn's outcome never answers for turn ``n``."""
+        timeout = check_timeout(timeout) if timeout != 0 else 0.0
+        sid = self.store.resolve(ref)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            s = self.get(sid)
+            if n < 1 or n > len(s.turns) + len(s.queue):
+                raise InvalidInput(f"session {sid} has no turn {n}")
+            if n <= len(s.turns) and s.turns[n - 1].status.finished:
+                return s, False
+            if n > len(s.turns) and s.status.finished and not s.queue:
+                raise SessionStateError(f"turn {n} of session {sid} was dropped (killed)")
+            if deadline is not None and time.monotonic() >= deadline:
+                return s, True
+            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+            delay = min(delay * 1.5, 0.5)
+
     def kill(self, refs: list[str] | None = None, all_: bool = False) -> list[dict[str, Any]]:
         """Kill running sessions (whole process trees). With ``all_``, every running one."""
         if all_:
@@ -312,7 +340,7 @@ class Zwarm:
         for sid in ids:
             s = self.store.load(sid)
             try:
-                s, dropped = self.manager(s.adapter).kill(sid)
+                s, dropped = self.reader(s.adapter).kill(sid)
             except SessionStateError:
                 if all_:
                     continue  # finished between listing and killing
@@ -333,56 +361,84 @@ class Zwarm:
         return targets
 
     def _rm_one(self, sid: str, force: bool, skip_busy: bool) -> None:
-        try:
-            s = self.get(sid)
-        except DamagedSession as e:
-            if not force:
-                hint = f"{e.problem} (use --force to delete it anyway)"
-                raise DamagedSession(sid, hint) from None
-            self.store.remove(sid, None)
-            return
-        if s.status is Status.RUNNING:
-            if skip_busy:
-                return
-            if not force:
-                raise SessionStateError(f"session {sid} is running (kill it first, or use --force)")
+        """Remove one session. Whether it runs is decided again under its lock, where the
+        removal happens: an ``inject`` that restarted it meanwhile is never removed from under
+        (without ``force``), and with ``force`` it is killed again first."""
+        for _ in range(3):
             try:
-                self.manager(s.adapter).kill(sid)
-            except SessionStateError:
-                pass
-        with self.store.lock(sid):
-            self.store.remove(sid, s.name)
+                s = self.get(sid)
+            except DamagedSession as e:
+                if not force:
+                    raise DamagedSession(
+                        sid, f"{e.problem} (use --force to delete it anyway)"
+                    ) from None
+                self._remove(sid, None)
+                return
+            if s.status is Status.RUNNING:
+                if skip_busy:
+                    return
+                if not force:
+                    raise SessionStateError(
+                        f"session {sid} is running (kill it first, or use --force)"
+                    )
+                with contextlib.suppress(SessionStateError):
+                    self.reader(s.adapter).kill(sid)
+            with self.store.lock(sid):
+                if self.store.load(sid).status is not Status.RUNNING:
+                    self._remove(sid, s.name)
+                    return
+        raise SessionStateError(f"session {sid} keeps being restarted; not removed")
 
-    # ------------------------------------------------------------------ orchestrator tools
-    def tool_schemas(self, format: str = "openai") -> list[dict[str, Any]]:
-        """The orchestrator tools' definitions (openai, anthropic or mcp shape): ``zwarm.tools``."""
-        from zwarm import tools
+    def _remove(self, sid: str, name: str | None) -> None:
+        from zwarm.store import pins
 
-        return tools.schemas(format)
+        self.store.remove(sid, name)
+        pins.remove(self.env.environ, sid)
 
-    def dispatch(
-        self, name: str, arguments: Any = None, *, source: str = "python"
-    ) -> dict[str, Any]:
-        """Run one orchestrator tool; never raises: errors are ``{"ok": false, "error": ...}``."""
-        from zwarm import tools
+    # ------------------------------------------------------------------ for layers built on top
+    # (the orchestrator tools and loop use these, never ``store`` or ``config`` directly)
+    @property
+    def state_dir(self) -> Path:
+        """The state directory (``.zwarm/``); it may not exist yet."""
+        return self.store.root
 
-        return tools.Toolbox(self, source).dispatch(name, arguments)
+    def has_sessions(self) -> bool:
+        """Whether the state dir holds a sessions directory (read operations check this)."""
+        return self.store.exists()
+
+    def ensure_state_dir(self) -> Path:
+        """Create the state dir (0700) if needed, for writers; returns it."""
+        self.store.ensure()
+        return self.store.root
+
+    def session_ids(self) -> list[str]:
+        """The ids of every session on disk (damaged ones included); reads no meta.json."""
+        return self.store.list_ids()
+
+    def setting(self, table: str, key: str) -> Any:
+        """A validated ``config.toml`` value (its default when unset); ``ConfigError`` if the
+        file is invalid. A table value is a copy: changing it changes nothing here."""
+        import copy
+
+        return copy.deepcopy(self.config.get(table, key))
 
 
 _FINISHED = ("completed", "failed", "killed")
 
 
-def _supervised(s: Session) -> bool:
-    """True when ``s``'s running turn has a live supervisor (pid + create time) and a known
-    adapter: then ``BaseSessionManager.reconcile`` would return ``s`` unchanged."""
-    t = s.current
-    return (
-        s.adapter in ADAPTERS
-        and t is not None
-        and t.status is Status.RUNNING
-        and t.supervisor is not None
-        and procs.is_alive(t.supervisor)
-    )
+def _read_at(path: Path, pos: int, size: int) -> bytes:
+    """Up to ``size`` bytes of the turn log ``path`` from ``pos`` (none if it is missing or not
+    a regular file: a planted FIFO or link is never opened blocking or followed)."""
+    from zwarm.store.files import open_read
+
+    try:
+        fd = open_read(path)
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, size, pos)
+    finally:
+        os.close(fd)
 
 
 def _numbered(mgr: BaseSessionManager, sid: str, numbers: list[int]) -> Iterator[Step]:

@@ -1,8 +1,10 @@
 """Configuration: ``.zwarm/config.toml``, its schema, defaults and validation.
 
 Owns every configurable key and its default. Must stay true:
-- ``SCHEMA`` is the single list of keys; ``.zwarm.example/config.toml`` documents each of them
-  (a test checks the two agree);
+- ``SCHEMA`` is the single list of zwarm's own keys; each agent's table (``[codex]``, ...) is
+  the agent's ``config_schema()`` (``zwarm.agents``), added by ``schema()``: nothing here names
+  an agent; ``.zwarm.example/config.toml`` documents every key of zwarm and of the agents that
+  ship with it (a test checks they agree);
 - an invalid file (TOML syntax, unknown key, wrong type or value) raises ``ConfigError`` naming
   the file and the problem, before anything is created;
 - loading uses only ``tomllib``; ``tomli_w`` is imported only when writing.
@@ -12,16 +14,21 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from zwarm.agents import DEFAULT_AGENT
 from zwarm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from zwarm.trust import ConfigSource
 
 # key -> (expected python type(s), default). Tables with free-form keys use dict.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     "defaults": {
-        "adapter": ((str,), "codex"),
+        "adapter": ((str,), DEFAULT_AGENT),
         "model": ((str,), ""),
         "context": ((str,), "summary"),
         "timeout": ((int, float), 0),
@@ -29,25 +36,6 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     "summary": {
         "budget_chars": ((int,), 24000),
         "full_turns": ((int,), 2),
-    },
-    "codex": {
-        "command": ((str, list), ["codex"]),
-        "model": ((str,), ""),
-        "sandbox": ((str,), "workspace-write"),
-        "dangerous": ((bool,), False),
-        "extra_args": ((list,), []),
-        "env": ((dict,), {}),
-        "config": ((dict,), {}),
-        "prices": ((dict,), {}),
-    },
-    "claude": {
-        "command": ((str, list), ["claude"]),
-        "model": ((str,), ""),
-        "permission_mode": ((str,), "acceptEdits"),
-        "dangerous": ((bool,), False),
-        "extra_args": ((list,), []),
-        "env": ((dict,), {}),
-        "prices": ((dict,), {}),
     },
     "tools": {
         "allowed_roots": ((list,), ["."]),
@@ -67,31 +55,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
 }
 
 CHOICES = {
-    ("defaults", "adapter"): ("codex", "claude"),
     ("defaults", "context"): ("summary", "native"),
-    ("codex", "sandbox"): ("read-only", "workspace-write", "danger-full-access"),
-    ("claude", "permission_mode"): (
-        "acceptEdits",
-        "bypassPermissions",
-        "default",
-        "dontAsk",
-        "plan",
-        "auto",
-    ),
-}
-
-# USD per 1M tokens. Shipped defaults (public list prices); override under [codex.prices.MODEL].
-DEFAULT_PRICES: dict[str, dict[str, float]] = {
-    "gpt-5": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
-    "gpt-5-codex": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
-    "gpt-5-mini": {"input": 0.25, "cached_input": 0.025, "output": 2.0},
-    "gpt-5-nano": {"input": 0.05, "cached_input": 0.005, "output": 0.4},
-    "gpt-5.1": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
-    "gpt-5.1-codex": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
-    "gpt-5.1-codex-mini": {"input": 0.25, "cached_input": 0.025, "output": 2.0},
-    "gpt-4.1": {"input": 2.0, "cached_input": 0.5, "output": 8.0},
-    "o3": {"input": 2.0, "cached_input": 0.5, "output": 8.0},
-    "o4-mini": {"input": 1.1, "cached_input": 0.275, "output": 4.4},
 }
 
 _PRICE_KEYS = ("input", "cached_input", "output")
@@ -100,32 +64,65 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailin
 
 @dataclass(frozen=True)
 class Config:
-    """A validated configuration. ``data[table][key]`` always exists (defaults filled in)."""
+    """A validated configuration. ``data[table][key]`` always exists (defaults filled in).
+
+    ``get``, ``command`` and the mapping ``table`` returns hand out a security-relevant value
+    that differs from the default only if the user trusted the file as read (``source``; else
+    ``UntrustedConfig``, see ``zwarm.trust``), checked when the value is read; ``data`` itself
+    is unchecked.
+    """
 
     data: dict[str, dict[str, Any]]
     path: str | None = None
+    source: ConfigSource | None = field(default=None, compare=False, repr=False)
 
     def get(self, table: str, key: str) -> Any:
+        if self.source is not None:
+            self.source.require(table, (key,))
         return self.data[table][key]
 
-    def table(self, table: str) -> dict[str, Any]:
-        return self.data[table]
+    def table(self, table: str) -> Mapping[str, Any]:
+        values = self.data[table]
+        return values if self.source is None else self.source.view(table, values)
 
     def command(self, adapter: str) -> list[str]:
-        cmd = self.data[adapter]["command"]
+        cmd = self.get(adapter, "command")
         return [cmd] if isinstance(cmd, str) else list(cmd)
 
-    def price(self, adapter: str, model: str | None) -> dict[str, float] | None:
-        if not model:
-            return None
-        table = self.data[adapter]["prices"]
-        if model in table:
-            return dict(table[model])
-        return DEFAULT_PRICES.get(model) if adapter == "codex" else None
+    def require(self, table: str) -> None:
+        """``UntrustedConfig`` now if any value of ``table`` needs trust: for a command that
+        will use the whole table later, elsewhere (an agent's, in its supervisor)."""
+        if self.source is not None:
+            self.source.require(table, self.data[table])
+
+
+Spec = tuple[tuple[type, ...], Any]  # (accepted types, default)
+
+
+def schema() -> dict[str, dict[str, Spec]]:
+    """Every table and key: zwarm's own (``SCHEMA``) and one table per installed agent."""
+    from zwarm import agents
+
+    out = dict(SCHEMA)
+    for name in agents.names():
+        keys = agents.get(name).config_schema()
+        out[name] = {key: (s.types, s.default) for key, s in keys.items()}
+    return out
+
+
+def _choices(table: str, key: str) -> tuple[Any, ...]:
+    from zwarm import agents
+
+    if (table, key) == ("defaults", "adapter"):
+        return agents.names()
+    if table in SCHEMA:
+        return CHOICES.get((table, key), ())
+    setting = agents.get(table).config_schema().get(key)
+    return setting.choices if setting is not None else ()
 
 
 def defaults() -> Config:
-    return Config({t: {k: _copy(v[1]) for k, v in keys.items()} for t, keys in SCHEMA.items()})
+    return Config({t: {k: _copy(v[1]) for k, v in keys.items()} for t, keys in schema().items()})
 
 
 def _copy(v: Any) -> Any:
@@ -136,8 +133,9 @@ def _copy(v: Any) -> Any:
     return v
 
 
-def load(path: Path) -> Config:
-    """Load and validate ``path``; a missing file gives the defaults."""
+def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Load and validate ``path``; a missing file gives the defaults. ``environ`` locates the
+    trust file (default ``os.environ``); it is read only if a security-relevant value is used."""
     import tomllib
 
     try:
@@ -150,14 +148,17 @@ def load(path: Path) -> Config:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(str(path), f"invalid TOML: {e}") from None
-    return Config(validate(doc, str(path)), str(path))
+    from zwarm.trust import ConfigSource
+
+    data = validate(doc, str(path))
+    return Config(data, str(path), ConfigSource.of(path, raw, data, defaults().data, environ))
 
 
 def validate(doc: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     out = defaults().data
     for table, values in doc.items():
-        if table not in SCHEMA:
-            raise ConfigError(where, f"unknown table [{table}]")
+        if table not in out:
+            raise ConfigError(where, f"unknown table [{table}] (not zwarm's, nor an agent's)")
         if not isinstance(values, dict):
             raise ConfigError(where, f"[{table}] must be a table")
         for key, value in values.items():
@@ -166,7 +167,7 @@ def validate(doc: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
 
 
 def _check(table: str, key: str, value: Any, where: str) -> Any:
-    spec = SCHEMA[table].get(key)
+    spec = schema()[table].get(key)
     if spec is None:
         raise ConfigError(where, f"unknown key {key!r} in [{table}]")
     types = spec[0]
@@ -174,7 +175,7 @@ def _check(table: str, key: str, value: Any, where: str) -> Any:
     if not ok:
         names = " or ".join(_type_name(t) for t in types)
         raise ConfigError(where, f"{table}.{key} must be {names}, not {_type_name(type(value))}")
-    choices = CHOICES.get((table, key))
+    choices = _choices(table, key)
     if choices and value not in choices:
         raise ConfigError(where, f"{table}.{key} must be one of {', '.join(choices)}")
     _check_shape(table, key, value, where)
@@ -228,4 +229,3 @@ def dumps(config: Config) -> str:
     import tomli_w
 
     return tomli_w.dumps(config.data)
-

@@ -65,3 +65,38 @@ class InvalidInput(ZwarmError):
 
 class StoreError(ZwarmError):
     """The state directory could not be read or written (permissions, disk full)."""
+
+
+class UntrustedConfig(ZwarmError):
+    """A config file sets security-relevant keys (agent command, env, ...) to non-default
+    values and the user has not trusted that file, or it changed since (see ``zwarm.trust``)."""
+
+    def __init__(self, path: str, keys: list[str], changed: bool = False) -> None:
+        import os
+        import shlex
+
+        self.path = path
+        self.keys = keys
+        self.changed = changed
+        fix = f"review it, then run: zwarm --state-dir {shlex.quote(os.path.dirname(path))} trust"
+        sets = ", ".join(keys)
+        if changed:
+            what = f"{path} changed since you trusted it (it sets {sets})"
+        else:
+            what = f"{path} sets {sets}, which zwarm uses only from a config file you trust"
+        super().__init__(f"{what}; {fix}")
+
+
+class UnsafeStateDir(ZwarmError):
+    """A state dir that another user could have written (not yours, group/world-writable, a
+    symlink) and that the user has not allowed (see ``zwarm.trust``)."""
+
+    def __init__(self, path: str, owner: int | None, problems: list[str], fix: str) -> None:
+        self.path = path
+        self.owner = owner
+        self.problems = problems
+        super().__init__(f"refusing state dir {path}: {'; '.join(problems)}; {fix}")
+
+
+class TrustFileError(ConfigError):
+    """The per-user trust file is unreadable, malformed or unsafe (``path``: the file)."""

@@ -28,7 +28,10 @@ def main() -> int:
     ).encode()
     completed = (
         '{"type":"item.completed","item":{"id":"item_%d","type":"command_execution",'
-        '"command":"' + cmd + '","aggregated_output":"' + output.replace("%", "%%")
+        '"command":"'
+        + cmd
+        + '","aggregated_output":"'
+        + output.replace("%", "%%")
         + '","exit_code":0,"status":"completed"}}\n'
     ).encode()
     reasoning = (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zwarm.models import Session, Status, Turn
+from zwarm.model import Session, Status, Turn
 from zwarm.store import Store
 
 NOW = "2026-01-01T00:00:00.000+00:00"
@@ -27,8 +27,15 @@ def plant(zw, sid: str, status: Status = Status.COMPLETED) -> None:
     """A finished session with a chosen id, written through the store."""
     store = Store(zw.state_dir)
     store.ensure()
-    s = Session(id=sid, adapter="codex", task="planted", cwd=str(zw.cwd), created_at=NOW,
-                updated_at=NOW, turns=[Turn(1, status, "planted", "task", NOW, NOW)])
+    s = Session(
+        id=sid,
+        adapter="codex",
+        task="planted",
+        cwd=str(zw.cwd),
+        created_at=NOW,
+        updated_at=NOW,
+        turns=[Turn(1, status, "planted", "task", NOW, NOW)],
+    )
     store.create(s, b"planted")
 
 
@@ -36,8 +43,10 @@ A = "abcd1000-0000-4000-8000-000000000001"
 B = "abcd2000-0000-4000-8000-000000000002"
 
 
-@pytest.mark.parametrize("cmd", [["show"], ["trajectory"], ["logs"], ["wait"], ["kill"],
-                                 ["rm"], ["inject", "{ref}", "msg"]])
+@pytest.mark.parametrize(
+    "cmd",
+    [["show"], ["trajectory"], ["logs"], ["wait"], ["kill"], ["rm"], ["inject", "{ref}", "msg"]],
+)
 def test_unknown_and_ambiguous_refs(zw, cmd: list[str]) -> None:
     plant(zw, A)
     plant(zw, B)
@@ -56,20 +65,23 @@ def test_unknown_and_ambiguous_refs(zw, cmd: list[str]) -> None:
     assert sorted(r["id"] for r in zw.json("ls")) == [A, B]  # nothing changed
 
 
-@pytest.mark.parametrize(("args", "stdin", "expect"), [
-    (["spawn", ""], None, "the prompt is empty"),
-    (["spawn", "   \n"], None, "the prompt is empty"),
-    (["spawn", "-"], b"", "the prompt is empty"),
-    (["spawn", "-"], b"hello\x00world", "NUL"),
-    (["spawn", "-"], b"caf\xe9 au lait", "not valid UTF-8"),
-    (["spawn", "x", "-C", "/nonexistent/dir"], None, "does not exist"),
-    (["spawn", "x", "--name", "../evil"], None, "invalid session name"),
-    (["spawn", "x", "--name", "a b"], None, "invalid session name"),
-    (["spawn", "x", "--timeout", "-1"], None, "timeout must be a positive number"),
-    (["spawn", "x", "--timeout", "0"], None, "timeout must be a positive number"),
-    (["spawn", "x", "--timeout", "nan"], None, "timeout must be a positive number"),
-    (["spawn", "x", "--timeout", "inf"], None, "timeout must be a positive number"),
-])
+@pytest.mark.parametrize(
+    ("args", "stdin", "expect"),
+    [
+        (["spawn", ""], None, "the prompt is empty"),
+        (["spawn", "   \n"], None, "the prompt is empty"),
+        (["spawn", "-"], b"", "the prompt is empty"),
+        (["spawn", "-"], b"hello\x00world", "NUL"),
+        (["spawn", "-"], b"caf\xe9 au lait", "not valid UTF-8"),
+        (["spawn", "x", "-C", "/nonexistent/dir"], None, "does not exist"),
+        (["spawn", "x", "--name", "../evil"], None, "invalid session name"),
+        (["spawn", "x", "--name", "a b"], None, "invalid session name"),
+        (["spawn", "x", "--timeout", "-1"], None, "timeout must be a positive number"),
+        (["spawn", "x", "--timeout", "0"], None, "timeout must be a positive number"),
+        (["spawn", "x", "--timeout", "nan"], None, "timeout must be a positive number"),
+        (["spawn", "x", "--timeout", "inf"], None, "timeout must be a positive number"),
+    ],
+)
 def test_bad_spawn_input(zw, args: list[str], stdin: bytes | None, expect: str) -> None:
     one_line_error(zw.run(*args, input=stdin), expect)
     assert not (zw.state_dir / "sessions").exists() or zw.json("ls") == []
@@ -85,16 +97,21 @@ def test_cwd_that_is_a_file(zw) -> None:
 def test_missing_agent_binary(zw) -> None:
     env = {"PATH": "/nonexistent/bin:/usr/bin:/bin"}
     one_line_error(zw.run("spawn", "x", env_extra=env), "codex agent binary 'codex' not found")
-    one_line_error(zw.run("spawn", "x", "--adapter", "claude", env_extra=env),
-                   "claude agent binary 'claude' not found")
+    one_line_error(
+        zw.run("spawn", "x", "--adapter", "claude", env_extra=env),
+        "claude agent binary 'claude' not found",
+    )
     assert not (zw.state_dir / "sessions").exists() or zw.json("ls") == []
 
 
-@pytest.mark.parametrize(("text", "expect"), [
-    ("[defaults\n", "invalid TOML"),
-    ("[defaults]\nadapter = 'gemini'\n", "defaults.adapter must be one of"),
-    ("[codex]\nbogus = 1\n", "unknown key 'bogus' in [codex]"),
-])
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("[defaults\n", "invalid TOML"),
+        ("[defaults]\nadapter = 'gemini'\n", "defaults.adapter must be one of"),
+        ("[codex]\nbogus = 1\n", "unknown key 'bogus' in [codex]"),
+    ],
+)
 def test_invalid_config(zw, text: str, expect: str) -> None:
     zw.state_dir.mkdir()
     cfg = zw.state_dir / "config.toml"
@@ -119,9 +136,17 @@ def test_same_name_racing_spawns_one_wins(zw) -> None:
     from conftest import ZWARM_BIN
 
     env = {**zw.env, **zw.replay("codex_simple")}
-    procs = [subprocess.Popen([str(ZWARM_BIN), "spawn", f"task {k}", "--name", "race"], env=env,
-                              cwd=zw.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for k in range(4)]
+    procs = [
+        subprocess.Popen(
+            [str(ZWARM_BIN), "spawn", f"task {k}", "--name", "race"],
+            env=env,
+            cwd=zw.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(4)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 1, 1, 1], outs
@@ -158,14 +183,17 @@ def test_state_dir_is_a_file(zw) -> None:
     assert f.read_text() == "x"
 
 
-@pytest.mark.parametrize(("args", "expect"), [
-    (["spawn"], "Missing argument"),
-    (["kill"], "give session ids or --all"),
-    (["rm"], "give session ids or --finished"),
-    (["nosuchcommand"], "No such command"),
-    (["spawn", "x", "--adapter", "gemini"], "Invalid value for '--adapter'"),
-    (["ls", "--status", "sleeping"], "Invalid value for '--status'"),
-])
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["spawn"], "Missing argument"),
+        (["kill"], "give session ids or --all"),
+        (["rm"], "give session ids or --finished"),
+        (["nosuchcommand"], "No such command"),
+        (["spawn", "x", "--adapter", "gemini"], "Invalid value for '--adapter'"),
+        (["ls", "--status", "sleeping"], "Invalid value for '--status'"),
+    ],
+)
 def test_usage_errors_exit_2(zw, args: list[str], expect: str) -> None:
     res = zw.run(*args)
     assert res.returncode == 2 and expect in res.stderr and "Traceback" not in res.stderr
@@ -214,8 +242,9 @@ def test_read_only_commands_without_state_dir_create_nothing(zw) -> None:
 
         from conftest import ZWARM_BIN
 
-        p = subprocess.run([str(ZWARM_BIN), *args], env=env, cwd=empty, capture_output=True,
-                           text=True, timeout=120)
+        p = subprocess.run(
+            [str(ZWARM_BIN), *args], env=env, cwd=empty, capture_output=True, text=True, timeout=120
+        )
         assert "Traceback" not in p.stderr
         return p
 
@@ -226,8 +255,15 @@ def test_read_only_commands_without_state_dir_create_nothing(zw) -> None:
     assert run("kill", "--all", "--json").stdout.strip() == "[]"
     assert run("rm", "--finished").returncode == 0
     assert run("rm", "--finished", "--json").stdout.strip() == "[]"
-    for args in (["show", "abcd"], ["trajectory", "abcd"], ["logs", "abcd"], ["wait", "abcd"],
-                 ["kill", "abcd"], ["rm", "abcd"], ["inject", "abcd", "x"]):
+    for args in (
+        ["show", "abcd"],
+        ["trajectory", "abcd"],
+        ["logs", "abcd"],
+        ["wait", "abcd"],
+        ["kill", "abcd"],
+        ["rm", "abcd"],
+        ["inject", "abcd", "x"],
+    ):
         res = run(*args)
         assert res.returncode == 1 and "no session matches" in res.stderr, args
     created = [p for p in zw.tmp.rglob(".zwarm")]
@@ -246,8 +282,14 @@ def test_nearest_ancestor_state_dir_is_used(zw) -> None:
 
     from conftest import ZWARM_BIN
 
-    p = subprocess.run([str(ZWARM_BIN), "spawn", "hi"], env=env, cwd=deep, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [str(ZWARM_BIN), "spawn", "hi"],
+        env=env,
+        cwd=deep,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     sid = p.stdout.strip()
     assert (proj / ".zwarm" / "sessions" / sid).is_dir()

@@ -36,13 +36,19 @@ def test_codex_error_events_then_success_is_completed(zw) -> None:
     assert zw.wait(sid).returncode == 0
     t = _turn(zw, sid)
     assert (t["status"], t["final_message"], t["error"]) == (
-        "completed", "recovered after retries", None)
+        "completed",
+        "recovered after retries",
+        None,
+    )
 
 
-@pytest.mark.parametrize(("sample", "expect"), [
-    ("claude_error", "API Error: 500 fake internal server error"),
-    ("claude_max_turns", "maximum number of turns"),
-])
+@pytest.mark.parametrize(
+    ("sample", "expect"),
+    [
+        ("claude_error", "API Error: 500 fake internal server error"),
+        ("claude_max_turns", "maximum number of turns"),
+    ],
+)
 def test_claude_is_error_fails(zw, sample: str, expect: str) -> None:
     sid = zw.spawn("t", "--adapter", "claude", env_extra={**zw.replay(sample), "FAKE_EXIT": "1"})
     assert zw.wait(sid).returncode == 1
@@ -62,7 +68,8 @@ def test_nonzero_exit_without_terminal_event(zw, adapter: str) -> None:
     assert "agent exited with code 3" in t["error"]
     assert "fatal: cannot reach the model provider" in t["error"]
     assert zw.turn_file(sid, 1, "stderr").read_bytes() == (
-        b"fatal: cannot reach the model provider\n")
+        b"fatal: cannot reach the model provider\n"
+    )
 
 
 def test_clean_exit_without_terminal_event_is_failed(zw, tmp_path) -> None:
@@ -77,7 +84,8 @@ def test_clean_exit_without_terminal_event_is_failed(zw, tmp_path) -> None:
     assert "no turn result" in t["error"]
     steps = zw.json("trajectory", sid)
     assert [s["text"] for s in steps if s["kind"] == "message"][-1] == (
-        "Done: wrote hello to out.txt.")
+        "Done: wrote hello to out.txt."
+    )
     assert zw.run_bytes("logs", sid).stdout == cut.read_bytes()
 
 
@@ -86,7 +94,7 @@ def test_agent_that_cannot_start(zw) -> None:
     bad.write_text("#!/nonexistent/interpreter\n")
     bad.chmod(0o755)
     zw.state_dir.mkdir()
-    (zw.state_dir / "config.toml").write_text(f'[codex]\ncommand = ["{bad}"]\n')
+    zw.write_config(f'[codex]\ncommand = ["{bad}"]\n')
     sid = zw.spawn("t")
     assert zw.wait(sid).returncode == 1
     t = _turn(zw, sid)
@@ -99,8 +107,14 @@ def test_200k_prompt_on_stdin_arrives_intact(zw, adapter: str) -> None:
     line = "Lorem ipsum dolor sit amet, ünïcödé ✓ — 0123456789.\n"
     prompt = (line * (200 * 1024 // len(line.encode()) + 1)).encode()
     assert len(prompt) > 200 * 1024
-    res = zw.run("spawn", "-", "--adapter", adapter, input=prompt,
-                 env_extra=zw.replay("codex_simple" if adapter == "codex" else "claude_simple"))
+    res = zw.run(
+        "spawn",
+        "-",
+        "--adapter",
+        adapter,
+        input=prompt,
+        env_extra=zw.replay("codex_simple" if adapter == "codex" else "claude_simple"),
+    )
     assert res.returncode == 0, res.stderr
     sid = res.stdout.strip()
     assert zw.wait(sid).returncode == 0
@@ -111,8 +125,13 @@ def test_200k_prompt_on_stdin_arrives_intact(zw, adapter: str) -> None:
     r = zw.json("ls")[0]
     assert prompt.decode().startswith(r["task"]) and len(r["task"]) < len(prompt)
     # a follow-up still carries the (cut) task
-    zw.run("inject", sid, "next", env_extra=zw.replay(
-        "codex_simple" if adapter == "codex" else "claude_simple"), check=True)
+    zw.run(
+        "inject",
+        sid,
+        "next",
+        env_extra=zw.replay("codex_simple" if adapter == "codex" else "claude_simple"),
+        check=True,
+    )
     assert zw.wait(sid).returncode == 0
     p2 = zw.recorded()[1].decode()
     assert line.strip() in p2 and p2.rstrip().endswith("next")
@@ -121,15 +140,22 @@ def test_200k_prompt_on_stdin_arrives_intact(zw, adapter: str) -> None:
 def test_stdin_message_for_inject(zw) -> None:
     sid = zw.spawn("t", env_extra=zw.replay("codex_simple"))
     zw.wait(sid)
-    zw.run("inject", sid, "-", input="from stdin\nline two\n",
-           env_extra=zw.replay("codex_simple"), check=True)
+    zw.run(
+        "inject",
+        sid,
+        "-",
+        input="from stdin\nline two\n",
+        env_extra=zw.replay("codex_simple"),
+        check=True,
+    )
     assert zw.wait(sid).returncode == 0
     assert zw.recorded()[1].decode().rstrip().endswith("from stdin\nline two")
 
 
 def test_files_are_private(zw) -> None:
-    sid = zw.spawn("secret", "--name", "priv", env_extra={
-        **zw.replay("codex_simple"), "FAKE_STDERR": "x"})
+    sid = zw.spawn(
+        "secret", "--name", "priv", env_extra={**zw.replay("codex_simple"), "FAKE_STDERR": "x"}
+    )
     assert zw.wait(sid).returncode == 0
     assert os.stat(zw.state_dir).st_mode & 0o777 == 0o700
     for p in zw.session_dir(sid).rglob("*"):

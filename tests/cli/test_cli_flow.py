@@ -8,17 +8,38 @@ import json
 import pytest
 
 SESSION_KEYS = {
-    "id", "name", "adapter", "model", "status", "task", "cwd", "created_at", "updated_at",
-    "turns", "usage", "cost_usd", "cost_source", "agent_session_id", "last_message", "error",
+    "id",
+    "name",
+    "adapter",
+    "model",
+    "status",
+    "task",
+    "cwd",
+    "created_at",
+    "updated_at",
+    "turns",
+    "usage",
+    "cost_usd",
+    "cost_source",
+    "agent_session_id",
+    "last_message",
+    "error",
     "queued",
 }
-USAGE_KEYS = {"input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens",
-              "total_tokens"}
+USAGE_KEYS = {
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "total_tokens",
+}
 TASK = "Create out.txt containing hello, then show it."
 FINAL = "Done: wrote hello to out.txt."
 SAMPLE = {"codex": "codex_toolcall", "claude": "claude_toolcall"}
-AGENT_ID = {"codex": "01a1ffe6-40d4-7d42-8089-790d2ae1459f",
-            "claude": "bc2faf4c-5aa4-44a0-a2d5-e4724d65e58d"}
+AGENT_ID = {
+    "codex": "01a1ffe6-40d4-7d42-8089-790d2ae1459f",
+    "claude": "bc2faf4c-5aa4-44a0-a2d5-e4724d65e58d",
+}
 
 
 @pytest.mark.parametrize("adapter", ["codex", "claude"])
@@ -44,7 +65,13 @@ def test_full_flow(zw, adapter: str) -> None:
     assert set(r) >= SESSION_KEYS
     assert set(r["usage"]) == USAGE_KEYS
     assert (r["id"], r["name"], r["adapter"], r["status"], r["task"], r["turns"]) == (
-        sid, f"job-{adapter}", adapter, "completed", TASK, 1)
+        sid,
+        f"job-{adapter}",
+        adapter,
+        "completed",
+        TASK,
+        1,
+    )
     assert r["cwd"] == str(zw.cwd)
     assert r["usage"]["total_tokens"] == r["usage"]["input_tokens"] + r["usage"]["output_tokens"]
     assert r["usage"]["output_tokens"] == 30
@@ -179,10 +206,17 @@ def test_racing_injects_both_run_in_order(zw) -> None:
     sid = zw.spawn("task zero", env_extra=replay)
     assert zw.wait(sid).returncode == 0
     env = {**zw.env, **replay}
-    procs = [subprocess.Popen([str(__import__("conftest").ZWARM_BIN), "inject", sid, msg],
-                              env=env, cwd=zw.cwd, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for msg in ("message A", "message B")]
+    procs = [
+        subprocess.Popen(
+            [str(__import__("conftest").ZWARM_BIN), "inject", sid, msg],
+            env=env,
+            cwd=zw.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for msg in ("message A", "message B")
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     states = sorted(o[0].split()[1] for o in outs)

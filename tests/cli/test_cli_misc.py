@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -9,11 +10,28 @@ import pytest
 
 
 def test_python_m_zwarm_help(zw) -> None:
-    res = subprocess.run([sys.executable, "-m", "zwarm", "--help"], capture_output=True,
-                         text=True, env=zw.env, cwd=zw.cwd, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "zwarm", "--help"],
+        capture_output=True,
+        text=True,
+        env=zw.env,
+        cwd=zw.cwd,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
-    for cmd in ("spawn", "ls", "show", "trajectory", "inject", "logs", "wait", "kill", "rm",
-                "demo", "init"):
+    for cmd in (
+        "spawn",
+        "ls",
+        "show",
+        "trajectory",
+        "inject",
+        "logs",
+        "wait",
+        "kill",
+        "rm",
+        "demo",
+        "init",
+    ):
         assert f"  {cmd} " in res.stdout, cmd
     assert not zw.state_dir.exists()
 
@@ -38,13 +56,37 @@ def test_demo_runs_on_a_fresh_machine(zw) -> None:
     assert len(rows) == 1 and rows[0]["status"] == "completed" and rows[0]["turns"] == 2
 
 
+def test_demo_leaves_nothing_behind_unless_kept(zw) -> None:
+    """Regression: the demo wrote ./zwarm-demo/ into the current directory, and its --keep
+    flag did nothing. Now it runs in a temporary directory unless --keep DIR."""
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(zw.tmp / "t")}
+    (zw.tmp / "t").mkdir()
+    before = sorted(os.listdir(zw.cwd))
+    res = zw.run("demo", env_extra=env, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sorted(os.listdir(zw.cwd)) == before and os.listdir(zw.tmp / "t") == []
+    kept = zw.tmp / "kept"
+    res = zw.run("demo", "--keep", str(kept), env_extra=env, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert len(zw.json("--state-dir", str(kept / ".zwarm"), "ls")) == 1
+
+
 @pytest.mark.parametrize("args", [["--help"], ["ls"], ["ls", "--json"]])
 def test_light_commands_do_not_import_heavy_modules(zw, args: list[str]) -> None:
-    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "zwarm", *args],
-                         capture_output=True, text=True, env=zw.env, cwd=zw.cwd, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "zwarm", *args],
+        capture_output=True,
+        text=True,
+        env=zw.env,
+        cwd=zw.cwd,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines()
-                if line.startswith("import time:")}
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in res.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     assert "click" in imported  # the measurement works
     for heavy in ("rich", "psutil", "tomli_w", "openai", "mcp"):
         assert heavy not in imported, heavy

@@ -10,16 +10,27 @@ CLAUDE_SESSION = "03f9693c-9b91-442a-8d50-c2baf6bdb463"
 
 
 def _usage(i: int, c: int, o: int, r: int = 0) -> dict[str, int]:
-    return {"input_tokens": i, "cached_input_tokens": c, "output_tokens": o,
-            "reasoning_tokens": r, "total_tokens": i + o}
+    return {
+        "input_tokens": i,
+        "cached_input_tokens": c,
+        "output_tokens": o,
+        "reasoning_tokens": r,
+        "total_tokens": i + o,
+    }
 
 
 def test_codex_native_resume_usage_deltas(zw) -> None:
-    sid = zw.spawn("Create out.txt", "--model", "gpt-5",
-                   env_extra=zw.replay("codex_resume_turn1"))
+    sid = zw.spawn("Create out.txt", "--model", "gpt-5", env_extra=zw.replay("codex_resume_turn1"))
     assert zw.wait(sid).returncode == 0
-    res = zw.run("inject", sid, "What does out.txt contain?", "--context", "native",
-                 env_extra=zw.replay("codex_resume"), check=True)
+    res = zw.run(
+        "inject",
+        sid,
+        "What does out.txt contain?",
+        "--context",
+        "native",
+        env_extra=zw.replay("codex_resume"),
+        check=True,
+    )
     assert "started" in res.stdout
     assert zw.wait(sid).returncode == 0
 
@@ -49,11 +60,19 @@ def test_codex_native_resume_usage_deltas(zw) -> None:
 
 
 def test_claude_native_resume_cost_delta(zw) -> None:
-    sid = zw.spawn("Create out.txt", "--adapter", "claude",
-                   env_extra=zw.replay("claude_resume_turn1"))
+    sid = zw.spawn(
+        "Create out.txt", "--adapter", "claude", env_extra=zw.replay("claude_resume_turn1")
+    )
     assert zw.wait(sid).returncode == 0
-    zw.run("inject", sid, "What does out.txt contain?", "--context", "native",
-           env_extra=zw.replay("claude_resume"), check=True)
+    zw.run(
+        "inject",
+        sid,
+        "What does out.txt contain?",
+        "--context",
+        "native",
+        env_extra=zw.replay("claude_resume"),
+        check=True,
+    )
     assert zw.wait(sid).returncode == 0
 
     rec, prompt = zw.recorded(2)
@@ -61,7 +80,7 @@ def test_claude_native_resume_cost_delta(zw) -> None:
     assert argv[argv.index("--resume") + 1] == CLAUDE_SESSION
     assert prompt == b"What does out.txt contain?"
 
-    from zwarm.adapters.claude_events import scan_outcome
+    from zwarm.agents.claude.events import scan_outcome
 
     def reported(name: str):
         with open(zw.sample(name), "rb") as f:
@@ -90,8 +109,15 @@ def test_native_without_agent_session_falls_back_to_summary(zw) -> None:
     """A first turn that reported no thread id cannot be resumed: summary mode is used."""
     sid = zw.spawn("first", env_extra={"FAKE_EXIT": "0"})  # no output at all
     assert zw.wait(sid).returncode == 1
-    zw.run("inject", sid, "second", "--context", "native",
-           env_extra=zw.replay("codex_simple"), check=True)
+    zw.run(
+        "inject",
+        sid,
+        "second",
+        "--context",
+        "native",
+        env_extra=zw.replay("codex_simple"),
+        check=True,
+    )
     assert zw.wait(sid).returncode == 0
     rec, prompt = zw.recorded(2)
     assert "resume" not in rec["argv"]
@@ -100,8 +126,9 @@ def test_native_without_agent_session_falls_back_to_summary(zw) -> None:
 
 
 def test_spawn_context_native_is_the_session_default(zw) -> None:
-    sid = zw.spawn("Create out.txt", "--context", "native",
-                   env_extra=zw.replay("codex_resume_turn1"))
+    sid = zw.spawn(
+        "Create out.txt", "--context", "native", env_extra=zw.replay("codex_resume_turn1")
+    )
     assert zw.wait(sid).returncode == 0
     zw.run("inject", sid, "next", env_extra=zw.replay("codex_resume"), check=True)
     assert zw.wait(sid).returncode == 0

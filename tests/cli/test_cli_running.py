@@ -28,14 +28,14 @@ def _group_alive(pgid: int) -> list[int]:
             data = Path(f"/proc/{entry}/stat").read_bytes()
         except OSError:
             continue
-        fields = data[data.rindex(b")") + 2:].split()
+        fields = data[data.rindex(b")") + 2 :].split()
         if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:
             out.append(int(entry))
     return out
 
 
 def _alive(pid: int) -> bool:
-    from zwarm import procs
+    from zwarm.runtime import procs
 
     ref = procs.identify(pid)
     return ref is not None and procs.is_alive(ref)
@@ -77,9 +77,17 @@ def test_two_racing_injects_while_running_both_run(zw) -> None:
     hold = zw.tmp / "hold"
     hold.touch()
     sid = zw.spawn("base", env_extra=zw.gated(hold, **zw.replay("codex_simple")))
-    procs = [subprocess.Popen([str(ZWARM_BIN), "inject", sid, f"racer {k}"], env=zw.env,
-                              cwd=zw.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for k in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [str(ZWARM_BIN), "inject", sid, f"racer {k}"],
+            env=zw.env,
+            cwd=zw.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in (1, 2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     queued = zw.json("ls")[0]["queued"]
@@ -95,8 +103,13 @@ def test_logs_follow_ends_when_turn_ends(zw) -> None:
     hold.touch()
     env = zw.gated(hold, FAKE_LINE_DELAY="0.05", **zw.replay("codex_toolcall"))
     sid = zw.spawn("go", env_extra=env)
-    follow = subprocess.Popen([str(ZWARM_BIN), "logs", sid, "--follow"], env=zw.env,
-                              cwd=zw.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    follow = subprocess.Popen(
+        [str(ZWARM_BIN), "logs", sid, "--follow"],
+        env=zw.env,
+        cwd=zw.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         # still following while the turn is held (it must not end early)
         with pytest.raises(subprocess.TimeoutExpired):

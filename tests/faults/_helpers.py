@@ -28,8 +28,12 @@ UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 DEADLINE = 60.0  # generous: 2 shared cores
 
 
-def wait_until(pred: Callable[[], Any], timeout: float = DEADLINE, interval: float = 0.03,
-               message: str = "condition") -> Any:
+def wait_until(
+    pred: Callable[[], Any],
+    timeout: float = DEADLINE,
+    interval: float = 0.03,
+    message: str = "condition",
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()
@@ -84,24 +88,39 @@ def spawn(zw: Any, task: str, *args: str, env: dict[str, str] | None = None) -> 
 
 
 def agent_ref(zw: Any, sid: str, turn: int = -1) -> tuple[int, float]:
-    """Wait until the turn's agent is recorded; its (pid, create_time)."""
-    def get() -> Any:
-        t = meta(zw, sid)["turns"][turn]
-        return t.get("agent")
-    a = wait_until(get, message=f"agent of {sid} recorded")
-    return a["pid"], a["create_time"]
+    """Wait until the turn's agent is recorded; its (pid, psutil create_time), checked against
+    the recorded start ticks (create_time -1.0 if that process is already gone)."""
+    a = wait_until(
+        lambda: meta(zw, sid)["turns"][turn].get("agent"), message=f"agent of {sid} recorded"
+    )
+    return _psutil_ref(a)
 
 
 def supervisor_ref(zw: Any, sid: str, turn: int = -1) -> tuple[int, float]:
-    s = wait_until(lambda: meta(zw, sid)["turns"][turn].get("supervisor"),
-                   message=f"supervisor of {sid} recorded")
-    return s["pid"], s["create_time"]
+    s = wait_until(
+        lambda: meta(zw, sid)["turns"][turn].get("supervisor"),
+        message=f"supervisor of {sid} recorded",
+    )
+    return _psutil_ref(s)
+
+
+def _psutil_ref(rec: dict[str, Any]) -> tuple[int, float]:
+    from zwarm.runtime import procs
+
+    pid = rec["pid"]
+    ref = identity(pid)
+    if ref is None or procs.start_ticks(pid) != rec["start_ticks"]:
+        return pid, -1.0
+    return ref
 
 
 def wait_status(zw: Any, sid: str, *statuses: str, timeout: float = DEADLINE) -> dict[str, Any]:
     """Wait (reading meta.json, never reconciling) until the session is in one of statuses."""
-    return wait_until(lambda: (lambda m: m if m["status"] in statuses else None)(meta(zw, sid)),
-                      timeout=timeout, message=f"{sid} to become {'/'.join(statuses)}")
+    return wait_until(
+        lambda: (lambda m: m if m["status"] in statuses else None)(meta(zw, sid)),
+        timeout=timeout,
+        message=f"{sid} to become {'/'.join(statuses)}",
+    )
 
 
 def turn_lines(zw: Any, sid: str, n: int = 1) -> list[bytes]:
@@ -202,8 +221,9 @@ class Victim:
     def __init__(self, tmp: Path, strays: list[subprocess.Popen[bytes]]) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         self.log = tmp / f"victim-{len(strays)}-{time.monotonic_ns()}.log"
-        self.proc = subprocess.Popen([sys.executable, "-c", VICTIM, str(self.log)],
-                                     start_new_session=True, cwd=tmp)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", VICTIM, str(self.log)], start_new_session=True, cwd=tmp
+        )
         strays.append(self.proc)
         wait_until(lambda: Path(str(self.log) + ".ready").exists(), message="victim ready")
         ref = identity(self.proc.pid)

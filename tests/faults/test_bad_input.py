@@ -114,15 +114,27 @@ def test_bad_refs_cli(zw: Any, refs_world: dict[str, Any], command: str) -> None
     assert (snapshot(zw.tmp / "state"), snapshot(Path(refs_world["abs"]))) == before
 
 
-BAD_NAMES = ["../x", "/abs/path", "", ".", "..", "a\nb", "a/b", "a b", "x" * 65,
-             str(uuid.UUID(int=99)), "-"]
+BAD_NAMES = [
+    "../x",
+    "/abs/path",
+    "",
+    ".",
+    "..",
+    "a\nb",
+    "a/b",
+    "a b",
+    "x" * 65,
+    str(uuid.UUID(int=99)),
+    "-",
+]
 
 
 def test_bad_names(zw: Any) -> None:
     env = zw.replay("codex_simple")
     with ThreadPoolExecutor(3) as pool:
-        results = list(pool.map(lambda n: zw.run("spawn", "task", "--name", n, env_extra=env),
-                                BAD_NAMES))
+        results = list(
+            pool.map(lambda n: zw.run("spawn", "task", "--name", n, env_extra=env), BAD_NAMES)
+        )
     for res in results:
         one_error_line(res, "invalid session name", code=1)
     assert _sessions(zw) == []
@@ -141,8 +153,9 @@ def test_bad_names(zw: Any) -> None:
 
 
 def test_missing_or_unusable_agent_binary(zw: Any) -> None:
-    no_agents = {"PATH": os.pathsep.join(p for p in zw.env["PATH"].split(os.pathsep)
-                                         if "fakes" not in p)}
+    no_agents = {
+        "PATH": os.pathsep.join(p for p in zw.env["PATH"].split(os.pathsep) if "fakes" not in p)
+    }
     res = zw.run("spawn", "task", env_extra=no_agents)
     one_error_line(res, "codex agent binary 'codex' not found on PATH")
     res = zw.run("spawn", "task", "--adapter", "claude", env_extra=no_agents)
@@ -158,7 +171,7 @@ def test_missing_or_unusable_agent_binary(zw: Any) -> None:
     script = zw.tmp / "agent.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o644)
-    (zw.state_dir / "config.toml").write_text(f'[codex]\ncommand = ["{script}"]\n')
+    zw.write_config(f'[codex]\ncommand = ["{script}"]\n')
     res = zw.run("spawn", "task")
     one_error_line(res, str(script), "is not executable")
     assert _sessions(zw) == [sid]
@@ -199,8 +212,12 @@ def test_invalid_config(zw: Any, case: str) -> None:
 
 def test_bad_prompts(zw: Any) -> None:
     env = zw.replay("codex_simple")
-    cases = [(b"", "the prompt is empty"), (b"  \n\t\n", "the prompt is empty"),
-             (b"hello\x00world", "NUL bytes"), (b"caf\xe9 au lait", "not valid UTF-8")]
+    cases = [
+        (b"", "the prompt is empty"),
+        (b"  \n\t\n", "the prompt is empty"),
+        (b"hello\x00world", "NUL bytes"),
+        (b"caf\xe9 au lait", "not valid UTF-8"),
+    ]
     for data, words in cases:
         one_error_line(zw.run("spawn", "-", input=data, env_extra=env), words)
     one_error_line(zw.run("spawn", "", env_extra=env), "the prompt is empty")
@@ -258,6 +275,7 @@ def test_state_dir_that_is_a_file(zw: Any, where: str) -> None:
     bad.write_text("not a directory")
     env = zw.replay("codex_simple")
     for cmd in (["ls"], ["ls", "--json"], ["spawn", "t"], ["kill", "--all"], ["rm", "--finished"]):
-        one_error_line(zw.run("--state-dir", str(root), *cmd, env_extra=env),
-                       f"{bad}", "ot a directory")
+        one_error_line(
+            zw.run("--state-dir", str(root), *cmd, env_extra=env), f"{bad}", "ot a directory"
+        )
     assert bad.read_text() == "not a directory" and zw.calls() == 0

@@ -35,12 +35,14 @@ from typing import Any
 
 import pytest
 
-from zwarm.models import Session
+from zwarm.model import ProcRef, Session
+from zwarm.runtime import procs as zprocs
 
-from ._helpers import ROOT, UUID, alive, meta, spawn, wait_until
+from ._helpers import ROOT, UUID, meta, spawn, wait_until
 
 ROUNDS, SPAWNS, INJECTS, FIRST_SPAWNS, FIRST_INJECTS = (
-    int(x) for x in os.environ.get("ZWARM_FAULT_STORM", "20,6,6,20,20").split(","))
+    int(x) for x in os.environ.get("ZWARM_FAULT_STORM", "20,6,6,20,20").split(",")
+)
 TARGETS = 4  # sessions each round's injects go to
 HANGS = 2  # spawns per round whose agent hangs: the next round kills them
 ZWARM = ROOT / ".venv" / "bin" / "zwarm"
@@ -142,8 +144,9 @@ class Records:
 
 def _start(zw: Any, args: list[str], env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
     with open(out, "wb") as o, open(out.with_suffix(".err"), "wb") as e:
-        return subprocess.Popen([str(ZWARM), *args], env=env, cwd=zw.cwd, stdout=o, stderr=e,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [str(ZWARM), *args], env=env, cwd=zw.cwd, stdout=o, stderr=e, stdin=subprocess.DEVNULL
+        )
 
 
 def _finished(zw: Any, sid: str) -> bool:
@@ -166,8 +169,9 @@ def test_storm_of_concurrent_commands(zw: Any, strays: list[Any]) -> None:
     started = time.monotonic()
     try:
         for rnd in range(ROUNDS):
-            targets, victims = _round(zw, rnd, targets, victims, run_env, hang_env, records,
-                                      reader, outdir)
+            targets, victims = _round(
+                zw, rnd, targets, victims, run_env, hang_env, records, reader, outdir
+            )
             assert reader.problems == [], reader.problems
     finally:
         reader.stop.set()
@@ -175,13 +179,23 @@ def test_storm_of_concurrent_commands(zw: Any, strays: list[Any]) -> None:
     elapsed = time.monotonic() - started
     assert reader.problems == [], reader.problems
     assert reader.reads > ROUNDS * (SPAWNS + INJECTS)  # it really was reading all along
-    print(f"\nstorm: {ROUNDS} rounds ({FIRST_SPAWNS}+{FIRST_INJECTS}, then {SPAWNS}+{INJECTS} "
-          f"spawn+inject) in {elapsed:.1f}s, {reader.reads} meta.json reads")
+    print(
+        f"\nstorm: {ROUNDS} rounds ({FIRST_SPAWNS}+{FIRST_INJECTS}, then {SPAWNS}+{INJECTS} "
+        f"spawn+inject) in {elapsed:.1f}s, {reader.reads} meta.json reads"
+    )
 
 
-def _round(zw: Any, rnd: int, targets: list[str], victims: list[str], run_env: dict[str, str],
-           hang_env: dict[str, str], records: Records, reader: MetaReader,
-           outdir: Path) -> tuple[list[str], list[str]]:
+def _round(
+    zw: Any,
+    rnd: int,
+    targets: list[str],
+    victims: list[str],
+    run_env: dict[str, str],
+    hang_env: dict[str, str],
+    records: Records,
+    reader: MetaReader,
+    outdir: Path,
+) -> tuple[list[str], list[str]]:
     sessions = zw.state_dir / "sessions"
     known = set(os.listdir(sessions))
     n_spawn, n_inject = (FIRST_SPAWNS, FIRST_INJECTS) if rnd == 0 else (SPAWNS, INJECTS)
@@ -195,15 +209,17 @@ def _round(zw: Any, rnd: int, targets: list[str], victims: list[str], run_env: d
     for k in range(n_inject):
         tok = f"inject-{rnd}-{k}"
         inject_target[tok] = targets[k % len(targets)]
-        cmds.append(("inject", tok, ["inject", inject_target[tok], tok, "--context", "native"],
-                     run_env))
+        cmds.append(
+            ("inject", tok, ["inject", inject_target[tok], tok, "--context", "native"], run_env)
+        )
     cmds += [("kill", v, ["kill", v], run_env) for v in victims]
     cmds += [("ls", "", ["ls", "--json"], run_env) for _ in range(2)]
     cmds += [("show", t, ["show", t, "--json"], run_env) for t in targets[:2]]
     random.Random(rnd).shuffle(cmds)
 
-    procs = [_start(zw, args, env, outdir / f"{rnd}-{i}.out")
-             for i, (_, _, args, env) in enumerate(cmds)]
+    procs = [
+        _start(zw, args, env, outdir / f"{rnd}-{i}.out") for i, (_, _, args, env) in enumerate(cmds)
+    ]
     for p in procs:
         p.wait(timeout=120)
     outputs = []
@@ -237,17 +253,24 @@ def _round(zw: Any, rnd: int, targets: list[str], victims: list[str], run_env: d
 
     hangs = [spawned[f"spawn-{rnd}-{j}"] for j in range(HANGS)]
     runners = [s for s in spawned.values() if s not in hangs]
-    wait_until(lambda: all(_finished(zw, s) for s in [*runners, *targets]), timeout=180,
-               message=f"round {rnd} to finish")
+    wait_until(
+        lambda: all(_finished(zw, s) for s in [*runners, *targets]),
+        timeout=180,
+        message=f"round {rnd} to finish",
+    )
     for v in victims:
         m = meta(zw, v)
         assert m["status"] == "killed", m
         a = m["turns"][-1]["agent"]
-        wait_until(lambda a=a: not alive((a["pid"], a["create_time"])), message="victim gone")
+        wait_until(lambda a=a: not zprocs.is_alive(ProcRef(**a)), message="victim gone")
     # exactly-once and in-order, from the agents' own records
-    wait_until(lambda: records.refresh() or all(
-        len(records.by_prompt.get(t, [])) >= 1 for t in [*spawned, *inject_target]),
-        message="every agent run recorded")
+    wait_until(
+        lambda: (
+            records.refresh()
+            or all(len(records.by_prompt.get(t, [])) >= 1 for t in [*spawned, *inject_target])
+        ),
+        message="every agent run recorded",
+    )
     for tok in [*spawned, *inject_target]:
         assert len(records.by_prompt.get(tok, [])) == 1, f"{tok} ran {records.by_prompt.get(tok)}"
     for t in targets:

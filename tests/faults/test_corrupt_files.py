@@ -41,13 +41,15 @@ def _rewrite(**changes: Any) -> Callable[[Path], None]:
         m = json.loads(p.read_bytes())
         m.update(changes)
         p.write_text(json.dumps(m))
+
     return go
 
 
 def _bad_turn(p: Path) -> None:
     m = json.loads(p.read_bytes())
     m["status"] = "running"
-    m["turns"][0].update(status="running", supervisor={"pid": "12", "create_time": 1.0})
+    bad_ref = {"pid": "12", "start_ticks": 1, "boot_id": ""}
+    m["turns"][0].update(status="running", supervisor=bad_ref)
     p.write_text(json.dumps(m))
 
 
@@ -61,14 +63,19 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "not-an-object": (lambda p: p.write_text("[1, 2]"), "not a JSON object"),
     "invalid-utf8": (lambda p: p.write_bytes(b'{"id": "\xff\xfe"}'), "not valid UTF-8"),
     "missing-field": (_rewrite(adapter=None), "'adapter' is missing"),
-    "bad-running-turn": (_bad_turn, "pid is not a positive integer"),
+    "bad-running-turn": (_bad_turn, "supervisor.pid' is not int"),
     "other-id": (_rewrite(id=str(uuid.UUID(int=7))), "names another session"),
 }
 
 # every command a user could aim at one session; none may change a damaged session's bytes
 COMMANDS: list[tuple[str, ...]] = [
-    ("show",), ("trajectory",), ("logs",), ("wait", "--timeout", "5"),
-    ("inject", "{sid}", "more"), ("kill",), ("rm",),
+    ("show",),
+    ("trajectory",),
+    ("logs",),
+    ("wait", "--timeout", "5"),
+    ("inject", "{sid}", "more"),
+    ("kill",),
+    ("rm",),
 ]
 
 
@@ -112,7 +119,8 @@ def test_ls_shows_everything_and_damaged_clearly(zw: Any, world: dict[str, Any])
     assert human.stdout.count("damaged") >= len(DAMAGE)
     assert "meta.json is empty" in human.stdout
     assert [r["id"] for r in zw.json("ls", "--status", "damaged")] == sorted(
-        world["bad"].values(), key=lambda s: ("", s))
+        world["bad"].values(), key=lambda s: ("", s)
+    )
     for sid, snap in before.items():
         assert snapshot(sdir(zw, sid)) == snap
 
@@ -161,8 +169,10 @@ def test_turn_file_with_cut_last_line(zw: Any, status: str) -> None:
         cut.write_bytes(b"".join(lines[:4]) + lines[4][:30])
         sid = spawn(zw, "t", env={"FAKE_REPLAY": str(cut), "FAKE_HANG": "5"})
         log = sdir(zw, sid) / "turns" / "turn_1.jsonl"
-        wait_until(lambda: b"".join(turn_lines(zw, sid)).endswith(lines[4][:30]),
-                   message="cut line written")
+        wait_until(
+            lambda: b"".join(turn_lines(zw, sid)).endswith(lines[4][:30]),
+            message="cut line written",
+        )
         zw.run("kill", sid, check=True)
     data = log.read_bytes()
     assert not data.endswith(b"\n")

@@ -43,11 +43,19 @@ def _tmp_files(root: Path) -> list[str]:
 
 def _run_limited(zw: Any, limit: int, *args: str) -> subprocess.CompletedProcess[str]:
     """Run zwarm with RLIMIT_FSIZE=limit (Python ignores SIGXFSZ, so writes get EFBIG)."""
+
     def preexec() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    return subprocess.run([str(ZWARM), *args], env=zw.env, cwd=zw.cwd, capture_output=True,
-                          text=True, timeout=60, preexec_fn=preexec)
+    return subprocess.run(
+        [str(ZWARM), *args],
+        env=zw.env,
+        cwd=zw.cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=preexec,
+    )
 
 
 def test_meta_write_fails_old_meta_survives(zw: Any) -> None:
@@ -66,8 +74,15 @@ def test_meta_write_fails_old_meta_survives(zw: Any) -> None:
     assert [p.name for p in (zw.state_dir / "sessions").iterdir()] == [sid]
     assert not (zw.state_dir / "names" / "other").exists()
     # with room again, everything works and the inject runs with its own prompt
-    zw.run("inject", sid, "more", "--context", "native", env_extra=zw.replay("codex_simple"),
-           check=True)
+    zw.run(
+        "inject",
+        sid,
+        "more",
+        "--context",
+        "native",
+        env_extra=zw.replay("codex_simple"),
+        check=True,
+    )
     m = wait_status(zw, sid, "completed")
     assert [t["message"] for t in m["turns"]] == ["first", "more"]
     assert zw.recorded()[1] == b"more"
@@ -80,8 +95,11 @@ def small_fs(zw: Any) -> Iterator[Any]:
     """``zw`` with its state dir on a fresh 1 MiB tmpfs (skipped if mounting is refused)."""
     mnt = zw.tmp / "smallfs"
     mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip() or res.returncode}")
     state = mnt / "state"
@@ -118,8 +136,11 @@ def test_disk_full_tmpfs(small_fs: Any) -> None:
     release = zw.tmp / "release"  # on the normal disk
     a = spawn(zw, "done before the disk filled", env=zw.replay("codex_simple"))
     wait_status(zw, a, "completed")
-    b = spawn(zw, "running when the disk fills", env=zw.replay(
-        "codex_simple", FAKE_WAIT_FILE=str(release)))
+    b = spawn(
+        zw,
+        "running when the disk fills",
+        env=zw.replay("codex_simple", FAKE_WAIT_FILE=str(release)),
+    )
     sup_b = supervisor_ref(zw, b)
     wait_until(lambda: meta(zw, b)["turns"][0].get("agent"), message="agent of b recorded")
     filler = _fill(zw.state_dir.parent)

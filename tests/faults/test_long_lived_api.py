@@ -88,9 +88,20 @@ print(json.dumps(out))
 
 def test_fifty_sessions_leave_no_zombie_or_fd(zw: Any) -> None:
     res = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(zw.state_dir), str(zw.cwd), json.dumps(zw.env),
-         str(zw.sample("codex_simple")).rsplit("/", 1)[0]],
-        env=zw.env, cwd=zw.cwd, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(zw.state_dir),
+            str(zw.cwd),
+            json.dumps(zw.env),
+            str(zw.sample("codex_simple")).rsplit("/", 1)[0],
+        ],
+        env=zw.env,
+        cwd=zw.cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])

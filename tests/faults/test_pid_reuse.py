@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from zwarm import procs, supervisor
-from zwarm.models import ProcRef
+from zwarm.model import ProcRef
+from zwarm.runtime import procs, supervisor
 
 from ._helpers import (
     ROOT,
     Victim,
     agent_ref,
+    alive,
     edit_meta,
     meta,
     sdir,
@@ -30,9 +31,19 @@ from ._helpers import (
     wait_until,
 )
 
-# How the recorded identity differs from the victim's: a pid recycled long after the old
-# process started (the usual case), or the same pid with a create time off by a little.
-SKEWS = {"older": -3600.0, "slightly-off": +1.5}
+# How the recorded identity differs from the victim's, in clock ticks: a pid recycled long
+# after the old process started (the usual case), the same pid with a start time off by a
+# little, or the victim's exact identity (a forged record: /proc tells anyone its start time;
+# the session marker is what keeps it safe).
+SKEWS = {"older": -0.5, "slightly-off": +150, "exact": 0}  # "older": half its start ticks
+
+
+def forged(victim: Victim, skew: str) -> dict[str, Any]:
+    ref = procs.identify(victim.pid)
+    assert ref is not None
+    d = SKEWS[skew]
+    ticks = ref.start_ticks // 2 if d < 0 else ref.start_ticks + int(d)
+    return {"pid": victim.pid, "start_ticks": ticks, "boot_id": ref.boot_id}
 
 
 @pytest.mark.parametrize("skew", list(SKEWS), ids=list(SKEWS))
@@ -47,8 +58,8 @@ def test_lost_session_with_reused_pids(zw: Any, strays: list[Any], skew: str, wh
 
     def reuse(m: dict[str, Any]) -> None:
         t = m["turns"][0]
-        fake = {"pid": victim.pid, "create_time": victim.create_time + SKEWS[skew]}
-        dead = {"pid": 999_999_999, "create_time": 1.0}  # a pid that cannot exist
+        fake = forged(victim, skew)
+        dead = {"pid": 4_194_303, "start_ticks": 1, "boot_id": ""}  # nothing has this
         t["supervisor"] = fake if which in ("both", "supervisor") else dead
         t["agent"] = fake if which in ("both", "agent") else dead
         t.update(status="running", error=None, ended_at=None)
@@ -71,8 +82,9 @@ def test_lost_session_with_reused_pids(zw: Any, strays: list[Any], skew: str, wh
 
 @pytest.mark.parametrize("skew", list(SKEWS), ids=list(SKEWS))
 @pytest.mark.parametrize("command", ["kill", "rm --force"])
-def test_live_supervisor_reused_agent_pid(zw: Any, strays: list[Any], skew: str,
-                                          command: str) -> None:
+def test_live_supervisor_reused_agent_pid(
+    zw: Any, strays: list[Any], skew: str, command: str
+) -> None:
     """The supervisor is real, but the recorded agent pid now names the victim (the agent
     was reaped and its pid recycled just before a ``kill``): the victim, a group leader
     whose group id equals the recorded pid, must not be signalled by pid or by group."""
@@ -84,8 +96,7 @@ def test_live_supervisor_reused_agent_pid(zw: Any, strays: list[Any], skew: str,
     sup = supervisor_ref(zw, sid)
 
     def reuse(m: dict[str, Any]) -> None:
-        m["turns"][0]["agent"] = {"pid": victim.pid,
-                                  "create_time": victim.create_time + SKEWS[skew]}
+        m["turns"][0]["agent"] = forged(victim, skew)
 
     edit_meta(zw, sid, reuse)
     proc = zw_popen(zw, *command.split(), sid)
@@ -101,8 +112,8 @@ def test_live_supervisor_reused_agent_pid(zw: Any, strays: list[Any], skew: str,
             proc.wait()
     assert proc.returncode == 0, (out, err)
     victim.assert_untouched()
-    wait_until(lambda: not procs.is_alive(ProcRef(*sup)), message="supervisor exit")
-    wait_until(lambda: not procs.is_alive(ProcRef(*real_agent)), message="real agent exit")
+    wait_until(lambda: not alive(sup), message="supervisor exit")
+    wait_until(lambda: not alive(real_agent), message="real agent exit")
     if command == "kill":
         assert meta(zw, sid)["status"] == "killed"
     else:
@@ -111,18 +122,27 @@ def test_live_supervisor_reused_agent_pid(zw: Any, strays: list[Any], skew: str,
 
 def zw_popen(zw: Any, *args: str) -> subprocess.Popen[str]:
     exe = ROOT / ".venv" / "bin" / "zwarm"
-    return subprocess.Popen([str(exe), *args], env=zw.env, cwd=zw.cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [str(exe), *args],
+        env=zw.env,
+        cwd=zw.cwd,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.mark.parametrize("skew", list(SKEWS), ids=list(SKEWS))
 def test_kill_tree_never_signals_a_reused_pid(zw: Any, strays: list[Any], skew: str) -> None:
     """procs.kill_tree / terminate, and the supervisor's timeout path, given a stale identity."""
     victim = Victim(zw.tmp / "victims", strays)
-    stale = ProcRef(victim.pid, victim.create_time + SKEWS[skew])
-    assert not procs.is_alive(stale)
-    assert procs.kill_tree(stale, grace=0.2) is False
-    assert procs.terminate(stale, grace=0.2) is False
-    assert procs.wait_gone(stale, 0.1) is True
-    supervisor._expire(stale, threading.Event())  # the timeout timer fires on a stale agent
+    stale = ProcRef(**forged(victim, skew))
+    sid = "0f0f0f0f-0000-4000-8000-00000000beef"
+    if skew != "exact":
+        assert not procs.is_alive(stale)
+        assert procs.kill_tree(stale, grace=0.2) is False
+        assert procs.wait_gone(stale, 0.1) is True
+    assert procs.kill_session(stale, sid, grace=0.2) is False
+    assert procs.terminate(stale, sid, grace=0.2) is False
+    supervisor._expire(stale, sid, threading.Event())  # the timeout timer fires on it
     victim.assert_untouched()

@@ -23,6 +23,9 @@ from typing import Any
 import psutil
 import pytest
 
+from zwarm.model import ProcRef
+from zwarm.runtime import procs
+
 from ._helpers import (
     ROOT,
     SAMPLES,
@@ -51,10 +54,12 @@ from ._helpers import (
         ("codex", "codex_simple", 4, "completed"),
     ],
 )
-def test_supervisor_sigkilled_mid_turn(zw: Any, adapter: str, sample: str, hang_after: int,
-                                       reported: str | None) -> None:
-    sid = spawn(zw, "do the thing", "--adapter", adapter,
-                env=zw.replay(sample, FAKE_HANG=str(hang_after)))
+def test_supervisor_sigkilled_mid_turn(
+    zw: Any, adapter: str, sample: str, hang_after: int, reported: str | None
+) -> None:
+    sid = spawn(
+        zw, "do the thing", "--adapter", adapter, env=zw.replay(sample, FAKE_HANG=str(hang_after))
+    )
     expected = (SAMPLES / f"{sample}.jsonl").read_bytes().splitlines(True)[:hang_after]
     wait_until(lambda: turn_lines(zw, sid) == expected, message="agent output on disk")
     agent, sup = agent_ref(zw, sid), supervisor_ref(zw, sid)
@@ -100,8 +105,14 @@ def _cut_sample(tmp: Path, name: str, keep: int, cut_last: bool) -> str:
 
 @pytest.mark.parametrize(
     ("case", "adapter"),
-    [("sigkill", "codex"), ("sigkill", "claude"), ("sigterm", "codex"),
-     ("exit0_no_result", "codex"), ("exit3_no_result", "claude"), ("cut_last_line", "codex")],
+    [
+        ("sigkill", "codex"),
+        ("sigkill", "claude"),
+        ("sigterm", "codex"),
+        ("exit0_no_result", "codex"),
+        ("exit3_no_result", "claude"),
+        ("cut_last_line", "codex"),
+    ],
 )
 def test_agent_dies(zw: Any, case: str, adapter: str) -> None:
     sample = f"{adapter}_simple"
@@ -111,8 +122,11 @@ def test_agent_dies(zw: Any, case: str, adapter: str) -> None:
     elif case == "cut_last_line":
         env = {"FAKE_REPLAY": _cut_sample(zw.tmp, sample, 4, cut_last=True)}
     else:
-        env = {"FAKE_REPLAY": _cut_sample(zw.tmp, sample, 2, cut_last=False),
-               "FAKE_EXIT": case[4], "FAKE_STDERR": "fatal: the model went away"}
+        env = {
+            "FAKE_REPLAY": _cut_sample(zw.tmp, sample, 2, cut_last=False),
+            "FAKE_EXIT": case[4],
+            "FAKE_STDERR": "fatal: the model went away",
+        }
     sid = spawn(zw, "task", "--adapter", adapter, env=env)
     if case.startswith("sig"):
         agent = agent_ref(zw, sid)
@@ -139,8 +153,8 @@ def test_agent_dies(zw: Any, case: str, adapter: str) -> None:
     assert shown["status"] == "failed" and shown["error"] == t["error"]
     assert zw.run("trajectory", sid, "--json").returncode == 0
     # the supervisor is gone too: nothing is left running for a finished turn
-    sup = (t["supervisor"]["pid"], t["supervisor"]["create_time"])
-    wait_until(lambda: not alive(sup), message="supervisor exit")
+    sup = ProcRef(**t["supervisor"])
+    wait_until(lambda: not procs.is_alive(sup), message="supervisor exit")
 
 
 # ------------------------------------------------------------------ 5. reboot
@@ -172,8 +186,8 @@ def test_reboot_everything_reconciles(zw: Any) -> None:
 
     def impossible_pids(m: dict[str, Any]) -> None:
         pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
-        m["turns"][0]["supervisor"] = {"pid": pid_max + 7, "create_time": 1.0}
-        m["turns"][0]["agent"] = {"pid": pid_max + 8, "create_time": 1.0}
+        m["turns"][0]["supervisor"] = {"pid": pid_max + 7, "start_ticks": 1, "boot_id": ""}
+        m["turns"][0]["agent"] = {"pid": pid_max + 8, "start_ticks": 1, "boot_id": ""}
 
     edit_meta(zw, e, never_started)
     edit_meta(zw, f, impossible_pids)
@@ -193,8 +207,12 @@ def test_reboot_everything_reconciles(zw: Any) -> None:
     # the queued message still runs, before the new one, in order
     res = zw.run("inject", d, "after the reboot", env_extra=zw.replay("codex_simple"), check=True)
     assert res.stdout.strip() == f"{d} queued (turn 3)"  # behind the one left queued
-    m = wait_until(lambda: (lambda m: m if m["status"] == "completed" and not m["queue"]
-                            else None)(meta(zw, d)), message="queue drained")
+    m = wait_until(
+        lambda: (lambda m: m if m["status"] == "completed" and not m["queue"] else None)(
+            meta(zw, d)
+        ),
+        message="queue drained",
+    )
     assert [t["message"] for t in m["turns"][1:]] == ["queued before the crash", "after the reboot"]
 
 
@@ -244,15 +262,21 @@ def test_kill_real_codex_tree(zw: Any) -> None:
     with llm.FakeResponsesServer([llm.hang()]) as srv:
         env, overrides = llm.codex_setup(srv.base_url, zw.tmp)
         provider = overrides["model_providers.mock"]
-        config = {"codex": {
-            "command": [codex],
-            "extra_args": list(llm.CODEX_EXTRA_ARGS),
-            "env": env,
-            "config": {"model_provider": "mock", "model": overrides["model"],
-                       "model_providers": {"mock": provider}, "analytics": {"enabled": False}},
-        }}
+        config = {
+            "codex": {
+                "command": [codex],
+                "extra_args": list(llm.CODEX_EXTRA_ARGS),
+                "env": env,
+                "config": {
+                    "model_provider": "mock",
+                    "model": overrides["model"],
+                    "model_providers": {"mock": provider},
+                    "analytics": {"enabled": False},
+                },
+            }
+        }
         zw.state_dir.mkdir(mode=0o700)
-        (zw.state_dir / "config.toml").write_text(tomli_w.dumps(config))
+        zw.write_config(tomli_w.dumps(config))
         sid = spawn(zw, "say hi", "--adapter", "codex")
         srv.wait_for_requests(1, timeout=90)  # the native binary is up and talking
         agent = agent_ref(zw, sid)
@@ -275,13 +299,14 @@ def test_kill_is_idempotent_and_clear(zw: Any) -> None:
     assert json.loads(before)["status"] == "completed"
 
 
-
 def test_timeout_kills_the_agent_tree(zw: Any) -> None:
     """--timeout: the supervisor's timer kills the tree it identified when the agent started."""
     sid = spawn(zw, "too slow", "--timeout", "1", env=zw.replay("codex_simple", FAKE_CHILDREN="1"))
     agent = agent_ref(zw, sid)
-    family = wait_until(lambda: (lambda t: t if len(t) >= 4 else None)(tree(agent[0])),
-                        message="agent -> sh -> two sleeps")
+    family = wait_until(
+        lambda: (lambda t: t if len(t) >= 4 else None)(tree(agent[0])),
+        message="agent -> sh -> two sleeps",
+    )
     m = wait_status(zw, sid, "failed", "completed", "killed")
     assert m["status"] == "failed" and m["turns"][0]["error"] == "timeout: killed after 1 s"
     wait_until(lambda: not any(alive(r) for r in family), message="tree gone after timeout")
@@ -300,8 +325,9 @@ def test_kill_racing_the_start(zw: Any) -> None:
         m = meta(zw, sid)
         assert m["status"] == "killed", m
         sup = m["turns"][0]["supervisor"]
-        wait_until(lambda sup=sup: not alive((sup["pid"], sup["create_time"])),
-                   message="supervisor exit")
+        wait_until(
+            lambda sup=sup: not procs.is_alive(ProcRef(**sup)), message="supervisor exit"
+        )
     started = [json.loads(p.read_text())["pid"] for p in zw.record.glob("argv*.json")]
     for pid in started:
         wait_until(lambda pid=pid: not tree(pid), message=f"agent {pid} and its tree gone")
@@ -322,11 +348,14 @@ def test_no_zwarm_fd_leaks_into_the_agent(zw: Any) -> None:
             with contextlib.suppress(OSError):
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 if target.startswith(state):
-                    out.append(target[len(state) + 1:].split("/", 2)[-1])
+                    out.append(target[len(state) + 1 :].split("/", 2)[-1])
         return sorted(out)
 
-    assert open_in_state(agent[0]) == ["turns/turn_1.jsonl", "turns/turn_1.prompt",
-                                       "turns/turn_1.stderr"]
+    assert open_in_state(agent[0]) == [
+        "turns/turn_1.jsonl",
+        "turns/turn_1.prompt",
+        "turns/turn_1.stderr",
+    ]
     assert open_in_state(sup[0]) == ["supervisor.log"]
     res = zw.run("inject", sid, "next", timeout=30)
     assert res.returncode == 0 and "queued (turn 2)" in res.stdout, res

@@ -36,11 +36,18 @@ from ._helpers import (
 ZWARM = ROOT / ".venv" / "bin" / "zwarm"
 
 
-def _run_umask0(zw: Any, *args: str, env: dict[str, str] | None = None,
-                input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    res = subprocess.run([str(ZWARM), *args], env={**zw.env, **(env or {})}, cwd=zw.cwd,
-                         input=input, capture_output=True, timeout=60,
-                         preexec_fn=lambda: os.umask(0))
+def _run_umask0(
+    zw: Any, *args: str, env: dict[str, str] | None = None, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    res = subprocess.run(
+        [str(ZWARM), *args],
+        env={**zw.env, **(env or {})},
+        cwd=zw.cwd,
+        input=input,
+        capture_output=True,
+        timeout=60,
+        preexec_fn=lambda: os.umask(0),
+    )
     assert res.returncode == 0, (args, res.stderr)
     return res
 
@@ -82,12 +89,13 @@ def test_prompts_never_in_any_argv(zw: Any, adapter: str) -> None:
     canary = f"PROMPT-CANARY-{adapter}-7f3a9c"
     queued = f"QUEUED-CANARY-{adapter}-1b2d"
     env = zw.replay(f"{adapter}_simple", FAKE_HANG="1")
-    res = zw.run("spawn", "-", "--adapter", adapter, input=f"do {canary} now", env_extra=env,
-                 check=True)
+    res = zw.run(
+        "spawn", "-", "--adapter", adapter, input=f"do {canary} now", env_extra=env, check=True
+    )
     sid = res.stdout.strip()
     zw.run("inject", sid, "-", input=f"then {queued}", env_extra=env, check=True)
     agent, sup = agent_ref(zw, sid), supervisor_ref(zw, sid)
-    assert b"zwarm.supervisor" in cmdline(sup[0]) and cmdline(agent[0])  # both running
+    assert b"zwarm.runtime.supervisor" in cmdline(sup[0]) and cmdline(agent[0])  # both running
     hits = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -101,8 +109,14 @@ def test_prompts_never_in_any_argv(zw: Any, adapter: str) -> None:
     zw.run("kill", sid, check=True)
 
 
-SHELL_CALLS = {("os", "system"), ("os", "popen"), ("subprocess", "getoutput"),
-               ("subprocess", "getstatusoutput"), ("os", "execl"), ("os", "spawnl")}
+SHELL_CALLS = {
+    ("os", "system"),
+    ("os", "popen"),
+    ("subprocess", "getoutput"),
+    ("subprocess", "getstatusoutput"),
+    ("os", "execl"),
+    ("os", "spawnl"),
+}
 
 
 def test_no_shell_anywhere_in_zwarm() -> None:
@@ -116,8 +130,9 @@ def test_no_shell_anywhere_in_zwarm() -> None:
             if not isinstance(node, ast.Call):
                 continue
             for kw in node.keywords:
-                if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant)
-                                              and kw.value.value is False):
+                if kw.arg == "shell" and not (
+                    isinstance(kw.value, ast.Constant) and kw.value.value is False
+                ):
                     found.append(f"{f.name}:{node.lineno} shell={ast.unparse(kw.value)}")
             fn = node.func
             if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name):
@@ -132,13 +147,15 @@ def test_no_shell_anywhere_in_zwarm() -> None:
     assert found == []
 
 
-FLAGS = {"codex": "--dangerously-bypass-approvals-and-sandbox",
-         "claude": "--dangerously-skip-permissions"}
+FLAGS = {
+    "codex": "--dangerously-bypass-approvals-and-sandbox",
+    "claude": "--dangerously-skip-permissions",
+}
 SAFE = {"codex": ["-s", "workspace-write"], "claude": ["--permission-mode", "acceptEdits"]}
 
 
 def _has(argv: list[str], seq: list[str]) -> bool:
-    return any(argv[i:i + len(seq)] == seq for i in range(len(argv)))
+    return any(argv[i : i + len(seq)] == seq for i in range(len(argv)))
 
 
 @pytest.mark.parametrize("adapter", ["codex", "claude"])
@@ -152,7 +169,7 @@ def test_dangerous_modes_off_by_default_shown_when_on(zw: Any, adapter: str) -> 
     wait_status(zw, flagged, "completed")
     argv = zw.recorded()[0]["argv"]
     assert FLAGS[adapter] in argv and not _has(argv, SAFE[adapter])
-    (zw.state_dir / "config.toml").write_text(f"[{adapter}]\ndangerous = true\n")
+    zw.write_config(f"[{adapter}]\ndangerous = true\n")
     configured = spawn(zw, "configured", "--adapter", adapter, env=env)
     wait_status(zw, configured, "completed")
     assert FLAGS[adapter] in zw.recorded()[0]["argv"]
@@ -176,8 +193,10 @@ def test_dangerous_modes_off_by_default_shown_when_on(zw: Any, adapter: str) -> 
     assert "DANGEROUS" not in zw.run("show", safe, check=True).stdout
 
 
-UNSAFE_CONFIG = {"codex": 'sandbox = "danger-full-access"',
-                 "claude": 'permission_mode = "bypassPermissions"'}
+UNSAFE_CONFIG = {
+    "codex": 'sandbox = "danger-full-access"',
+    "claude": 'permission_mode = "bypassPermissions"',
+}
 
 
 @pytest.mark.parametrize("adapter", ["codex", "claude"])
@@ -185,7 +204,7 @@ def test_unsafe_configured_modes_are_shown_as_dangerous(zw: Any, adapter: str) -
     """A sandbox or permission mode that disables the checks is flagged like the bypass flag."""
     env = zw.replay(f"{adapter}_simple")
     zw.state_dir.mkdir(mode=0o700)
-    (zw.state_dir / "config.toml").write_text(f"[{adapter}]\n{UNSAFE_CONFIG[adapter]}\n")
+    zw.write_config(f"[{adapter}]\n{UNSAFE_CONFIG[adapter]}\n")
     sid = spawn(zw, "unsafe", "--adapter", adapter, env=env)
     wait_status(zw, sid, "completed")
     argv = zw.recorded()[0]["argv"]
@@ -197,16 +216,23 @@ def test_unsafe_configured_modes_are_shown_as_dangerous(zw: Any, adapter: str) -
 
 def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     zw.state_dir.mkdir(mode=0o700)
-    (zw.state_dir / "config.toml").write_text(
-        '[codex.env]\nZW_ADDED = "from config"\nZW_BOTH = "config wins"\n')
+    zw.write_config('[codex.env]\nZW_ADDED = "from config"\nZW_BOTH = "config wins"\n')
     user = {**zw.env, **zw.replay("codex_simple"), "ZW_USER": "u", "ZW_BOTH": "user"}
-    res = subprocess.run([str(ZWARM), "spawn", "task"], env=user, cwd=zw.cwd,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [str(ZWARM), "spawn", "task"],
+        env=user,
+        cwd=zw.cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     wait_status(zw, res.stdout.strip(), "completed")
     n = max(int(p.stem[4:]) for p in zw.record.glob("argv*.json"))
     got = json.loads((zw.record / f"env{n}.json").read_text())
-    want = {**user, "ZW_ADDED": "from config", "ZW_BOTH": "config wins"}
+    sid = res.stdout.strip()
+    # plus the session marker by which kill verifies a process is the session's own
+    want = {**user, "ZW_ADDED": "from config", "ZW_BOTH": "config wins", "ZWARM_SESSION_ID": sid}
     assert got == want
 
 
@@ -214,16 +240,25 @@ def test_api_keys_never_written_to_state(zw: Any) -> None:
     keys = {"OPENAI_API_KEY": "sk-openai-CANARY-5e1f", "ANTHROPIC_API_KEY": "sk-ant-CANARY-9d0c"}
     configured = "sk-configured-CANARY-77aa"
     zw.state_dir.mkdir(mode=0o700)
-    cfg = zw.state_dir / "config.toml"
-    cfg.write_text(f'[claude.env]\nANTHROPIC_AUTH_TOKEN = "{configured}"\n')
+    cfg = zw.write_config(f'[claude.env]\nANTHROPIC_AUTH_TOKEN = "{configured}"\n')
     env = {**keys}
     ids = []
-    for adapter, sample in [("codex", "codex_simple"), ("claude", "claude_simple"),
-                            ("codex", "codex_error"), ("claude", "claude_error")]:
-        ids.append(spawn(zw, f"task {sample}", "--adapter", adapter,
-                         env={**env, **zw.replay(sample)}))
-    hung = spawn(zw, "hangs", "--adapter", "claude",
-                 env={**env, **zw.replay("claude_simple", FAKE_HANG="1", FAKE_STDERR="oops")})
+    for adapter, sample in [
+        ("codex", "codex_simple"),
+        ("claude", "claude_simple"),
+        ("codex", "codex_error"),
+        ("claude", "claude_error"),
+    ]:
+        ids.append(
+            spawn(zw, f"task {sample}", "--adapter", adapter, env={**env, **zw.replay(sample)})
+        )
+    hung = spawn(
+        zw,
+        "hangs",
+        "--adapter",
+        "claude",
+        env={**env, **zw.replay("claude_simple", FAKE_HANG="1", FAKE_STDERR="oops")},
+    )
     for sid in ids:
         wait_until(lambda sid=sid: zw.json("show", sid)["status"] != "running")
     for sid in ids[:2]:

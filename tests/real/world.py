@@ -55,6 +55,7 @@ from tests.fakes.llm import (
 )
 from zwarm.api import Zwarm
 from zwarm.env import Env
+from zwarm.trust import trust_config
 
 VENV_BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,7 +223,9 @@ class RealWorld:
         doc: dict[str, Any] = {"defaults": {"adapter": next(iter(self.agents))}}
         for name, setup in self.agents.items():
             doc[name] = setup.table
-        (self.state / "config.toml").write_text(tomli_w.dumps(doc))
+        path = self.state / "config.toml"
+        path.write_text(tomli_w.dumps(doc))
+        trust_config(path, environ=self.environ)  # as its user would: `zwarm trust`
 
     def server(self, adapter: str) -> Fake:
         return self.agents[adapter].server

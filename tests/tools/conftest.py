@@ -6,13 +6,14 @@ kills sessions left running); waits are on conditions with generous deadlines.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.tools.helpers import SAMPLES
-from zwarm.tools import Toolbox
+from tests.tools.orch_world import make_inproc, restore_dumpable
+from zwarm.orchestrator.tools import Toolbox
 
 
 @pytest.fixture
@@ -28,3 +29,13 @@ def toolbox(zw: Any) -> Callable[..., Toolbox]:
         return Toolbox(zw.api(env_extra=env), source)
 
     return make
+
+
+@pytest.fixture
+def inproc(zw: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    """``inproc(srv, *args, **env)``: ``zwarm orchestrate`` run in this process (see
+    ``orch_world.make_inproc``); this process is dumpable again afterwards."""
+    try:
+        yield make_inproc(zw, monkeypatch)
+    finally:
+        restore_dumpable()

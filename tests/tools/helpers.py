@@ -10,10 +10,9 @@ SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"
 
 
 def write_config(zw: Any, text: str) -> Path:
-    """Write ``config.toml`` in the ``zw`` world's state dir (creating the dir)."""
+    """Write ``config.toml`` in the ``zw`` world's state dir (creating the dir), trusted."""
     zw.state_dir.mkdir(parents=True, exist_ok=True)
-    path = zw.state_dir / "config.toml"
-    path.write_text(text)
+    path: Path = zw.write_config(text)
     return path
 
 

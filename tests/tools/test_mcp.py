@@ -12,7 +12,7 @@ from mcp import ClientSession
 
 from tests.tools.helpers import SAMPLES, write_config
 from tests.tools.mcp_client import Call, run_client
-from zwarm.tools import TOOL_NAMES, schemas
+from zwarm.orchestrator.tools import TOOL_NAMES, schemas
 
 
 def test_mcp_full_session_life_cycle(zw) -> None:

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +14,6 @@ import pytest
 from tests.conftest import ZWARM_BIN, wait_until
 from tests.fakes.chat_server import (
     ChatReply,
-    ChatRequest,
     FakeChatServer,
     call,
     final,
@@ -25,61 +21,7 @@ from tests.fakes.chat_server import (
     reply,
 )
 from tests.tools.helpers import SAMPLES, write_config
-
-RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
-
-
-def env_for(srv: FakeChatServer, **extra: str) -> dict[str, str]:
-    return {
-        "ZWARM_ORCH_BASE_URL": srv.base_url,
-        "ZWARM_ORCH_MODEL": "fake-orchestrator",
-        "FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl"),
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-        **extra,
-    }
-
-
-def orchestrate(zw: Any, srv: FakeChatServer, *args: str, **extra: str) -> Any:
-    """The real ``zwarm`` command as a subprocess."""
-    return zw.run("orchestrate", *args, env_extra=env_for(srv, **extra), timeout=180)
-
-
-@pytest.fixture
-def inproc(zw: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``inproc(srv, *args, **env)``: the same command run in this process (click's runner).
-
-    Same environment and working directory as ``orchestrate``; saves a process start and the
-    openai import per call. Returns an object with returncode, stdout and stderr.
-    """
-    from click.testing import CliRunner
-
-    from zwarm.cli import cli
-
-    monkeypatch.chdir(zw.cwd)
-
-    def run(srv: FakeChatServer, *args: str, **extra: str) -> Any:
-        env: dict[str, str | None] = {k: None for k in os.environ}
-        env.update({**zw.env, **env_for(srv, **extra)})
-        res = CliRunner().invoke(cli, ["orchestrate", *args], env=env, catch_exceptions=False)
-        return SimpleNamespace(returncode=res.exit_code, stdout=res.stdout, stderr=res.stderr)
-
-    return run
-
-
-def runs(zw: Any) -> list[Path]:
-    root = zw.state_dir / "orchestrator"
-    return sorted(p for p in root.iterdir() if RUN_ID.match(p.name)) if root.is_dir() else []
-
-
-def load_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    return json.loads((path / "run.json").read_text()), json.loads(
-        (path / "messages.json").read_text()
-    )
-
-
-def delegated(req: ChatRequest) -> list[str]:
-    return [r["session_id"] for r in req.results("delegate")]
+from tests.tools.orch_world import delegated, env_for, load_run, orchestrate, runs
 
 
 # ---------------------------------------------------------------------------- the full story

@@ -33,7 +33,7 @@ from tests.fakes.llm import (
 )
 from tests.tools.helpers import SAMPLES, write_config
 from tests.tools.mcp_client import Call, run_client
-from zwarm.tools import TOOL_NAMES
+from zwarm.orchestrator.tools import TOOL_NAMES
 
 
 def require(name: str) -> str:

@@ -1,4 +1,4 @@
-"""The tool layer (``zwarm.tools``): schemas, argument checking, dispatch, cwd confinement,
+"""The tool layer (``orchestrator.tools``): schemas, argument checking, dispatch, cwd confinement,
 and each tool against real sessions run by the fake agent."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.tools.helpers import SAMPLES, err, ok, write_config
-from zwarm import tools
 from zwarm.api import Zwarm
 from zwarm.errors import InvalidInput
-from zwarm.tools import TOOL_NAMES, Toolbox, dispatch, schemas, validate_args
+from zwarm.orchestrator import tools
+from zwarm.orchestrator.tools import TOOL_NAMES, Toolbox, dispatch, schemas, validate_args
 
 NAMES = {
     "delegate",
@@ -70,12 +70,14 @@ def test_cli_prints_each_format(zw) -> None:
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
-def test_python_api_exposes_schemas_and_dispatch(zw) -> None:
+def test_python_surface_is_schemas_and_dispatch_over_an_api(zw) -> None:
+    """For your own loop: ``schemas`` and ``dispatch`` here, on a ``Zwarm`` you pass (the API
+    itself knows nothing of the tools: ``test_layering``)."""
     api = zw.api(env_extra={"FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl")})
-    assert api.tool_schemas("anthropic") == schemas("anthropic")
-    r = ok(api.dispatch("delegate", {"task": "hi"}, source="mine"))
+    assert not hasattr(api, "dispatch") and not hasattr(api, "tool_schemas")
+    r = ok(dispatch("delegate", {"task": "hi"}, api=api, source="mine"))
     assert api.get(r["session_id"]).source == "mine"
-    assert "unknown tool" in err(api.dispatch("nope"))
+    assert "unknown tool" in err(dispatch("nope", api=api))
     r = ok(dispatch("list_sessions", "{}", api=api))
     assert r["total"] == 1
 
@@ -87,7 +89,7 @@ def test_python_api_exposes_schemas_and_dispatch(zw) -> None:
         ({}, "missing required argument 'task'"),
         ({"task": ""}, "argument 'task' must not be empty"),
         ({"task": 5}, "argument 'task' must be a string, not 5"),
-        ({"task": "x", "adapter": "gemini"}, "argument 'adapter' must be one of codex, claude"),
+        ({"task": "x", "adapter": "gemini"}, "argument 'adapter' must be one of claude, codex"),
         ({"task": "x", "timeout": "soon"}, "argument 'timeout' must be a number"),
         ({"task": "x", "timeout": 0}, "argument 'timeout' must be more than 0"),
         ({"task": "x", "timeout": True}, "argument 'timeout' must be a number"),

@@ -1,5 +1,6 @@
-"""argv building as pure functions: ``codex_argv`` and ``claude_argv``, and the options a
-manager builds from config. The prompt never appears in argv: it goes on stdin."""
+"""argv building as pure functions: ``codex_argv`` and ``claude_argv``, the options a manager
+builds from config, and the resume id check. The prompt never appears in argv: it goes on stdin.
+(The contract every agent shares is in ``tests/agents/test_conformance.py``.)"""
 
 from __future__ import annotations
 
@@ -7,35 +8,59 @@ import tomllib
 
 import pytest
 
-from zwarm.adapters.base import AgentOptions
-from zwarm.adapters.claude import ClaudeSessionManager, claude_argv
-from zwarm.adapters.codex import CodexSessionManager, codex_argv, flatten_config, toml_value
-from zwarm.config import validate
+from zwarm.agents.base import AgentOptions, UnsafeResumeId
+from zwarm.agents.claude import ClaudeAgent, claude_argv
+from zwarm.agents.claude.manager import ClaudeSessionManager
+from zwarm.agents.codex import CodexAgent, codex_argv, flatten_config, toml_value
+from zwarm.agents.codex.manager import CodexSessionManager
+from zwarm.config import Config, validate
 from zwarm.env import Env
-from zwarm.models import Session, Status, Turn
+from zwarm.errors import InvalidInput
+from zwarm.model import Session, Status, Turn
 from zwarm.store import Store
 
 CWD = "/work/proj"
 
 
 def opts(**kw: object) -> AgentOptions:
+    """Options as a manager builds them; ``config``, ``sandbox`` and ``permission_mode`` go
+    into the agent's config table (``settings``)."""
     base: dict[str, object] = {"command": ("codex",), "cwd": CWD}
-    base.update(kw)
+    settings = {k: kw.pop(k) for k in ("config", "sandbox", "permission_mode") if k in kw}
+    if "config" in settings:
+        settings["config"] = dict(settings["config"])  # type: ignore[call-overload]
+    base.update(kw, settings=settings)
     return AgentOptions(**base)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- codex
 def test_codex_defaults_exact() -> None:
     assert codex_argv(opts()) == [
-        "codex", "exec", "--json", "--skip-git-repo-check", "-C", CWD,
-        "-s", "workspace-write", "-",
+        "codex",
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "-C",
+        CWD,
+        "-s",
+        "workspace-write",
+        "-",
     ]
 
 
 def test_codex_model() -> None:
     assert codex_argv(opts(model="gpt-5")) == [
-        "codex", "exec", "--json", "--skip-git-repo-check", "-C", CWD,
-        "--model", "gpt-5", "-s", "workspace-write", "-",
+        "codex",
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "-C",
+        CWD,
+        "--model",
+        "gpt-5",
+        "-s",
+        "workspace-write",
+        "-",
     ]
 
 
@@ -48,8 +73,10 @@ def test_codex_config_overrides_toml_encoded_and_flattened() -> None:
     config = (
         ("model_provider", "mock"),
         ("analytics", {"enabled": False}),
-        ("model_providers",
-         {"mock": {"base_url": "http://127.0.0.1:9/v1", "request_max_retries": 0}}),
+        (
+            "model_providers",
+            {"mock": {"base_url": "http://127.0.0.1:9/v1", "request_max_retries": 0}},
+        ),
         ("sandbox_permissions", ["disk-full-read-access"]),
         ("temperature", 0.5),
         ("weird key", "x"),
@@ -61,7 +88,7 @@ def test_codex_config_overrides_toml_encoded_and_flattened() -> None:
         "analytics.enabled=false",
         'model_providers.mock.base_url="http://127.0.0.1:9/v1"',
         "model_providers.mock.request_max_retries=0",
-        'sandbox_permissions=' + toml_value(["disk-full-read-access"]),
+        "sandbox_permissions=" + toml_value(["disk-full-read-access"]),
         "temperature=0.5",
         '"weird key"="x"',
     ]
@@ -105,8 +132,21 @@ def test_codex_extra_args_before_stdin_marker() -> None:
 def test_codex_resume_form() -> None:
     argv = codex_argv(opts(model="gpt-5", config=(("x", 1),)), resume_id="th-123")
     assert argv == [
-        "codex", "exec", "--json", "--skip-git-repo-check", "-C", CWD, "--model", "gpt-5",
-        "-c", "x=1", "-s", "workspace-write", "resume", "th-123", "-",
+        "codex",
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "-C",
+        CWD,
+        "--model",
+        "gpt-5",
+        "-c",
+        "x=1",
+        "-s",
+        "workspace-write",
+        "resume",
+        "th-123",
+        "-",
     ]
 
 
@@ -122,15 +162,27 @@ def copts(**kw: object) -> AgentOptions:
 
 def test_claude_defaults_exact() -> None:
     assert claude_argv(copts()) == [
-        "claude", "-p", "--output-format", "stream-json", "--verbose",
-        "--permission-mode", "acceptEdits",
+        "claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-mode",
+        "acceptEdits",
     ]
 
 
 def test_claude_model_permission_dangerous() -> None:
     assert claude_argv(copts(model="sonnet", permission_mode="plan")) == [
-        "claude", "-p", "--output-format", "stream-json", "--verbose", "--model", "sonnet",
-        "--permission-mode", "plan",
+        "claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        "sonnet",
+        "--permission-mode",
+        "plan",
     ]
     argv = claude_argv(copts(dangerous=True))
     assert "--dangerously-skip-permissions" in argv
@@ -140,8 +192,18 @@ def test_claude_model_permission_dangerous() -> None:
 def test_claude_resume_and_extra_args() -> None:
     argv = claude_argv(copts(extra_args=("--allowedTools", "Bash", "Edit")), resume_id="s-1")
     assert argv == [
-        "claude", "-p", "--output-format", "stream-json", "--verbose",
-        "--permission-mode", "acceptEdits", "--resume", "s-1", "--allowedTools", "Bash", "Edit",
+        "claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-mode",
+        "acceptEdits",
+        "--resume",
+        "s-1",
+        "--allowedTools",
+        "Bash",
+        "Edit",
     ]
 
 
@@ -152,23 +214,33 @@ def test_claude_no_model_flag_by_default() -> None:
 # ---------------------------------------------------------------------------- from config
 def _session(tmp_dir: str, adapter: str, model: str | None, dangerous: bool = False) -> Session:
     return Session(
-        id="00000000-0000-4000-8000-000000000000", adapter=adapter, task="PROMPT-SECRET",
-        cwd=tmp_dir, created_at="2026-01-01T00:00:00+00:00",
-        updated_at="2026-01-01T00:00:00+00:00", requested_model=model,
-        dangerous=dangerous, bypass=dangerous,
+        id="00000000-0000-4000-8000-000000000000",
+        adapter=adapter,
+        task="PROMPT-SECRET",
+        cwd=tmp_dir,
+        created_at="2026-01-01T00:00:00+00:00",
+        updated_at="2026-01-01T00:00:00+00:00",
+        requested_model=model,
+        dangerous=dangerous,
+        bypass=dangerous,
         turns=[Turn(1, Status.RUNNING, "PROMPT-SECRET", "task", "2026-01-01T00:00:00+00:00")],
     )
 
 
 @pytest.mark.parametrize("cls", [CodexSessionManager, ClaudeSessionManager])
 def test_options_from_config(tmp_path, cls) -> None:
-    from zwarm.config import Config
-
     doc = {
-        "codex": {"command": ["my-codex", "--flag"], "sandbox": "read-only",
-                  "extra_args": ["--disable", "plugins"], "config": {"a": {"b": "c"}}},
-        "claude": {"command": "my-claude", "permission_mode": "plan",
-                   "extra_args": ["--max-turns", "3"]},
+        "codex": {
+            "command": ["my-codex", "--flag"],
+            "sandbox": "read-only",
+            "extra_args": ["--disable", "plugins"],
+            "config": {"a": {"b": "c"}},
+        },
+        "claude": {
+            "command": "my-claude",
+            "permission_mode": "plan",
+            "extra_args": ["--max-turns", "3"],
+        },
     }
     mgr = cls(Store(tmp_path / ".zwarm"), Config(validate(doc, "cfg")), Env(cwd=tmp_path))
     s = _session(str(tmp_path), cls.name, "m1")
@@ -187,3 +259,31 @@ def test_options_from_config(tmp_path, cls) -> None:
     dangerous = mgr.build_argv(mgr.options(_session(str(tmp_path), cls.name, None, True)))
     assert any(a.startswith("--dangerously-") for a in dangerous)
     assert "--model" not in dangerous
+
+
+# ---------------------------------------------------------------------------- resume ids
+@pytest.mark.parametrize(
+    "bad",
+    ["--help", "-x", "", "a b", "../../etc", "id\n", "x" * 129, "ok;rm", "é", "a/b"],
+)
+@pytest.mark.parametrize("agent", [CodexAgent(), ClaudeAgent()], ids=["codex", "claude"])
+def test_unsafe_resume_id_never_reaches_argv(agent, bad: str) -> None:
+    """A resume id comes from a file an agent can write: one that could be read as a flag
+    (or is not an id at all) is refused, not passed on. Old code put it in argv as is."""
+    with pytest.raises(UnsafeResumeId) as ei:
+        agent.argv(opts(), bad)
+    assert isinstance(ei.value, InvalidInput) and isinstance(ei.value, ValueError)
+    assert "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("agent", [CodexAgent(), ClaudeAgent()], ids=["codex", "claude"])
+def test_safe_resume_ids_pass(agent) -> None:
+    for good in ("01a1ffe7-1cd8-73d1-b100-1335f36dd616", "th_1", "a.b:c-d", "x" * 128):
+        assert good in agent.argv(opts(), good)
+
+
+@pytest.mark.parametrize("cls", [CodexSessionManager, ClaudeSessionManager])
+def test_manager_argv_checks_the_resume_id(tmp_path, cls) -> None:
+    mgr = cls(Store(tmp_path / ".zwarm"), Config(validate({}, "cfg")), Env(cwd=tmp_path))
+    with pytest.raises(UnsafeResumeId):
+        mgr.build_argv(mgr.options(_session(str(tmp_path), cls.name, None)), "-rf")

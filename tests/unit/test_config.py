@@ -7,18 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from zwarm import config as cfg
-from zwarm.adapters.claude import ClaudeSessionManager
-from zwarm.adapters.codex import CodexSessionManager
-from zwarm.config import SCHEMA, ConfigError, defaults, dumps, load
+from zwarm.agents.claude.manager import ClaudeSessionManager
+from zwarm.agents.codex import DEFAULT_PRICES
+from zwarm.agents.codex.manager import CodexSessionManager
+from zwarm.config import ConfigError, defaults, dumps, load, schema
 from zwarm.env import Env
-from zwarm.models import Usage
+from zwarm.model import Usage
 from zwarm.store import Store
+from zwarm.trust import trust_config
 
 
 def write(tmp_path: Path, text: str | bytes) -> Path:
     p = tmp_path / "config.toml"
     p.write_bytes(text.encode() if isinstance(text, str) else text)
+    trust_config(p)  # as its user would (`zwarm trust`); tests/faults/test_trust.py: untrusted
     return p
 
 
@@ -44,7 +46,9 @@ def test_defaults_are_independent_copies() -> None:
 
 
 def test_values_override_defaults_and_keep_others(tmp_path: Path) -> None:
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
 [defaults]
 adapter = "claude"
 timeout = 30.5
@@ -53,7 +57,8 @@ command = "/opt/codex"
 config = { model_reasoning_effort = "high", tools = { web_search = true } }
 [claude]
 env = { CLAUDE_CODE_MAX_RETRIES = "0" }
-""")
+""",
+    )
     c = load(p)
     assert c.get("defaults", "adapter") == "claude"
     assert c.get("defaults", "timeout") == 30.5
@@ -83,6 +88,7 @@ def _wrong_value(types: tuple[type, ...]) -> object:
     return 1  # dict
 
 
+SCHEMA = schema()  # zwarm's tables and every installed agent's
 ALL_KEYS = [(t, k) for t, keys in SCHEMA.items() for k in keys]
 
 
@@ -101,40 +107,45 @@ def test_every_key_type_error_names_file_and_key(tmp_path: Path, table: str, key
     assert ei.value.path == str(p)
 
 
-@pytest.mark.parametrize(("table", "key"), [
-    (t, k) for t, k in ALL_KEYS if SCHEMA[t][k][0] in ((int,), (int, float))
-])
+@pytest.mark.parametrize(
+    ("table", "key"), [(t, k) for t, k in ALL_KEYS if SCHEMA[t][k][0] in ((int,), (int, float))]
+)
 def test_bool_is_not_a_number(tmp_path: Path, table: str, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"{table}\.{key} must be"):
         load(write(tmp_path, f"[{table}]\n{key} = true\n"))
 
 
-@pytest.mark.parametrize(("text", "expect"), [
-    ("[defaults\n", "invalid TOML"),
-    ("adapter = codex\n", "invalid TOML"),
-    ("[nope]\nx = 1\n", "unknown table [nope]"),
-    ("[defaults]\nadaptr = 'codex'\n", "unknown key 'adaptr' in [defaults]"),
-    ("defaults = 3\n", "[defaults] must be a table"),
-    ("[defaults]\nadapter = 'gemini'\n", "defaults.adapter must be one of codex, claude"),
-    ("[defaults]\ncontext = 'full'\n", "defaults.context must be one of"),
-    ("[codex]\nsandbox = 'none'\n", "codex.sandbox must be one of"),
-    ("[claude]\npermission_mode = 'yolo'\n", "claude.permission_mode must be one of"),
-    ("[defaults]\ntimeout = -1\n", "defaults.timeout must not be negative"),
-    ("[summary]\nbudget_chars = -5\n", "must not be negative"),
-    ("[defaults]\ntimeout = nan\n", "defaults.timeout must be a finite number"),
-    ("[tools]\nmax_wait_s = inf\n", "tools.max_wait_s must be a finite number"),
-    ("[codex]\ncommand = []\n", "codex.command must not be empty"),
-    ("[codex]\ncommand = ''\n", "codex.command must not be empty"),
-    ("[claude]\ncommand = ['claude', 3]\n", "claude.command must be a list of strings"),
-    ("[codex]\nextra_args = ['--x', 1]\n", "codex.extra_args must be a list of strings"),
-    ("[codex]\nenv = { 'BAD-NAME' = 'x' }\n", "codex.env.BAD-NAME"),
-    ("[codex]\nenv = { OK = 1 }\n", "codex.env.OK"),
-    ('[codex]\nenv = { "X\\n" = "1" }\n', "codex.env.X"),
-    ("[codex.prices]\nm = { input = 1, output = 2 }\n", "needs exactly input, cached_input"),
-    ("[codex.prices]\nm = { input = 1, cached_input = -1, output = 2 }\n",
-     "codex.prices.m.cached_input must be a non-negative number"),
-    ("[codex.prices]\nm = 3\n", "codex.prices.m needs exactly"),
-])
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("[defaults\n", "invalid TOML"),
+        ("adapter = codex\n", "invalid TOML"),
+        ("[nope]\nx = 1\n", "unknown table [nope]"),
+        ("[defaults]\nadaptr = 'codex'\n", "unknown key 'adaptr' in [defaults]"),
+        ("defaults = 3\n", "[defaults] must be a table"),
+        ("[defaults]\nadapter = 'gemini'\n", "defaults.adapter must be one of claude, codex"),
+        ("[defaults]\ncontext = 'full'\n", "defaults.context must be one of"),
+        ("[codex]\nsandbox = 'none'\n", "codex.sandbox must be one of"),
+        ("[claude]\npermission_mode = 'yolo'\n", "claude.permission_mode must be one of"),
+        ("[defaults]\ntimeout = -1\n", "defaults.timeout must not be negative"),
+        ("[summary]\nbudget_chars = -5\n", "must not be negative"),
+        ("[defaults]\ntimeout = nan\n", "defaults.timeout must be a finite number"),
+        ("[tools]\nmax_wait_s = inf\n", "tools.max_wait_s must be a finite number"),
+        ("[codex]\ncommand = []\n", "codex.command must not be empty"),
+        ("[codex]\ncommand = ''\n", "codex.command must not be empty"),
+        ("[claude]\ncommand = ['claude', 3]\n", "claude.command must be a list of strings"),
+        ("[codex]\nextra_args = ['--x', 1]\n", "codex.extra_args must be a list of strings"),
+        ("[codex]\nenv = { 'BAD-NAME' = 'x' }\n", "codex.env.BAD-NAME"),
+        ("[codex]\nenv = { OK = 1 }\n", "codex.env.OK"),
+        ('[codex]\nenv = { "X\\n" = "1" }\n', "codex.env.X"),
+        ("[codex.prices]\nm = { input = 1, output = 2 }\n", "needs exactly input, cached_input"),
+        (
+            "[codex.prices]\nm = { input = 1, cached_input = -1, output = 2 }\n",
+            "codex.prices.m.cached_input must be a non-negative number",
+        ),
+        ("[codex.prices]\nm = 3\n", "codex.prices.m needs exactly"),
+    ],
+)
 def test_invalid_files(tmp_path: Path, text: str, expect: str) -> None:
     p = write(tmp_path, text)
     with pytest.raises(ConfigError) as ei:
@@ -178,7 +189,10 @@ def test_unknown_model_cost_is_unknown_not_zero(tmp_path: Path) -> None:
 
 
 def test_price_override_and_new_model(tmp_path: Path) -> None:
-    m = _mgr(CodexSessionManager, tmp_path, """
+    m = _mgr(
+        CodexSessionManager,
+        tmp_path,
+        """
 [codex.prices.gpt-5]
 input = 2.0
 cached_input = 0.0
@@ -187,14 +201,15 @@ output = 0.0
 input = 1
 cached_input = 1
 output = 1
-""")
+""",
+    )
     assert m.estimate_cost(Usage(2_000_000, 1_000_000, 0), "gpt-5") == pytest.approx(2.0)
     assert m.estimate_cost(Usage(500_000, 0, 500_000), "my-local") == pytest.approx(1.0)
-    assert m.config.price("codex", "gpt-5-mini") == cfg.DEFAULT_PRICES["gpt-5-mini"]
+    assert m.agent.price(m.config.table("codex"), "gpt-5-mini") == DEFAULT_PRICES["gpt-5-mini"]
 
 
 def test_claude_cost_is_reported(tmp_path: Path) -> None:
     m = _mgr(ClaudeSessionManager, tmp_path)
     assert m.cost_source("sonnet") == "reported"
     assert m.cost_source(None) == "reported"
-    assert m.config.price("claude", "gpt-5") is None  # codex's table is not claude's
+    assert m.agent.price(m.config.table("claude"), "gpt-5") is None  # codex's, not claude's

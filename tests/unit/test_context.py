@@ -4,23 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from zwarm.context import Digest, build_followup, digest_steps, dump_digest, load_digest
+from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
 
 TASK = "Write a parser for the INI format in parse.py, with tests."
 NEW = "Now add support for multi-line values."
 
 
 def digest(n: int, final: str | None = None, **kw) -> Digest:
-    d = Digest(n=n, status=kw.pop("status", "completed"), message=kw.pop("message", f"msg {n}"),
-               final_message=final if final is not None else f"final answer of turn {n}", **kw)
+    d = Digest(
+        n=n,
+        status=kw.pop("status", "completed"),
+        message=kw.pop("message", f"msg {n}"),
+        final_message=final if final is not None else f"final answer of turn {n}",
+        **kw,
+    )
     return d
 
 
 def test_contains_everything_a_followup_needs() -> None:
-    d1 = digest(1, "I wrote parse.py and test_parse.py.", message=TASK,
-                commands=[("pytest -q", 1), ("pytest -q tests/test_parse.py", 0), ("ls", None)],
-                files=[("parse.py", "add"), ("test_parse.py", "add"), ("old.py", "delete")],
-                errors=["sandbox denied network access"])
+    d1 = digest(
+        1,
+        "I wrote parse.py and test_parse.py.",
+        message=TASK,
+        commands=[("pytest -q", 1), ("pytest -q tests/test_parse.py", 0), ("ls", None)],
+        files=[("parse.py", "add"), ("test_parse.py", "add"), ("old.py", "delete")],
+        errors=["sandbox denied network access"],
+    )
     p = build_followup(TASK, [d1], NEW, 24000)
     assert TASK in p
     assert "I wrote parse.py and test_parse.py." in p
@@ -41,10 +50,17 @@ def test_new_message_always_in_full() -> None:
 
 @pytest.mark.parametrize("budget", [6000, 12000, 24000, 50000])
 def test_respects_budget(budget: int) -> None:
-    ds = [digest(i, "answer " * 300, message="request " * 200,
-                 commands=[(f"cmd-{i}-{k} " + "a" * 100, k % 2) for k in range(45)],
-                 files=[(f"f{i}_{k}.py", "update") for k in range(60)], errors=["e" * 500])
-          for i in range(1, 31)]
+    ds = [
+        digest(
+            i,
+            "answer " * 300,
+            message="request " * 200,
+            commands=[(f"cmd-{i}-{k} " + "a" * 100, k % 2) for k in range(45)],
+            files=[(f"f{i}_{k}.py", "update") for k in range(60)],
+            errors=["e" * 500],
+        )
+        for i in range(1, 31)
+    ]
     p = build_followup("task " * 5000, ds, NEW, budget)
     assert len(p) <= budget, len(p) - budget
     assert "Turn 30" in p  # the latest turn is never the one dropped
@@ -62,9 +78,14 @@ def test_latest_turns_fullest() -> None:
 
 
 def test_a_huge_latest_turn_is_shortened_not_dropped() -> None:
-    big = digest(2, "LATEST " + "z" * 40000, message="m" * 40000,
-                 commands=[("c" * 400, 0)] * 40, files=[("f" * 200, "add")] * 50,
-                 errors=["boom " * 100] * 10)
+    big = digest(
+        2,
+        "LATEST " + "z" * 40000,
+        message="m" * 40000,
+        commands=[("c" * 400, 0)] * 40,
+        files=[("f" * 200, "add")] * 50,
+        errors=["boom " * 100] * 10,
+    )
     p = build_followup(TASK, [digest(1), big], NEW, 24000)
     assert len(p) <= 24000
     assert "Turn 2" in p and "LATEST" in p
@@ -72,8 +93,15 @@ def test_a_huge_latest_turn_is_shortened_not_dropped() -> None:
 
 
 def test_hundred_turns_fit_and_omit_the_oldest_with_a_note() -> None:
-    ds = [digest(i, f"result {i} " + "r" * 300, message=f"please do thing {i} " + "q" * 300,
-                 commands=[(f"make step{i}", 0)]) for i in range(1, 101)]
+    ds = [
+        digest(
+            i,
+            f"result {i} " + "r" * 300,
+            message=f"please do thing {i} " + "q" * 300,
+            commands=[(f"make step{i}", 0)],
+        )
+        for i in range(1, 101)
+    ]
     p = build_followup(TASK, ds, NEW, 12000)
     assert len(p) <= 12000
     assert "## Earlier turns (100)" in p
@@ -112,8 +140,10 @@ def test_digest_steps() -> None:
         {"kind": "command", "command": "ls", "exit_code": 0},
         {"kind": "command", "command": "false", "exit_code": 1},
         {"kind": "file_change", "changes": [{"path": "a.py", "kind": "add"}]},
-        {"kind": "file_change", "changes": [{"path": "a.py", "kind": "update"},
-                                            {"path": "b.py", "kind": "delete"}]},
+        {
+            "kind": "file_change",
+            "changes": [{"path": "a.py", "kind": "update"}, {"path": "b.py", "kind": "delete"}],
+        },
         {"kind": "error", "message": "retrying", "fatal": False},
         {"kind": "error", "message": "quota exceeded", "fatal": True},
         {"kind": "future_kind"},

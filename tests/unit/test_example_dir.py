@@ -39,8 +39,9 @@ def test_example_turns_parse_into_the_documented_steps(api: Zwarm) -> None:
     kinds = {name: {s["kind"] for s in api.trajectory(name)} for name in ("notes", "tests")}
     assert {"reasoning", "command", "file_change", "message"} <= kinds["notes"]
     assert {"command", "message"} <= kinds["tests"]
-    contexts = {name: [t["context"] for t in api.show(name)["turns_detail"]]
-                for name in ("notes", "tests")}
+    contexts = {
+        name: [t["context"] for t in api.show(name)["turns_detail"]] for name in ("notes", "tests")
+    }
     assert contexts == {"notes": ["task", "summary"], "tests": ["task", "native"]}
 
 

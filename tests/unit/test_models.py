@@ -6,18 +6,21 @@ import copy
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
-from zwarm.models import (
+from zwarm.model import (
     SCHEMA_VERSION,
     USAGE_KEYS,
     ProcRef,
     QueuedMessage,
+    Reason,
     Session,
     Status,
     Turn,
     Usage,
 )
+from zwarm.model import schema
 
 NOW = "2026-01-01T00:00:00.000+00:00"
 LATER = "2026-01-01T00:01:00.000+00:00"
@@ -25,21 +28,58 @@ LATER = "2026-01-01T00:01:00.000+00:00"
 
 def full_session() -> Session:
     t1 = Turn(
-        1, Status.COMPLETED, "task", "task", NOW, LATER, exit_code=0, timeout=30.0,
-        usage=Usage(460, 200, 30, 5), reported_usage=Usage(460, 200, 30, 5), cost_usd=0.00248,
-        reported_cost_usd=0.00248, final_message="done", agent_session_id="th-1",
-        supervisor=ProcRef(100, 1700000000.25), agent=ProcRef(101, 1700000000.5),
+        1,
+        Status.COMPLETED,
+        "task",
+        "task",
+        NOW,
+        LATER,
+        exit_code=0,
+        timeout=30.0,
+        usage=Usage(460, 200, 30, 5),
+        reported_usage=Usage(460, 200, 30, 5),
+        cost_usd=0.00248,
+        reported_cost_usd=0.00248,
+        final_message="done",
+        agent_session_id="th-1",
+        supervisor=ProcRef(100, 12345, "0b6d1f3e-1c1b-4f5e-9a7d-2f1e0c9b8a77"),
+        agent=ProcRef(101, 12346, "0b6d1f3e-1c1b-4f5e-9a7d-2f1e0c9b8a77"),
     )
-    t2 = Turn(2, Status.FAILED, "again", "native", LATER, LATER, exit_code=None, signal=9,
-              usage=Usage(300, 250, 8), reported_usage=Usage(760, 450, 38), cost_usd=0.00141,
-              reported_cost_usd=0.00389, error="agent killed by signal 9",
-              agent_session_id="th-1")
+    t2 = Turn(
+        2,
+        Status.FAILED,
+        "again",
+        "native",
+        LATER,
+        LATER,
+        exit_code=None,
+        signal=9,
+        usage=Usage(300, 250, 8),
+        reported_usage=Usage(760, 450, 38),
+        cost_usd=0.00141,
+        reported_cost_usd=0.00389,
+        error="agent killed by signal 9",
+        reason=Reason.AGENT_ERROR,
+        agent_session_id="th-1",
+    )
     s = Session(
-        id="0f0f0f0f-0000-4000-8000-000000000001", adapter="claude", task="task", cwd="/w",
-        created_at=NOW, updated_at=LATER, name="n1", model="claude-opus-5-5",
-        requested_model="opus", context_mode="native", source="tool", dangerous=True,
-        task_truncated=True, agent_session_id="th-1", turns=[t1, t2],
-        queue=[QueuedMessage("next", "summary", LATER, 5.0)], cost_source="reported",
+        id="0f0f0f0f-0000-4000-8000-000000000001",
+        adapter="claude",
+        task="task",
+        cwd="/w",
+        created_at=NOW,
+        updated_at=LATER,
+        name="n1",
+        model="claude-opus-5-5",
+        requested_model="opus",
+        context_mode="native",
+        source="tool",
+        dangerous=True,
+        task_truncated=True,
+        agent_session_id="th-1",
+        turns=[t1, t2],
+        queue=[QueuedMessage("next", "summary", LATER, 5.0)],
+        cost_source="reported",
     )
     s.refresh()
     return s
@@ -56,10 +96,14 @@ def test_session_round_trip_exact() -> None:
 
 def test_turn_and_queue_round_trip() -> None:
     for t in full_session().turns:
-        assert Turn.from_dict(t.to_dict()) == t
+        assert msgspec.convert(t.to_dict(), Turn) == t
     q = QueuedMessage("m", "summary", NOW, None)
-    assert QueuedMessage.from_dict(q.to_dict()) == q
-    assert ProcRef.from_dict(None) is None
+    assert msgspec.convert(q.to_dict(), QueuedMessage) == q
+
+
+def test_encode_decode_bytes_round_trip() -> None:
+    s = full_session()
+    assert schema.decode(schema.encode(s)) == s
 
 
 def test_derived_fields() -> None:
@@ -99,19 +143,35 @@ def test_usage_math() -> None:
     assert b.minus(a) == Usage(0, 0, 0, 0)  # floored: a cumulative counter never goes back
     assert (a.minus(b) + b) == a
     assert Usage().total_tokens == 0
-    assert a.to_dict() == {"input_tokens": 760, "cached_input_tokens": 450,
-                           "output_tokens": 38, "reasoning_tokens": 4, "total_tokens": 798}
+    assert a.to_dict() == {
+        "input_tokens": 760,
+        "cached_input_tokens": 450,
+        "output_tokens": 38,
+        "reasoning_tokens": 4,
+        "total_tokens": 798,
+    }
     assert list(a.to_dict()) == list(USAGE_KEYS)
-    assert Usage.from_dict(a.to_dict()) == a
-    assert Usage.from_dict(None) == Usage()
-    assert Usage.from_dict({"input_tokens": 5}) == Usage(5)
+    assert msgspec.convert(a.to_dict(), Usage) == a
+    assert msgspec.convert({"input_tokens": 5}, Usage) == Usage(5)
+    assert msgspec.convert({"input_tokens": 5, "total_tokens": 99}, Usage).total_tokens == 5
 
 
-@pytest.mark.parametrize("bad", [[], "x", {"input_tokens": -1}, {"output_tokens": "3"},
-                                 {"cached_input_tokens": True}, {"input_tokens": 1.5}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        "x",
+        {"input_tokens": -1},
+        {"output_tokens": "3"},
+        {"cached_input_tokens": True},
+        {"input_tokens": 1.5},
+    ],
+)
 def test_usage_rejects_malformed(bad: Any) -> None:
+    d = full_session().to_dict()
+    d["turns"][0]["usage"] = bad
     with pytest.raises(ValueError):
-        Usage.from_dict(bad)
+        Session.from_dict(d)
 
 
 def test_status_finished() -> None:
@@ -171,3 +231,75 @@ def test_from_dict_only_raises_value_error() -> None:
     for top in (None, [], "x", 3):
         with pytest.raises(ValueError):
             Session.from_dict(top)
+
+
+def _bytes(d: Any) -> bytes:
+    return json.dumps(d).encode()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "why"),
+    [
+        (("usage",), "x", "usage"),  # was: ls crashed / listed it completed and cached it
+        (("schema_version",), True, "schema_version"),  # was: completed in ls, damaged in show
+        (("turns", 0, "cost_usd"), float("nan"), ""),
+        (("turns", 0, "cost_usd"), float("inf"), ""),
+        (("turns", 0, "cost_usd"), 10**400, ""),
+        (("turns", 0, "usage", "input_tokens"), 10**400, ""),
+        (("turns", 0, "started_at"), "yesterday", "started_at"),
+        (("turns", 0, "supervisor", "pid"), 1.5, "pid"),
+        (("turns", 0, "supervisor", "start_ticks"), float("nan"), ""),
+        (("turns", 0, "agent_session_id"), "--dangerously-bypass-approvals-and-sandbox", ""),
+        (("cwd",), "relative/dir", "cwd"),
+        (("id",), "../../etc", "id"),
+    ],
+)
+def test_one_schema_rejects_what_the_old_readers_let_through(
+    path: tuple, value: Any, why: str
+) -> None:
+    d = _set(full_session().to_dict(), path, value)
+    data = json.dumps(d, allow_nan=True).replace("Infinity", "1e999").encode()
+    with pytest.raises(ValueError, match=why or None):
+        schema.decode(data)
+
+
+def test_derived_fields_are_recomputed_not_believed() -> None:
+    d = full_session().to_dict()
+    d["status"], d["cost_usd"], d["usage"]["input_tokens"] = "completed", 0.0, 1
+    s = schema.decode(_bytes(d))
+    assert s.status is Status.FAILED and s.cost_usd == pytest.approx(0.00389)
+    assert s.usage == Usage(760, 450, 38, 5)
+
+
+def test_deep_nesting_and_garbage_are_value_errors() -> None:
+    for data in (b"[" * 100_000, b"{" + b'"a":{' * 50_000, b"\xff\xfe", b"", b"  ", b"null", b"[]"):
+        with pytest.raises(ValueError):
+            schema.decode(data)
+    huge = b'{"schema_version":2,"task":"' + b"x" * (schema.MAX_META_BYTES + 1) + b'"}'
+    with pytest.raises(ValueError, match="too large"):
+        schema.decode(huge)
+
+
+def test_version_1_is_migrated_in_memory() -> None:
+    """A meta.json written by zwarm before the engine seams (schema 1: process refs were an
+    epoch create_time) still reads; its refs are converted, a NaN one dropped."""
+    d = full_session().to_dict()
+    d["schema_version"] = 1
+    for t in d["turns"]:
+        del t["reason"], t["launcher"]
+    d["turns"][0]["supervisor"] = {"pid": 100, "create_time": 1_700_000_000.25}
+    d["turns"][0]["agent"] = {"pid": 101, "create_time": -5.0}
+    s = schema.decode(json.dumps(d).encode())
+    assert s.schema_version == SCHEMA_VERSION
+    assert s.turns[0].agent is None  # not a time: dropped, never trusted
+    assert s.turns[0].supervisor is None or s.turns[0].supervisor.pid == 100
+    d["turns"][0]["agent"] = {"pid": 1, "create_time": float("nan")}  # the kill-pid-1 file
+    with pytest.raises(ValueError, match="not valid JSON"):
+        schema.decode(json.dumps(d, allow_nan=True).encode())
+    assert s.turns[1].reason is None and s.turns[1].launcher == "local"
+    assert schema.encode(s).startswith(b"{") and b'"schema_version":2' in schema.encode(s)
+
+
+def test_migrations_are_ordered_one_version_at_a_time() -> None:
+    starts = [v for v, _ in schema.MIGRATIONS]
+    assert starts == sorted(starts) and starts == list(range(1, SCHEMA_VERSION))

@@ -12,13 +12,17 @@ import psutil
 import pytest
 from conftest import wait_until
 
-from zwarm import procs
-from zwarm.models import ProcRef
+from zwarm.model import ProcRef
+from zwarm.runtime import procs
 
 
 def _start(script: str, new_session: bool = True) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["/bin/sh", "-c", script], start_new_session=new_session,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script],
+        start_new_session=new_session,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _children_refs(pid: int, want: int) -> list[ProcRef]:
@@ -51,18 +55,34 @@ def cleanup():
         p.wait()
 
 
-def test_create_time_matches_psutil() -> None:
+def test_identity_is_kernel_start_ticks_and_boot_id() -> None:
     me = os.getpid()
-    assert procs.create_time(me) == pytest.approx(psutil.Process(me).create_time(), abs=0.02)
     ref = procs.identify(me)
     assert ref is not None and ref.pid == me and procs.is_alive(ref)
+    with open(f"/proc/{me}/stat", "rb") as f:
+        data = f.read()
+    assert ref.start_ticks == int(data[data.rindex(b")") + 2 :].split()[19])
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        assert ref.boot_id == f.read().strip()
 
 
-def test_wrong_create_time_is_another_process() -> None:
+def test_wrong_start_or_boot_is_another_process() -> None:
     ref = procs.identify(os.getpid())
     assert ref is not None
-    assert not procs.is_alive(ProcRef(ref.pid, ref.create_time - 100.0))
+    assert not procs.is_alive(ProcRef(ref.pid, ref.start_ticks - 1, ref.boot_id))
+    assert not procs.is_alive(ProcRef(ref.pid, ref.start_ticks, "0" * 32))
     assert not procs.is_alive(None)
+
+
+def test_a_stepped_wall_clock_changes_no_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: start times were epoch seconds computed from the boot time, which a
+    wall-clock step moves, so every live session was reported lost after a step."""
+    ref = procs.identify(os.getpid())
+    assert ref is not None
+    bid, btime = procs._boot_facts()
+    monkeypatch.setattr(procs, "_boot", (bid, btime + 3600.0))  # the clock stepped an hour
+    monkeypatch.setattr(time, "time", lambda: 0.0)
+    assert procs.is_alive(ref) and procs.identify(os.getpid()) == ref
 
 
 def test_dead_and_zombie_are_not_alive() -> None:
@@ -73,7 +93,7 @@ def test_dead_and_zombie_are_not_alive() -> None:
     assert not procs.is_alive(ref)  # a zombie counts as dead
     p.wait()
     assert not procs.is_alive(ref)
-    assert procs.create_time(p.pid) is None or not procs.is_alive(ref)
+    assert procs.start_ticks(p.pid) is None or not procs.is_alive(ref)
 
 
 def test_kill_tree_kills_group_and_descendants(cleanup) -> None:
@@ -93,34 +113,71 @@ def test_kill_tree_never_signals_a_reused_pid(cleanup) -> None:
     cleanup.append(p)
     real = procs.identify(p.pid)
     assert real is not None
-    stale = ProcRef(p.pid, real.create_time - 50.0)  # same pid, different process
+    stale = ProcRef(p.pid, real.start_ticks - 50, real.boot_id)  # same pid, another process
     assert procs.kill_tree(stale, grace=0.5) is False
     time.sleep(0.2)
     assert p.poll() is None and procs.is_alive(real)
 
 
-def test_kill_tree_finds_group_members_after_leader_died(cleanup) -> None:
-    p = _start("sleep 300 & sleep 301 & exit 0")
-    cleanup.append(p)
-    leader = procs.identify(p.pid)
-    assert leader is not None
-    members = wait_until(
-        lambda: [procs.identify(x) for x in procs.group_members(p.pid, leader.create_time)
-                 if x != p.pid] or None,
-        message="group members",
+def _marked(script: str, sid: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, procs.MARKER: sid}
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script],
+        start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    wait_until(lambda: p.poll() is not None, message="leader exit")  # reaped: pid gone
-    assert not procs.is_alive(leader)
-    assert procs.kill_tree(leader, grace=5.0)
-    wait_until(lambda: _all_gone([m for m in members if m]), message="orphans to die")
+
+
+SID = "0f0f0f0f-0000-4000-8000-00000000abcd"
+
+
+def test_kill_session_finds_marked_orphans_after_the_leader_died(cleanup) -> None:
+    """Members of a dead agent's group, and a child that left it with setsid, are found by
+    the session marker (also: an agent whose supervisor died before recording it)."""
+    p = _marked("sleep 300 & setsid sleep 301 & exit 0", SID)
+    cleanup.append(p)
+    wait_until(lambda: len(procs.marked(SID)) >= 2 or None, message="marked children")
+    wait_until(lambda: p.poll() is not None, message="leader exit")
+    members = procs.marked(SID)
+    assert procs.kill_session(None, SID, grace=5.0)
+    wait_until(lambda: _all_gone(members), message="orphans to die")
+    assert procs.marked(SID) == []
+
+
+def test_kill_session_never_signals_an_unmarked_process_even_with_its_true_identity(
+    cleanup,
+) -> None:
+    """Regression: a meta.json naming any process with its real start time (readable from
+    /proc by anyone) got it SIGTERMed and SIGKILLed, with its whole group."""
+    victim = _start("sleep 300")
+    cleanup.append(victim)
+    ref = procs.identify(victim.pid)
+    assert ref is not None and procs.is_alive(ref)
+    assert procs.kill_session(ref, SID, grace=0.5) is False
+    assert procs.terminate(ref, SID, grace=0.5) is False
+    time.sleep(0.2)
+    assert victim.poll() is None and procs.is_alive(ref)
+    other = _marked("sleep 300", "0f0f0f0f-0000-4000-8000-00000000ffff")  # another session's
+    cleanup.append(other)
+    oref = wait_until(lambda: procs.identify(other.pid), message="other")
+    assert procs.kill_session(oref, SID, grace=0.5) is False
+    assert other.poll() is None
 
 
 def test_terminate_escalates_to_sigkill(cleanup) -> None:
-    p = subprocess.Popen([sys.executable, "-c",
-                          "import signal, time, sys\n"
-                          "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                          "print('ready', flush=True)\ntime.sleep(300)"],
-                         stdout=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time, sys\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\ntime.sleep(300)",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     cleanup.append(p)
     assert p.stdout is not None and p.stdout.readline() == b"ready\n"
     ref = procs.identify(p.pid)

@@ -6,32 +6,55 @@ from pathlib import Path
 
 import pytest
 
-from zwarm.adapters import adapter_for_model
+from zwarm.agents import agent_for_model
 from zwarm.api import Zwarm
 from zwarm.env import Env
 from zwarm.errors import InvalidInput
 
 
-@pytest.mark.parametrize("model", [
-    "sonnet", "opus", "haiku", "opusplan", "Sonnet", "claude-sonnet-4-5", "claude-opus-4-1",
-    "claude-3-5-haiku-20241022", "sonnet[1m]",
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "sonnet",
+        "opus",
+        "haiku",
+        "opusplan",
+        "Sonnet",
+        "claude-sonnet-4-5",
+        "claude-opus-4-1",
+        "claude-3-5-haiku-20241022",
+        "sonnet[1m]",
+    ],
+)
 def test_claude_models(model: str) -> None:
-    assert adapter_for_model(model) == "claude"
+    assert agent_for_model(model) == "claude"
 
 
-@pytest.mark.parametrize("model", [
-    "gpt-5", "gpt-5-codex", "gpt-4.1", "o3", "o4-mini", "o1", "codex-mini-latest",
-    "gpt-5.1-codex-max", "my-codex-model", "codex", "GPT-5",
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "gpt-5",
+        "gpt-5-codex",
+        "gpt-4.1",
+        "o3",
+        "o4-mini",
+        "o1",
+        "codex-mini-latest",
+        "gpt-5.1-codex-max",
+        "my-codex-model",
+        "codex",
+        "GPT-5",
+    ],
+)
 def test_codex_models(model: str) -> None:
-    assert adapter_for_model(model) == "codex"
+    assert agent_for_model(model) == "codex"
 
 
-@pytest.mark.parametrize("model", [None, "", "llama3", "mistral-large", "gemini-2.5-pro",
-                                   "sonnetish", "opus2", "demo"])
+@pytest.mark.parametrize(
+    "model", [None, "", "llama3", "mistral-large", "gemini-2.5-pro", "sonnetish", "opus2", "demo"]
+)
 def test_unknown_models_imply_nothing(model: str | None) -> None:
-    assert adapter_for_model(model) is None
+    assert agent_for_model(model) is None
 
 
 def api(tmp_path: Path, config: str = "") -> Zwarm:
@@ -42,18 +65,21 @@ def api(tmp_path: Path, config: str = "") -> Zwarm:
     return Zwarm(env=Env(state_dir=state, environ={}, cwd=tmp_path))
 
 
-@pytest.mark.parametrize(("adapter", "model", "expect"), [
-    (None, None, ("codex", None)),  # nothing given: default adapter, agent's own model
-    (None, "sonnet", ("claude", "sonnet")),
-    (None, "claude-opus-4-1", ("claude", "claude-opus-4-1")),
-    (None, "gpt-5", ("codex", "gpt-5")),
-    (None, "o4-mini", ("codex", "o4-mini")),
-    (None, "gpt-5.1-codex", ("codex", "gpt-5.1-codex")),
-    (None, "llama3", ("codex", "llama3")),  # unknown -> configured default adapter
-    ("claude", None, ("claude", None)),
-    ("claude", "gpt-5", ("claude", "gpt-5")),  # explicit adapter wins
-    ("codex", "", ("codex", None)),
-])
+@pytest.mark.parametrize(
+    ("adapter", "model", "expect"),
+    [
+        (None, None, ("codex", None)),  # nothing given: default adapter, agent's own model
+        (None, "sonnet", ("claude", "sonnet")),
+        (None, "claude-opus-4-1", ("claude", "claude-opus-4-1")),
+        (None, "gpt-5", ("codex", "gpt-5")),
+        (None, "o4-mini", ("codex", "o4-mini")),
+        (None, "gpt-5.1-codex", ("codex", "gpt-5.1-codex")),
+        (None, "llama3", ("codex", "llama3")),  # unknown -> configured default adapter
+        ("claude", None, ("claude", None)),
+        ("claude", "gpt-5", ("claude", "gpt-5")),  # explicit adapter wins
+        ("codex", "", ("codex", None)),
+    ],
+)
 def test_route_with_defaults(tmp_path: Path, adapter, model, expect) -> None:
     assert api(tmp_path).route(adapter, model) == expect
 

@@ -20,7 +20,7 @@ from zwarm.errors import (
     SessionNotFound,
     StoreError,
 )
-from zwarm.models import QueuedMessage, Session, Status, Turn
+from zwarm.model import QueuedMessage, Session, Status, Turn
 from zwarm.store import Store, atomic_write
 
 NOW = "2026-01-01T00:00:00.000+00:00"
@@ -28,8 +28,14 @@ NOW = "2026-01-01T00:00:00.000+00:00"
 
 def make_session(sid: str, name: str | None = None, status: Status = Status.COMPLETED) -> Session:
     return Session(
-        id=sid, adapter="codex", task="the task", cwd="/tmp", created_at=NOW, updated_at=NOW,
-        name=name, turns=[Turn(1, status, "the task", "task", NOW)],
+        id=sid,
+        adapter="codex",
+        task="the task",
+        cwd="/tmp",
+        created_at=NOW,
+        updated_at=NOW,
+        name=name,
+        turns=[Turn(1, status, "the task", "task", NOW)],
     )
 
 
@@ -112,15 +118,12 @@ def test_failed_save_keeps_previous_session(store: Store, monkeypatch) -> None:
     sid = sid_("aa")
     add(store, sid)
     before = store.meta_path(sid).read_bytes()
-    s = store.load(sid)
-    s.task = "changed"
-
     def boom(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(StoreError):
-        store.save(s)
+        store.update(sid, lambda s: setattr(s, "task", "changed"))
     monkeypatch.undo()
     assert store.meta_path(sid).read_bytes() == before
     assert store.load(sid).task == "the task"
@@ -135,8 +138,13 @@ def test_permissions_private(tmp_path: Path) -> None:
     store.ensure()
     sid = sid_("bb")
     add(store, sid, name="perm")
-    for d in (root, store.sessions, store.names, store.session_dir(sid),
-              store.session_dir(sid) / "turns"):
+    for d in (
+        root,
+        store.sessions,
+        store.names,
+        store.session_dir(sid),
+        store.session_dir(sid) / "turns",
+    ):
         assert mode(d) == 0o700, d
     for f in (store.meta_path(sid), store.turn_path(sid, 1, "prompt"), store.names / "perm"):
         assert mode(f) == 0o600, f
@@ -266,7 +274,7 @@ _RACE = textwrap.dedent("""
     from pathlib import Path
     from zwarm.store import Store
     from zwarm.errors import InvalidInput
-    from zwarm.models import Session, Status, Turn
+    from zwarm.model import Session, Status, Turn
     root, sid, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
     store = Store(root)
     now = "2026-01-01T00:00:00.000+00:00"
@@ -307,11 +315,11 @@ _UPDATER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from zwarm.store import Store
-    from zwarm.models import QueuedMessage
+    from zwarm.model import QueuedMessage
     store = Store(Path(sys.argv[1]))
     for i in range(int(sys.argv[3])):
         store.update(sys.argv[2], lambda s: s.queue.append(
-            QueuedMessage(f"{sys.argv[4]}-{i}", "summary", "now")))
+            QueuedMessage(f"{sys.argv[4]}-{i}", "summary", "2026-01-01T00:00:00Z")))
 """)
 
 
@@ -351,10 +359,14 @@ def _meta(store: Store, sid: str) -> dict:
 DAMAGES = {
     "empty": (lambda m, raw: b"", "empty"),
     "truncated": (lambda m, raw: raw[: len(raw) // 2], "not valid JSON"),
-    "unknown_status": (lambda m, raw: json.dumps({**m, "status": "exploded"}).encode(),
-                       "unknown status"),
-    "newer_schema": (lambda m, raw: json.dumps({**m, "schema_version": 99}).encode(),
-                     "schema_version 99"),
+    "unknown_status": (
+        lambda m, raw: json.dumps({**m, "status": "exploded"}).encode(),
+        "unknown status",
+    ),
+    "newer_schema": (
+        lambda m, raw: json.dumps({**m, "schema_version": 99}).encode(),
+        "schema_version 99",
+    ),
     "not_object": (lambda m, raw: b"[1, 2]", "not a JSON object"),
     "other_id": (lambda m, raw: json.dumps({**m, "id": sid_("77")}).encode(), "another session"),
 }
@@ -370,8 +382,8 @@ def test_damaged_meta_reported_not_rewritten(store: Store, kind: str) -> None:
     with pytest.raises(DamagedSession) as ei:
         store.load(sid)
     assert expect in str(ei.value)
-    entry = store.read_raw(sid)
-    assert entry.problem is not None and expect in entry.problem
+    entry = store.read(sid)
+    assert isinstance(entry, DamagedSession) and expect in entry.problem
     with pytest.raises(DamagedSession):
         store.update(sid, lambda s: None)
     assert store.meta_path(sid).read_bytes() == bad
@@ -384,7 +396,8 @@ def test_missing_meta_is_damaged_not_missing(store: Store) -> None:
     store.meta_path(sid).unlink()
     with pytest.raises(DamagedSession, match="missing"):
         store.load(sid)
-    assert store.read_raw(sid).problem == "meta.json is missing"
+    entry = store.read(sid)
+    assert isinstance(entry, DamagedSession) and entry.problem == "meta.json is missing"
     with pytest.raises(SessionNotFound):
         store.load(sid_("dd", 1))
 
@@ -416,3 +429,77 @@ def test_remove_vanishes_and_releases_name(store: Store) -> None:
     assert list((store.root / "trash").iterdir()) == []
     with pytest.raises(SessionNotFound):
         store.remove(sid, None)
+
+
+# ---------------------------------------------------------------------------- planted files
+def test_a_fifo_in_place_of_meta_json_is_damaged_not_a_hang(store: Store) -> None:
+    """Regression: opening a FIFO planted as meta.json blocked every command forever."""
+    sid = sid_("f1")
+    add(store, sid)
+    store.meta_path(sid).unlink()
+    os.mkfifo(store.meta_path(sid))
+    with pytest.raises(DamagedSession, match="not a regular file"):
+        store.load(sid)
+    got = store.read(sid)
+    assert isinstance(got, DamagedSession)
+
+
+def test_a_linked_meta_json_is_never_followed(store: Store, tmp_path: Path) -> None:
+    sid, other = sid_("f2"), sid_("f3")
+    add(store, sid)
+    add(store, other)
+    store.meta_path(sid).unlink()
+    store.meta_path(sid).symlink_to(store.meta_path(other))
+    with pytest.raises(DamagedSession, match="symbolic link"):
+        store.load(sid)
+
+
+def test_linked_session_dir_or_turns_dir_is_damaged(store: Store, tmp_path: Path) -> None:
+    """An agent that swapped turns/ (or its whole session dir) for a link to another place
+    must not get zwarm to write the next turn's files there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sid = sid_("f4")
+    add(store, sid)
+    turns = store.session_dir(sid) / "turns"
+    turns.rename(tmp_path / "old-turns")
+    turns.symlink_to(elsewhere)
+    with pytest.raises(DamagedSession, match="turns/"):
+        store.load(sid)
+    with pytest.raises(DamagedSession), store.transaction(sid):
+        pass
+    sid2 = sid_("f5")
+    add(store, sid2)
+    d = store.session_dir(sid2)
+    d.rename(tmp_path / "moved")
+    d.symlink_to(tmp_path / "moved")
+    with pytest.raises(DamagedSession, match="not a directory"):
+        store.load(sid2)
+    store.remove(sid2, None)  # the link goes; what it pointed to is untouched
+    assert not os.path.lexists(d) and (tmp_path / "moved" / "meta.json").exists()
+
+
+def test_an_oversized_meta_json_is_damaged_without_reading_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zwarm.store import sessions
+
+    sid = sid_("f6")
+    add(store, sid)
+    monkeypatch.setattr(sessions, "MAX_META_BYTES", 100)
+    with pytest.raises(DamagedSession, match="too large"):
+        store.load(sid)
+
+
+def test_write_private_replaces_a_planted_link_instead_of_writing_through(
+    tmp_path: Path,
+) -> None:
+    from zwarm.store import write_private
+
+    target = tmp_path / "victim"
+    target.write_text("precious")
+    link = tmp_path / "turn_2.prompt"
+    link.symlink_to(target)
+    write_private(link, b"prompt")
+    assert target.read_text() == "precious"
+    assert not link.is_symlink() and link.read_bytes() == b"prompt"

@@ -14,6 +14,7 @@ Installed on PATH as ``codex`` and ``claude`` (symlinks to this file). Controlle
 - FAKE_HANG: if "N" (N >= 1), print the first N lines then sleep forever.
 - FAKE_IGNORE_TERM: if "1", the agent and its FAKE_CHILDREN shells ignore SIGTERM.
 - FAKE_WAIT_FILE: a path; after FAKE_SLEEP, wait until it exists before going on.
+- FAKE_FAIL_ON: a string; a prompt containing it makes the agent exit 3 with no output.
 """
 
 import json
@@ -40,8 +41,14 @@ def _record(argv, prompt):
         f.write(prompt)
     with open(os.path.join(rec, f"env{n}.json"), "w") as f:
         json.dump(dict(os.environ), f)
-    info = {"argv": argv, "cwd": os.getcwd(), "pid": os.getpid(), "ppid": os.getppid(),
-            "pgid": os.getpgid(0), "time": time.time()}
+    info = {
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "pgid": os.getpgid(0),
+        "time": time.time(),
+    }
     tmp = os.path.join(rec, f".argv{n}.tmp")
     with open(tmp, "w") as f:
         json.dump(info, f)
@@ -52,6 +59,10 @@ def main():
     argv = sys.argv
     prompt = sys.stdin.buffer.read()
     _record(argv, prompt)
+    fail_on = os.environ.get("FAKE_FAIL_ON", "").encode()
+    if fail_on and fail_on in prompt:
+        sys.stderr.write("fake agent: told to fail on this prompt\n")
+        sys.exit(3)
     if os.environ.get("FAKE_STDERR"):
         sys.stderr.write(os.environ["FAKE_STDERR"] + "\n")
         sys.stderr.flush()
@@ -67,11 +78,15 @@ def main():
         subprocess.Popen(["/bin/sh", "-c", trap + "sleep 300 & sleep 301 & wait"])
     elif children == "2":
         inner = trap + "sleep 303 & wait"
-        subprocess.Popen(["/bin/sh", "-c", f'{trap}/bin/sh -c "{inner}" & sleep 301 & '
-                          "setsid sleep 302 & wait"])
+        subprocess.Popen(
+            ["/bin/sh", "-c", f'{trap}/bin/sh -c "{inner}" & sleep 301 & setsid sleep 302 & wait']
+        )
     replay = os.environ.get("FAKE_REPLAY")
-    thread = argv[argv.index("resume") + 1] if "resume" in argv else (
-        argv[argv.index("--resume") + 1] if "--resume" in argv else "")
+    thread = (
+        argv[argv.index("resume") + 1]
+        if "resume" in argv
+        else (argv[argv.index("--resume") + 1] if "--resume" in argv else "")
+    )
     delay = float(os.environ.get("FAKE_LINE_DELAY", "0"))
     hang = int(os.environ.get("FAKE_HANG") or 0)
     if replay:

@@ -1,0 +1,275 @@
+"""Security issue: an agent (or anyone) that rewrites the state dir must not change what
+zwarm executes or signals, nor make a read command hang, crash or lie.
+
+Each test plants what a sandboxed agent can write (meta.json fields, links, modules, FIFOs,
+an index) and checks zwarm ignores or refuses it. Each failed on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from zwarm.runtime import procs
+
+from ._helpers import (
+    Victim,
+    agent_ref,
+    edit_meta,
+    meta,
+    one_error_line,
+    sdir,
+    spawn,
+    supervisor_ref,
+    wait_status,
+    wait_until,
+)
+
+
+def _done(zw: Any, sid: str) -> dict[str, Any]:
+    return wait_status(zw, sid, "completed", "failed", "killed")
+
+
+def test_bypass_planted_in_meta_json_is_not_believed(zw: Any) -> None:
+    """Regression: ``"bypass": true`` written into meta.json made the next turn run with
+    the agent's sandbox off (and ``ls`` showed no danger)."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+
+    def plant(m: dict[str, Any]) -> None:
+        m["bypass"], m["dangerous"] = True, False
+
+    edit_meta(zw, sid, plant)
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"), check=True)
+    _done(zw, sid)
+    argv, _ = zw.recorded()
+    assert "--dangerously-bypass-approvals-and-sandbox" not in argv["argv"]
+    assert "workspace-write" in argv["argv"]
+
+
+def test_a_changed_working_directory_is_refused(zw: Any) -> None:
+    """Regression: the agent could point its own session's cwd at ``/``, making ``/`` the
+    writable root of its next sandboxed turn."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    calls = zw.calls()
+    edit_meta(zw, sid, lambda m: m.update(cwd="/"))
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"))
+    m = _done(zw, sid)
+    assert m["status"] == "failed" and m["turns"][-1]["reason"] == "start_failed"
+    assert "launch record" in m["error"]
+    assert zw.calls() == calls  # the agent never ran
+
+
+def test_a_session_without_a_launch_record_never_runs(zw: Any) -> None:
+    """A session planted in a cloned repository's .zwarm/ (no pin of the user's) is shown,
+    but continuing it runs nothing."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    home = Path(zw.env.get("XDG_STATE_HOME") or Path(zw.env["HOME"]) / ".local" / "state")
+    (home / "zwarm" / "pins" / f"{sid}.json").unlink()
+    calls = zw.calls()
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"))
+    m = _done(zw, sid)
+    assert m["turns"][-1]["reason"] == "start_failed" and zw.calls() == calls
+
+
+def test_a_module_planted_in_the_state_dir_is_never_imported(zw: Any) -> None:
+    """Regression: the supervisor ran as ``python -m`` with its cwd in the session dir, so a
+    ``zwarm/`` package planted there was imported instead of zwarm."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    marker = zw.tmp / "pwned"
+    for where in (sdir(zw, sid), zw.cwd):
+        pkg = where / "zwarm"
+        (pkg / "runtime").mkdir(parents=True)
+        code = f"open({str(marker)!r}, 'w').write('imported')\n"
+        (pkg / "__init__.py").write_text(code)
+        (pkg / "runtime" / "__init__.py").write_text(code)
+        (pkg / "runtime" / "supervisor.py").write_text(code)
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"), check=True)
+    assert _done(zw, sid)["status"] == "completed"
+    assert not marker.exists()
+
+
+def test_links_planted_as_the_next_turn_files_are_not_written_through(zw: Any) -> None:
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    victims = {}
+    for ext in ("jsonl", "stderr", "prompt"):
+        v = zw.tmp / f"victim.{ext}"
+        v.write_text("precious")
+        (sdir(zw, sid) / "turns" / f"turn_2.{ext}").symlink_to(v)
+        victims[ext] = v
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"), check=True)
+    assert _done(zw, sid)["status"] == "completed"
+    assert all(v.read_text() == "precious" for v in victims.values())
+    assert not (sdir(zw, sid) / "turns" / "turn_2.jsonl").is_symlink()
+
+
+def test_nan_start_time_kills_nothing(zw: Any, strays: list[Any]) -> None:
+    """Regression: ``"create_time": NaN`` passed the identity check (every comparison with
+    NaN is false), so a read-only ``ls`` SIGTERMed and SIGKILLed the named pid's tree."""
+    victim = Victim(zw.tmp / "victims", strays)
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    path = sdir(zw, sid) / "meta.json"
+    m = json.loads(path.read_bytes())
+    m["schema_version"] = 1
+    m["status"] = "running"
+    m["turns"][0].update(status="running", ended_at=None)
+    for key in ("supervisor", "agent"):
+        m["turns"][0][key] = {"pid": victim.pid, "create_time": float("nan")}
+    path.write_text(json.dumps(m, allow_nan=True))
+    rows = zw.json("ls")
+    assert rows[0]["status"] == "damaged" and "not valid JSON" in rows[0]["error"]
+    for cmd in (["show", sid], ["wait", sid, "--timeout", "1"], ["kill", "--all"]):
+        zw.run(*cmd)
+    victim.assert_untouched()
+
+
+def test_an_agent_its_supervisor_never_recorded_is_found_and_stopped(zw: Any) -> None:
+    """Regression: a supervisor that died between starting the agent and recording it left
+    an agent nobody could kill, and ``inject`` started a second one beside it."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple", FAKE_HANG="1"))
+    agent = agent_ref(zw, sid)
+    sup = supervisor_ref(zw, sid)
+    os.kill(sup[0], signal.SIGKILL)
+    edit_meta(zw, sid, lambda m: m["turns"][0].update(agent=None))
+    assert procs.is_alive(procs.identify(agent[0]))
+    zw.run("inject", sid, "again", env_extra=zw.replay("codex_simple"), check=True)
+    wait_until(lambda: procs.identify(agent[0]) is None or not _alive_pid(agent), message="gone")
+    m = _done(zw, sid)
+    assert "orphaned agent was terminated" in m["turns"][0]["error"]
+    assert m["turns"][1]["status"] == "completed"
+
+
+def _alive_pid(ref: tuple[int, float]) -> bool:
+    from ._helpers import alive
+
+    return alive(ref)
+
+
+def test_a_forged_index_cannot_hide_a_running_session(zw: Any) -> None:
+    """Regression: a forged ``index.json`` row (its key computed from a stat) showed a
+    running, dangerous session as completed. The listing index is gone: every row comes from
+    meta.json through the one schema."""
+    sid = spawn(zw, "task", "--dangerous", env=zw.replay("codex_simple", FAKE_HANG="1"))
+    agent_ref(zw, sid)
+    st = os.stat(sdir(zw, sid) / "meta.json")
+    key = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    forged = {"id": sid, "status": "completed", "dangerous": False}
+    doc = {"format": 1, "zwarm": "0.1.0", "entries": {sid: [key, forged]}}
+    (zw.state_dir / "index.json").write_text(json.dumps(doc))
+    row = zw.json("ls")[0]
+    assert row["status"] == "running" and row["dangerous"] is True
+    zw.run("kill", sid, check=True)
+
+
+def test_an_invalid_config_does_not_stop_listing_or_killing(zw: Any) -> None:
+    """Regression: a typo in config.toml made every running session "damaged" in ``ls``, so
+    ``kill --all`` killed nothing."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple", FAKE_HANG="1"))
+    agent = agent_ref(zw, sid)
+    (zw.state_dir / "config.toml").write_text("[codex]\nsandbox = 'nope'\n")
+    assert zw.json("ls")[0]["status"] == "running"
+    killed = zw.json("kill", "--all")
+    assert [r["id"] for r in killed] == [sid]
+    wait_until(lambda: not _alive_pid(agent), message="agent gone")
+
+
+def test_wait_flag_answers_for_its_own_turn(zw: Any) -> None:
+    """Regression: ``inject --wait`` waited for the whole session and exited by its last
+    turn, so ``inject X fix --wait && deploy`` deployed after the fix failed."""
+    release = zw.tmp / "release"
+    env = zw.replay("codex_simple", FAKE_WAIT_FILE=str(release), FAKE_FAIL_ON="BREAK")
+    sid = spawn(zw, "task", env=env)
+    agent_ref(zw, sid)
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "zwarm", "inject", sid, "please BREAK", "--wait", "--json"],
+        env={**zw.env, **env},
+        cwd=zw.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(lambda: len(meta(zw, sid)["queue"]) == 1, message="turn 2 queued")
+    zw.run("inject", sid, "then this", "--context", "native", env_extra=env, check=True)
+    release.touch()
+    out, err = waiter.communicate(timeout=120)
+    assert waiter.returncode == 1, (out, err)
+    r = json.loads(out)
+    assert (r["turn"], r["status"]) == (2, "failed")
+    assert _done(zw, sid)["status"] == "completed" and len(meta(zw, sid)["turns"]) == 3
+
+
+def test_a_prompt_given_with_wait_leaves_every_argv(zw: Any) -> None:
+    """README promises prompts never appear in any argv; ``spawn "..." --wait`` kept the
+    prompt in its own argv for the whole turn. It now re-executes itself without it."""
+    canary = "CANARY-7f1d0c9e-in-argv"
+    release = zw.tmp / "release"
+    env = zw.replay("codex_simple", FAKE_WAIT_FILE=str(release))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zwarm", "spawn", canary, "--wait"],
+        env={**zw.env, **env},
+        cwd=zw.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    wait_until(lambda: zw.calls() == 1, message="the agent started")
+    wait_until(lambda: not _in_some_argv(canary), message="the canary out of every argv")
+    release.touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (out, err)
+    assert canary.encode() not in out
+
+
+def _in_some_argv(text: str) -> bool:
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def test_logs_streams_in_bounded_memory(zw: Any) -> None:
+    """Regression: ``logs`` read the whole turn log into memory."""
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    log = sdir(zw, sid) / "turns" / "turn_1.jsonl"
+    line = b'{"type":"item.completed","item":{"type":"agent_message","text":"' + b"x" * 4000
+    with open(log, "ab") as f:
+        for _ in range(16):
+            f.write((line + b'"}}\n') * 1024)  # 64 MiB in all
+    code = (
+        "import resource, subprocess, sys\n"
+        "p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "sys.exit(p.returncode)\n"
+    )
+    exe = Path(sys.executable).parent / "zwarm"
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(exe), "logs", sid],
+        env=zw.env,
+        cwd=zw.cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout) < 48 * 1024, f"peak RSS {res.stdout} KiB"
+
+
+def test_a_working_directory_that_is_not_utf8_is_one_line(zw: Any) -> None:
+    bad = os.path.join(os.fsencode(zw.tmp), b"dir-\xff")
+    os.mkdir(bad)
+    res = zw.run("spawn", "task", "-C", os.fsdecode(bad), env_extra=zw.replay("codex_simple"))
+    one_error_line(res, "not valid UTF-8")

@@ -1,0 +1,228 @@
+"""zwarm's import graph has no cycles, and the orchestrator layer sits on the API's public
+methods: it never reaches through ``Zwarm.store`` or ``Zwarm.config``, and the API never
+imports it.
+
+The graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
+including those inside functions (lazy imports still form cycles at run time), but not those
+under ``if TYPE_CHECKING:`` (never executed). Imports by name at run time are added from
+where they are declared: ``zwarm.cli.LAZY_COMMANDS``, and the ``zwarm.*`` entry-point groups
+in ``pyproject.toml`` (an edge from the module that names the group to each module in it);
+an ``import_module`` anywhere but in ``zwarm.cli`` and ``zwarm.plugins`` fails the test, so a
+new one must be taught here.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PKG = ROOT / "zwarm"
+DYNAMIC_IMPORTERS = {"zwarm.cli", "zwarm.plugins"}
+LAYER_FILES = [*sorted((PKG / "orchestrator").glob("*.py")), PKG / "cli" / "orchestrator.py"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node except the bodies of ``if TYPE_CHECKING:`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _targets(module: str, node: ast.AST) -> set[str]:
+    """The zwarm modules an import statement in ``module`` loads by name."""
+    if isinstance(node, ast.Import):
+        return {_known(a.name) for a in node.names} - {""}
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = node.module or ""
+    if node.level:
+        package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES}
+    # ``from pkg import sibling`` inside pkg needs only the sibling (pkg is already loading);
+    # any other name taken from a package needs its __init__ to have run: an edge to it
+    parent = module.startswith(base + ".") and len(subs) == len(node.names)
+    return (subs | (set() if parent else {_known(base)})) - {""}
+
+
+def _known(name: str) -> str:
+    """``name`` or its nearest enclosing zwarm module; "" if it is not zwarm's."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _dynamic_edges() -> dict[str, set[str]]:
+    """``zwarm.cli`` -> its LAZY_COMMANDS modules; the module naming an entry-point group
+    (the string ``"zwarm.agents"``, say) -> the modules registered in that group."""
+    edges: dict[str, set[str]] = {"zwarm.cli": _lazy_commands()}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    groups = {
+        group: {spec.partition(":")[0].strip() for spec in items.values()}
+        for group, items in project.get("entry-points", {}).items()
+        if group.startswith("zwarm.")
+    }
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in groups:
+                edges.setdefault(module, set()).update(groups[node.value])
+    return edges
+
+
+def _lazy_commands() -> set[str]:
+    cli = ast.parse((PKG / "cli" / "__init__.py").read_text())
+    lazy: set[str] = set()
+    for node in ast.walk(cli):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "LAZY_COMMANDS" for t in node.targets
+        ):
+            assert isinstance(node.value, ast.Dict)
+            for value in node.value.values:
+                assert isinstance(value, ast.Tuple) and isinstance(value.elts[0], ast.Constant)
+                lazy.add(str(value.elts[0].value))
+    return lazy
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in _runtime_nodes(tree):
+            graph[module] |= _targets(module, node)
+            if _calls_import_module(node):
+                assert module in DYNAMIC_IMPORTERS, f"{module} imports by name: teach this test"
+    for module, targets in _dynamic_edges().items():
+        unknown = targets - MODULES.keys()
+        assert not unknown, f"{module} loads modules that do not exist: {unknown}"
+        graph[module] |= targets
+    for module in graph:
+        graph[module].discard(module)
+    return graph
+
+
+def _calls_import_module(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in ("import_module", "__import__")
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle (as a path that ends where it starts), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return [*path[path.index(n) :], n]
+            if n not in state and (found := visit(n)):
+                return found
+        state[m] = 2
+        path.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+# ---------------------------------------------------------------------------- the tests
+def test_the_import_graph_has_no_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_cycle_runs_through_the_api_the_orchestrator_or_the_commands() -> None:
+    """The cycles this layering removed (api <-> orchestrator.tools, cli <-> cli.orchestrator)
+    stay removed, whatever the rest of the graph does."""
+    graph = import_graph()
+    mine = [m for m in MODULES if m == "zwarm.api" or m.startswith(("zwarm.cli", "zwarm.orch"))]
+    looping = [m for m in sorted(mine) if m in _reachable(graph, graph[m])]
+    assert looping == [], f"import cycles through {looping}"
+
+
+def _reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    return seen
+
+
+def test_the_api_never_imports_the_orchestrator_layer() -> None:
+    graph = import_graph()
+    top = ("zwarm.orchestrator", "zwarm.cli", "zwarm.__main__")
+    below = {m for m in MODULES if not m.startswith(top)}
+    for m in sorted(below):
+        up = {t for t in graph[m] if t.startswith(("zwarm.orchestrator", "zwarm.cli"))}
+        assert not up, f"{m} imports {up}"
+
+
+def test_the_orchestrator_layer_uses_no_store_or_config_of_the_api() -> None:
+    for path in LAYER_FILES:
+        tree = ast.parse(path.read_text(), str(path))
+        used = [
+            f"{path.name}:{n.lineno} .{n.attr}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and n.attr in ("store", "config")
+        ]
+        assert used == [], used
+
+
+def test_the_checker_sees_what_it_must() -> None:
+    """The graph reader itself: lazy, relative and by-name imports are edges; TYPE_CHECKING
+    ones are not; a cycle is reported as a path."""
+    graph = import_graph()
+    assert "zwarm.cli.orchestrator" in graph["zwarm.cli"]  # LAZY_COMMANDS
+    assert "zwarm.api" in graph["zwarm.orchestrator.tools"]
+    lazy = ast.parse("def f():\n    from zwarm import api\n")
+    found = set().union(*(_targets("zwarm.cli", n) for n in _runtime_nodes(lazy)))
+    assert found == {"zwarm.api"}
+    typing_only = ast.parse("if TYPE_CHECKING:\n    import zwarm.api\n")
+    assert set().union(*(_targets("zwarm.cli", n) for n in _runtime_nodes(typing_only))) == set()
+    relative = ast.parse("from .common import get_api\n")
+    assert set().union(*(_targets("zwarm.cli", n) for n in _runtime_nodes(relative))) == {
+        "zwarm.cli.common"
+    }
+    sibling = ast.parse("from zwarm.cli import render\n")
+    assert _targets("zwarm.cli.demo", sibling.body[0]) == {"zwarm.cli.render"}
+    from_parent = ast.parse("from zwarm.cli import get_api\n")  # the package's own names
+    assert _targets("zwarm.cli.orchestrator", from_parent.body[0]) == {"zwarm.cli"}
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None

@@ -1,0 +1,157 @@
+"""The orchestrator's API key stays in its memory: not in a delegated agent's environment, not
+in the bash tool's, not readable from ``/proc/<orchestrator>/``, not in any file.
+
+The ``/proc`` test runs ``zwarm orchestrate`` as an unprivileged user (root reads any /proc
+entry, so as root it would prove nothing): as ``nobody`` through ``setpriv``/``runuser`` when
+the tests run as root (CI does), as the current user otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ZWARM_BIN, make_env
+from tests.fakes.chat_server import FakeChatServer, call, final, reply
+from tests.tools.orch_world import delegated, env_for, files_containing, load_run, runs_in
+from zwarm.orchestrator import guard, loop
+
+SECRET = "sk-orch-only-6f1d2c9a"
+SHARED = "sk-shared-openai-40b7e3"
+NOBODY = 65534
+
+
+def _no_secret_anywhere(srv: FakeChatServer, *roots: Path) -> None:
+    for req in srv.requests:
+        assert SECRET not in json.dumps(req.body), "the key reached the LLM transcript"
+    for root in roots:
+        assert files_containing(root, SECRET) == []
+
+
+# ---------------------------------------------------------------------------- in this process
+def test_the_key_is_taken_out_of_the_api_environment_and_hidden_from_reprs(zw) -> None:
+    api = zw.api(
+        env_extra={guard.ORCH_KEY_VAR: SECRET, "OPENAI_API_KEY": SHARED, "ZWARM_ORCH_MODEL": "m"}
+    )
+    p = loop.start(api, "a task", None, {})
+    assert p.settings.api_key == SECRET
+    assert SECRET not in repr(p.settings) and SECRET not in repr(p)
+    assert guard.ORCH_KEY_VAR not in api.env.environ  # sessions started from now on lack it
+    assert api.env.environ["OPENAI_API_KEY"] == SHARED  # the user's shared key: agents keep it
+    assert files_containing(zw.state_dir, SECRET) == []
+
+
+def test_delegated_agents_and_bash_never_get_the_orchestrator_key(zw, inproc) -> None:
+    during: dict[str, Any] = {}
+
+    def first(req: Any) -> Any:  # runs in this process while the command runs
+        during["environ"] = os.environ.get(guard.ORCH_KEY_VAR)
+        during["dumpable"] = guard.prctl_get(guard.PR_GET_DUMPABLE)
+        return reply(call("delegate", task="show me your environment"))
+
+    script = [
+        first,
+        lambda req: reply(call("wait", session_ids=delegated(req))),
+        reply(call("bash", command="/usr/bin/env")),
+        final("done"),
+    ]
+    with FakeChatServer(script) as srv:
+        res = inproc(srv, "go", **{guard.ORCH_KEY_VAR: SECRET, "OPENAI_API_KEY": SHARED})
+    assert res.returncode == 0, res.stderr
+    assert srv.requests[0].headers["authorization"] == f"Bearer {SECRET}"  # it was used
+    assert during == {"environ": None, "dumpable": 0}  # gone from os.environ; /proc closed
+    agent_env = json.loads((zw.record / "env1.json").read_text())
+    assert guard.ORCH_KEY_VAR not in agent_env and SECRET not in agent_env.values()
+    assert agent_env["OPENAI_API_KEY"] == SHARED  # codex reads it: shared keys stay shared
+    bash = next(r for n, r in srv.requests[-1].all_results() if n == "bash")
+    assert bash["exit_code"] == 0 and "PATH=" in bash["output"]
+    assert SECRET not in bash["output"] and SHARED not in bash["output"]
+    _no_secret_anywhere(srv, zw.state_dir)
+
+
+# ---------------------------------------------------------------------------- as non-root
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run this test: {reason}")
+    pytest.skip(reason)
+
+
+def _as_unprivileged() -> list[str]:
+    """The argv prefix that runs a command as a non-root user ([] if this one is not root)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv"):
+        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    if shutil.which("runuser"):
+        return ["runuser", "-u", "nobody", "--"]
+    _unavailable("running as root with neither setpriv nor runuser to drop to nobody")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture
+def world() -> Iterator[dict[str, Any]]:
+    """Directories an unprivileged user can write (pytest's tmp_path is root's, 0700).
+
+    Only the orchestrator and the bash tool run as that user (sessions are the in-process
+    test's): the interpreter may lie where only root can reach it, and ``setpriv`` execs the
+    command before it drops its capabilities, but nothing exec'd after that could.
+    """
+    base = Path(tempfile.mkdtemp(prefix="zwarm-nonroot-"))
+    try:
+        work, state = base / "work", base / "state"  # state: created by zwarm, as that user
+        work.mkdir()
+        env = make_env(base, state, base / "record")
+        env.update(XDG_CONFIG_HOME=str(base / "xdg-config"), XDG_STATE_HOME=str(base / "xdg-state"))
+        if os.geteuid() == 0:
+            for p in [base, *base.rglob("*")]:
+                os.chown(p, NOBODY, NOBODY)
+        yield {"base": base, "state": state, "env": env, "work": work}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_bash_cannot_read_the_orchestrators_proc_files(world) -> None:
+    prefix = _as_unprivileged()
+    probe = subprocess.run(
+        [*prefix, str(ZWARM_BIN), "--version"],
+        cwd=world["work"],
+        env=world["env"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        _unavailable(f"the unprivileged user cannot run zwarm here: {probe.stderr.strip()}")
+    peek = (
+        "cat /proc/$PPID/environ; echo environ=$?; head -c 64 /proc/$PPID/mem >/dev/null; "
+        "echo mem=$?; tr '\\0' '\\n' < /proc/$PPID/cmdline"
+    )
+    script = [reply(call("bash", command=peek)), final("done")]
+    with FakeChatServer(script) as srv:
+        env = {**world["env"], **env_for(srv), guard.ORCH_KEY_VAR: SECRET}
+        res = subprocess.run(
+            [*prefix, str(ZWARM_BIN), "orchestrate", "--quiet", "look around"],
+            cwd=world["work"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert res.returncode == 0, res.stderr
+    assert srv.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+    ((_, bash),) = srv.requests[1].last_results()
+    out = bash["output"]
+    assert "orchestrate" in out  # $PPID is the orchestrator: its cmdline is public
+    assert "environ=1" in out and "mem=1" in out and "Permission denied" in out
+    assert SECRET not in out and guard.ORCH_KEY_VAR not in out
+    (run_dir,) = runs_in(world["state"])
+    run, _ = load_run(run_dir)
+    assert run["status"] == "finished"
+    _no_secret_anywhere(srv, world["state"], world["work"])

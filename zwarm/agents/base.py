@@ -1,0 +1,327 @@
+"""The agent plugin interface: everything zwarm knows about one agent CLI.
+
+Owns ``Agent`` (what a plugin implements: name, model routing, config table, argv, permission
+flags, event parsing, usage/cost rules, conformance samples), ``AgentOptions`` (what argv
+building gets), ``Setting`` (one key of an agent's config table) and the checks at the
+boundary between an agent's output and zwarm. Must stay true:
+- the prompt reaches an agent only on stdin: ``build_argv`` is never given it, and every agent
+  declares so (``prompt_on_stdin``; the registry refuses an agent that does not);
+- a resume id (read back from a turn log or meta.json, which an agent can write) reaches argv
+  only through ``argv``, which refuses one that does not match ``RESUME_ID`` (so it never
+  starts with '-');
+- ``steps`` and ``outcome`` read any bytes in memory bounded by ``jsonl.LINE_CAP`` and never
+  raise: an over-long line is skipped with a non-fatal error step, a parser that fails is
+  reported as an error, and every outcome value fits what ``meta.json`` may hold;
+- importing this module is cheap (no parser, no engine): the registry and config import it.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from zwarm.agents import jsonl
+from zwarm.errors import InvalidInput
+from zwarm.model import TurnOutcome, Usage
+from zwarm.model.records import AGENT_NAME, AGENT_SESSION_ID
+from zwarm.model.steps import Step
+
+if TYPE_CHECKING:
+    from zwarm.engine.manager import BaseSessionManager
+
+RESUME_ID = re.compile(AGENT_SESSION_ID)
+NAME = re.compile(AGENT_NAME)
+
+Price = Mapping[str, float]  # USD per 1M tokens: input, cached_input, output
+PRICE_KEYS = ("input", "cached_input", "output")
+
+# Bounds on what an agent's output may put in meta.json (see zwarm.model.records).
+_MAX_ERROR = 16_000
+_MAX_FINAL = 1 << 20
+_MAX_MODEL = 200
+_MAX_COUNT = 1 << 40
+_MAX_COST = 1e9
+
+
+class UnknownAgent(InvalidInput, ValueError):
+    """No agent of that name is installed (or its plugin failed to load)."""
+
+    def __init__(self, name: str, known: Iterable[str], why: str | None = None) -> None:
+        self.name = name
+        self.known = tuple(known)
+        if why:
+            super().__init__(f"adapter {name!r} is installed but failed to load: {why}")
+        else:
+            listed = ", ".join(self.known) or "none installed"
+            super().__init__(f"unknown adapter {name!r} (use {listed})")
+
+
+class UnsafeResumeId(InvalidInput, ValueError):
+    """A resume id that must not reach argv (refused, never quoted or cut)."""
+
+
+def check_resume_id(value: object) -> str:
+    """``value`` if it is a safe agent session id to resume, else ``UnsafeResumeId``."""
+    if not isinstance(value, str) or not RESUME_ID.match(value):
+        raise UnsafeResumeId(f"refusing to resume agent session id {str(value)[:80]!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of an agent's config table: accepted TOML types, default, allowed values."""
+
+    types: tuple[type, ...]
+    default: Any
+    choices: tuple[str, ...] = ()
+
+
+# Every agent's table has these; ``command`` defaults to the agent's name.
+COMMON_SETTINGS: Mapping[str, Setting] = MappingProxyType(
+    {
+        "command": Setting((str, list), []),
+        "model": Setting((str,), ""),
+        "dangerous": Setting((bool,), False),
+        "extra_args": Setting((list,), []),
+        "env": Setting((dict,), {}),
+        "prices": Setting((dict,), {}),
+    }
+)
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Everything argv building gets: config table plus session. Never the prompt."""
+
+    command: tuple[str, ...]
+    cwd: str
+    model: str | None = None
+    extra_args: tuple[str, ...] = ()
+    dangerous: bool = False
+    settings: Mapping[str, Any] = field(default_factory=dict)  # the whole config table
+
+
+@dataclass(frozen=True)
+class ConformanceSamples:
+    """Real output of an agent, for the conformance kit (``tests/agents``).
+
+    Each stream is a whole turn's stdout whose last line is its terminal event. ``failed``
+    ends with the agent's own error event, ``failed_error`` is the message zwarm must report.
+    ``resumed`` is a turn and the same agent session resumed natively (agents that can);
+    ``resumed_usage``/``resumed_cost`` are what the second run alone used and cost.
+    ``models`` are model names that must route to this agent.
+    """
+
+    completed: bytes
+    failed: bytes
+    failed_error: str
+    models: tuple[str, ...] = ()
+    resumed: tuple[bytes, bytes] | None = None
+    resumed_usage: Usage | None = None
+    resumed_cost: float | None = None
+
+
+class Agent(abc.ABC):
+    """One agent CLI. A plugin subclasses this and registers it in the ``zwarm.agents``
+    entry-point group under its ``name`` (see ``zwarm.agents``)."""
+
+    name: ClassVar[str]
+    # The prompt is delivered on the agent's stdin, never in argv (visible to every user in
+    # ps). The engine only delivers it that way: an agent must declare it.
+    prompt_on_stdin: ClassVar[Literal[True]] = True
+    # Can continue its own session (``--context native``). An agent that cannot reports no
+    # agent session id, so a native follow-up falls back to a summary.
+    native_resume: ClassVar[bool] = False
+    usage_cumulative_on_resume: ClassVar[bool] = False  # usage covers the whole resumed session
+    cost_cumulative_on_resume: ClassVar[bool] = False  # cost covers the whole resumed session
+    reports_cost: ClassVar[bool] = False  # else cost is estimated from prices
+    model_pattern: ClassVar[str | None] = None  # model names that imply it (fullmatch, any case)
+    settings: ClassVar[Mapping[str, Setting]] = {}  # its table's keys besides COMMON_SETTINGS
+    default_prices: ClassVar[Mapping[str, Price]] = {}
+
+    # ------------------------------------------------------------------ routing, config
+    def claims_model(self, model: str) -> bool:
+        """True if ``model`` names one of this agent's models."""
+        pattern = self.model_pattern
+        return pattern is not None and re.fullmatch(pattern, model, re.IGNORECASE) is not None
+
+    def config_schema(self) -> dict[str, Setting]:
+        """Every key of the ``[name]`` config table."""
+        command = Setting((str, list), [self.name])
+        return {**COMMON_SETTINGS, "command": command, **self.settings}
+
+    def default_table(self) -> dict[str, Any]:
+        return {k: copy.deepcopy(s.default) for k, s in self.config_schema().items()}
+
+    def options(
+        self, table: Mapping[str, Any], *, cwd: str, model: str | None, dangerous: bool
+    ) -> AgentOptions:
+        """Argv inputs for one turn, from the agent's validated config table."""
+        command = table["command"]
+        return AgentOptions(
+            command=tuple([command] if isinstance(command, str) else command),
+            cwd=cwd,
+            model=model or None,
+            extra_args=tuple(table["extra_args"]),
+            dangerous=dangerous,
+            settings=MappingProxyType(dict(table)),
+        )
+
+    # ------------------------------------------------------------------ argv, permissions
+    @abc.abstractmethod
+    def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
+        """The agent's argv for one turn; ``resume_id`` is already checked (or None)."""
+
+    def argv(self, opts: AgentOptions, resume_id: str | None = None) -> list[str]:
+        """The argv for one turn, resuming ``resume_id`` natively if given (checked first)."""
+        if resume_id is not None:
+            if not self.native_resume:
+                raise UnsafeResumeId(f"the {self.name} agent cannot resume its own sessions")
+            check_resume_id(resume_id)
+        return self.build_argv(opts, resume_id)
+
+    @abc.abstractmethod
+    def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
+        """(the permission flags a turn runs with, whether they disable the agent's checks)."""
+
+    # ------------------------------------------------------------------ reading output
+    @abc.abstractmethod
+    def iter_steps(self, lines: Iterable[bytes]) -> Iterator[Step]:
+        """Normalized steps (``zwarm.model.steps``) of one turn, from its stdout lines.
+        Must not raise on any line (decode with ``zwarm.agents.jsonl.decode``)."""
+
+    @abc.abstractmethod
+    def scan_outcome(self, lines: Iterable[bytes]) -> TurnOutcome:
+        """The turn's outcome as reported (usage/cost raw), in one pass over its lines: the
+        same answer as decoding every line, whatever the JSON spacing. ``status`` None when
+        there is no terminal event."""
+
+    def steps(self, source: Any) -> Iterator[Step]:
+        """``iter_steps`` over a turn log (binary file or lines) in bounded memory; an
+        over-long line becomes a non-fatal error step where it was, a parser failure a last
+        error step."""
+        skipped: list[jsonl.Skipped] = []
+
+        def lines() -> Iterator[bytes]:
+            for line in jsonl.read_lines(source):
+                if isinstance(line, jsonl.Skipped):
+                    skipped.append(line)
+                else:
+                    yield line
+
+        try:
+            for step in self.iter_steps(lines()):
+                while skipped:
+                    yield _skip_step(skipped.pop(0))
+                yield step
+        except Exception as e:  # a plugin's parser bug: reported, never raised
+            skipped.clear()
+            yield _error_step(f"the {self.name} parser failed: {type(e).__name__}: {e}")
+        for line in skipped:
+            yield _skip_step(line)
+
+    def outcome(self, source: Any) -> TurnOutcome:
+        """``scan_outcome`` over a turn log in bounded memory, with values fit to store."""
+        skipped: list[jsonl.Skipped] = []
+
+        def lines() -> Iterator[bytes]:
+            for line in jsonl.read_lines(source):
+                if isinstance(line, jsonl.Skipped):
+                    skipped.append(line)
+                else:
+                    yield line
+
+        try:
+            o = self.scan_outcome(lines())
+        except Exception as e:  # a plugin's parser bug: reported, never raised
+            o = TurnOutcome(error=f"the {self.name} parser failed: {type(e).__name__}: {e}")
+        if o.status is None and o.error is None and skipped:
+            o.error = skipped[-1].note
+        return self._storable(o)
+
+    def _storable(self, o: TurnOutcome) -> TurnOutcome:
+        sid = o.agent_session_id
+        if sid is not None and (not self.native_resume or not RESUME_ID.match(sid)):
+            o.agent_session_id = None
+        if o.model is not None and not 0 < len(o.model) <= _MAX_MODEL:
+            o.model = None
+        o.error = _cut(o.error, _MAX_ERROR)
+        o.final_message = _cut(o.final_message, _MAX_FINAL)
+        if o.cost_usd is not None and not (
+            math.isfinite(o.cost_usd) and 0 <= o.cost_usd <= _MAX_COST
+        ):
+            o.cost_usd = None
+        if o.usage is not None:
+            o.usage = Usage(*(min(n, _MAX_COUNT) for n in _counts(o.usage)))
+        return o
+
+    # ------------------------------------------------------------------ cost
+    def price(self, table: Mapping[str, Any], model: str | None) -> Price | None:
+        """USD per 1M tokens for ``model``: the config table's ``prices``, else the agent's."""
+        if not model:
+            return None
+        configured = table.get("prices") or {}
+        if model in configured:
+            return dict(configured[model])
+        found = self.default_prices.get(model)
+        return dict(found) if found is not None else None
+
+    def estimate_cost(
+        self, usage: Usage, model: str | None, table: Mapping[str, Any]
+    ) -> float | None:
+        """Cost of ``usage`` at ``model``'s price; None when the price is unknown."""
+        price = self.price(table, model)
+        if price is None:
+            return None
+        fresh = usage.input_tokens - usage.cached_input_tokens
+        cost = (
+            fresh * price["input"]
+            + usage.cached_input_tokens * price["cached_input"]
+            + usage.output_tokens * price["output"]
+        ) / 1_000_000
+        return round(cost, 8)
+
+    def cost_source(self, model: str | None, table: Mapping[str, Any]) -> str:
+        if self.reports_cost:
+            return "reported"
+        return "estimated" if self.price(table, model) else "unknown"
+
+    # ------------------------------------------------------------------ engine, kit
+    def manager_class(self) -> type[BaseSessionManager]:
+        """The session manager bound to this agent (a thin ``BaseSessionManager`` subclass)."""
+        cls: type[BaseSessionManager] | None = self.__dict__.get("_manager_class")
+        if cls is None:
+            from zwarm.engine.manager import BaseSessionManager
+
+            attrs = {"agent": self, "name": self.name, "__module__": type(self).__module__}
+            cls = type(f"{self.name.title()}SessionManager", (BaseSessionManager,), attrs)
+            self.__dict__["_manager_class"] = cls
+        return cls
+
+    @abc.abstractmethod
+    def conformance_samples(self) -> ConformanceSamples:
+        """Sample streams of this agent for the conformance kit."""
+
+
+def _counts(u: Usage) -> tuple[int, int, int, int]:
+    return (u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens)
+
+
+def _cut(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
+
+
+def _error_step(message: str) -> Step:
+    return {"kind": "error", "message": message, "fatal": False}
+
+
+def _skip_step(line: jsonl.Skipped) -> Step:
+    return _error_step(line.note)

@@ -1,0 +1,97 @@
+"""The Claude Code agent: ``claude -p --output-format stream-json`` argv, config table, events.
+
+Owns everything Claude-specific but the event parsing (``zwarm.agents.claude.events``,
+imported only when a log is read). Must stay true: the prompt is never in argv (claude reads it
+from stdin), so variadic flags in ``extra_args`` cannot swallow it; permissions default to
+``--permission-mode acceptEdits`` and ``--dangerously-skip-permissions`` appears only when the
+session is explicitly dangerous; ``total_cost_usd`` is cumulative over a resumed session while
+``usage`` covers one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Setting
+from zwarm.model import TurnOutcome, Usage
+from zwarm.model.steps import Step
+
+if TYPE_CHECKING:
+    from zwarm.engine.manager import BaseSessionManager
+
+PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan", "auto")
+
+_SAMPLES = Path(__file__).resolve().parent / "samples"
+
+
+def claude_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
+    """The argv of one ``claude -p`` turn (the prompt is read from stdin)."""
+    argv = [*opts.command, "-p", "--output-format", "stream-json", "--verbose"]
+    if opts.model:
+        argv += ["--model", opts.model]
+    if opts.dangerous:
+        argv.append("--dangerously-skip-permissions")
+    else:
+        argv += ["--permission-mode", opts.settings.get("permission_mode", "acceptEdits")]
+    if resume_id:
+        argv += ["--resume", resume_id]
+    argv += list(opts.extra_args)
+    return argv
+
+
+class ClaudeAgent(Agent):
+    name: ClassVar[str] = "claude"
+    native_resume: ClassVar[bool] = True
+    usage_cumulative_on_resume: ClassVar[bool] = False
+    cost_cumulative_on_resume: ClassVar[bool] = True
+    reports_cost: ClassVar[bool] = True
+    model_pattern: ClassVar[str | None] = (
+        r"sonnet|opus|haiku|opusplan|claude-.*|(sonnet|opus|haiku)\[.*\]"
+    )
+    settings: ClassVar[Mapping[str, Setting]] = {
+        "permission_mode": Setting((str,), "acceptEdits", PERMISSION_MODES),
+    }
+
+    def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
+        return claude_argv(opts, resume_id)
+
+    def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
+        if bypass:
+            return "--dangerously-skip-permissions", True
+        mode = table["permission_mode"]
+        return f"--permission-mode {mode}", mode == "bypassPermissions"
+
+    def iter_steps(self, lines: Iterable[bytes]) -> Iterator[Step]:
+        from zwarm.agents.claude import events
+
+        return events.iter_steps(lines)
+
+    def scan_outcome(self, lines: Iterable[bytes]) -> TurnOutcome:
+        from zwarm.agents.claude import events
+
+        return events.scan_outcome(lines)
+
+    def manager_class(self) -> type[BaseSessionManager]:
+        from zwarm.agents.claude.manager import ClaudeSessionManager
+
+        return ClaudeSessionManager
+
+    def conformance_samples(self) -> ConformanceSamples:
+        def read(name: str) -> bytes:
+            return (_SAMPLES / f"{name}.jsonl").read_bytes()
+
+        return ConformanceSamples(
+            completed=read("completed"),
+            failed=read("failed"),
+            failed_error=(
+                "API Error: 500 fake internal server error. This is a server-side issue, "
+                "usually temporary — try again in a moment. If it persists, check your "
+                "inference gateway (127.0.0.1:41757)."
+            ),
+            models=("sonnet", "opus", "haiku", "claude-sonnet-4-5", "sonnet[1m]"),
+            resumed=(read("resume_1"), read("resume_2")),
+            resumed_usage=Usage(550, 250, 8, 0),  # usage is per run
+            resumed_cost=0.00141,  # reported 0.00389 after 0.00248: cost is cumulative
+        )

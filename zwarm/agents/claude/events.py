@@ -1,0 +1,495 @@
+"""Claude Code (``claude -p --output-format stream-json --verbose``) stdout -> zwarm steps and
+the turn's outcome.
+
+Owns the whole reading of one claude turn log: ``iter_steps`` (the trajectory, as
+``zwarm.model.steps`` dicts) and ``scan_outcome`` (status, final message, error, usage, cost).
+
+Must stay true:
+- pure and stdlib-only (plus ``zwarm.model``, ``zwarm.model.steps``, ``zwarm.agents.jsonl``);
+  neither function raises on any input: blank, non-JSON, truncated or non-object lines, wrong-typed
+  fields, and unknown line, subtype or content-block types are skipped (new claude versions add
+  them);
+- ``iter_steps`` streams; it keeps only tool names by id and the tool calls still waiting for
+  their result. A ``Bash`` call is one ``command`` step, emitted when its result arrives (or at
+  the end, ``in_progress``, if it never does); file-editing tools add a ``file_change`` step
+  after a successful result;
+- failure is ``result.is_error`` (whatever the ``subtype``: an API error ends in subtype
+  "success" with ``is_error`` true);
+- ``scan_outcome`` makes one pass and json-decodes only lines that can change the outcome,
+  with the same answer as decoding every line whatever the JSON spacing. ``user`` lines (tool
+  results, the bulk of a log) are skipped by their first bytes, an ``assistant`` line is
+  decoded only if it holds a text block and only when its text is needed. Claude writes
+  compact JSON, which takes byte-prefix fast paths; any spacing is matched by patterns like
+  ``"type" : "result"``. A quote inside a string value is escaped (``\\"``), so such a pattern
+  only matches where a real key holds that value; a false hit costs one decode, because the
+  decoded type is checked again; a cost that is not a finite number is no cost;
+- usage and cost are reported raw: on a resumed session ``total_cost_usd`` is cumulative (usage
+  is not); the caller computes deltas. zwarm's ``input_tokens`` includes cached tokens, so it is
+  input + cache creation + cache read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from zwarm.agents.jsonl import Event
+from zwarm.agents.jsonl import as_bytes as _as_bytes
+from zwarm.agents.jsonl import count as _count
+from zwarm.agents.jsonl import decode as _decode
+from zwarm.agents.jsonl import dict_ as _dict
+from zwarm.agents.jsonl import int_ as _int
+from zwarm.agents.jsonl import list_ as _list
+from zwarm.agents.jsonl import newest as _newest
+from zwarm.agents.jsonl import obj as _obj
+from zwarm.agents.jsonl import str_ as _str
+from zwarm.model import Status, TurnOutcome, Usage
+from zwarm.model.steps import Step
+
+# Tools whose successful result changed a file: name -> change kind.
+_FILE_TOOLS = {"Write": "add", "Edit": "update", "MultiEdit": "update", "NotebookEdit": "update"}
+_DONE_KINDS = {"create": "add", "update": "update"}
+# A failed Bash result starts with "Exit code N" ("Error: Exit code N" in tool_use_result).
+_EXIT_CODE = re.compile(r"(?:Error: )?Exit code (-?\d+)")
+
+
+# --------------------------------------------------------------------------- decoding helpers
+
+
+def _number(v: Any) -> float | None:
+    """A finite number (JSON allows 1e999, and json reads NaN), else None."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:  # an int too big for a float
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _content_text(content: Any) -> str:
+    """A tool_result's content: a string, or a list of blocks whose text parts are joined."""
+    if isinstance(content, str):
+        return content
+    texts = [_str(_dict(block).get("text")) for block in _list(content)]
+    return "\n".join(t for t in texts if t)
+
+
+def _blocks(event: Event) -> list[dict[str, Any]]:
+    content = _dict(event.get("message")).get("content")
+    return [b for b in _list(content) if isinstance(b, dict)]
+
+
+def _with_status(message: str, status: Any) -> str:
+    """Append an API error status to a message that does not already name it."""
+    code = _int(status)
+    if code is None or str(code) in message:
+        return message
+    return f"{message} (API error status {code})"
+
+
+def _result_error(result: Event) -> str:
+    """The agent's own words for a failed run (``result`` line with ``is_error``)."""
+    message = _str(result.get("result")).strip()
+    if not message:
+        message = "; ".join(e for e in _list(result.get("errors")) if isinstance(e, str))
+    if not message:
+        message = f"claude reported {_str(result.get('subtype')) or 'an error'}"
+    return _with_status(message, result.get("api_error_status"))
+
+
+def _denied_tools(result: Event) -> list[str]:
+    denials = _list(result.get("permission_denials"))
+    return [_str(_dict(d).get("tool_name")) or "unknown tool" for d in denials]
+
+
+# --------------------------------------------------------------------------- steps
+
+
+@dataclass
+class _Calls:
+    """What ``iter_steps`` remembers between lines, by tool_use id."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    bash: dict[str, str] = field(default_factory=dict)  # pending Bash: id -> command
+    edits: dict[str, dict[str, str]] = field(default_factory=dict)  # pending file change
+
+
+def _on_text(block: dict[str, Any], calls: _Calls) -> list[Step]:
+    return [{"kind": "message", "text": _str(block.get("text"))}]
+
+
+def _on_thinking(block: dict[str, Any], calls: _Calls) -> list[Step]:
+    text = _str(block.get("thinking"))
+    return [{"kind": "reasoning", "text": text}] if text else []
+
+
+def _on_tool_use(block: dict[str, Any], calls: _Calls) -> list[Step]:
+    call_id, name, args = _str(block.get("id")), _str(block.get("name")), _obj(block.get("input"))
+    calls.names[call_id] = name
+    if name == "Bash":
+        calls.bash[call_id] = _str(args.get("command"))
+        return []
+    if name in _FILE_TOOLS:
+        path = _str(args.get("file_path")) or _str(args.get("notebook_path"))
+        calls.edits[call_id] = {"path": path, "kind": _FILE_TOOLS[name]}
+    return [{"kind": "tool_call", "id": call_id, "name": name, "arguments": args, "server": None}]
+
+
+_BLOCK_STEPS: dict[str, Callable[[dict[str, Any], _Calls], list[Step]]] = {
+    "text": _on_text,
+    "thinking": _on_thinking,
+    "tool_use": _on_tool_use,
+}
+
+
+def _bash_exit_code(is_error: bool, text: str, extra: Any) -> int:
+    for source in (extra, text):
+        match = _EXIT_CODE.match(source) if isinstance(source, str) else None
+        if match:
+            return int(match.group(1))
+    return 1 if is_error else 0
+
+
+def _on_tool_result(
+    block: dict[str, Any], extra: Any, calls: _Calls, rejected: frozenset[str] = frozenset()
+) -> list[Step]:
+    """One tool_result block; ``extra`` is the line's ``tool_use_result`` (None if shared);
+    ``rejected``: the line's tool_use ids refused by permission checks (never executed)."""
+    call_id = _str(block.get("tool_use_id"))
+    is_error = block.get("is_error") is True
+    text = _content_text(block.get("content"))
+    if call_id in calls.bash:
+        declined = call_id in rejected  # never ran: no exit code
+        return [
+            {
+                "kind": "command",
+                "command": calls.bash.pop(call_id),
+                "exit_code": None if declined else _bash_exit_code(is_error, text, extra),
+                "output": text,
+                "status": "declined" if declined else "failed" if is_error else "completed",
+            }
+        ]
+    steps: list[Step] = [
+        {
+            "kind": "tool_result",
+            "id": call_id,
+            "name": calls.names.get(call_id),
+            "result": text,
+            "is_error": is_error,
+        }
+    ]
+    change = calls.edits.pop(call_id, None)
+    if change is not None and not is_error:
+        # Write reports whether it created or overwrote the file: {"type": "create"|"update"}.
+        done = _str(_dict(extra).get("type"))
+        if done in _DONE_KINDS:
+            change = {**change, "kind": _DONE_KINDS[done]}
+        steps.append({"kind": "file_change", "changes": [change], "status": "completed"})
+    return steps
+
+
+def _on_assistant(event: Event, calls: _Calls) -> list[Step]:
+    steps: list[Step] = []
+    for block in _blocks(event):
+        handle = _BLOCK_STEPS.get(_str(block.get("type")))
+        if handle is not None:
+            steps.extend(handle(block, calls))
+    return steps
+
+
+def _on_user(event: Event, calls: _Calls) -> list[Step]:
+    results = [b for b in _blocks(event) if b.get("type") == "tool_result"]
+    extra = event.get("tool_use_result") if len(results) == 1 else None
+    rejected = _rejected_ids(event)
+    steps: list[Step] = []
+    for block in results:
+        steps.extend(_on_tool_result(block, extra, calls, rejected))
+    return steps
+
+
+def _rejected_ids(event: Event) -> frozenset[str]:
+    """Tool uses a permission check refused, from the user line's ``tool_result_meta``
+    (``{"id", "non_execution_kind": "user-rejected", "permission_decision": {"decision":
+    "reject"}}``, claude 2.1.330)."""
+    ids = set()
+    for raw in _list(event.get("tool_result_meta")):
+        meta = _dict(raw)
+        decision = _str(_dict(meta.get("permission_decision")).get("decision"))
+        kind = _str(meta.get("non_execution_kind"))
+        if decision in ("reject", "deny") or kind == "user-rejected":
+            ids.add(_str(meta.get("id")))
+    return frozenset(ids)
+
+
+def _on_result(event: Event, calls: _Calls) -> list[Step]:
+    steps: list[Step] = [
+        {"kind": "error", "message": f"permission denied: {tool}", "fatal": False}
+        for tool in _denied_tools(event)
+    ]
+    if event.get("is_error") is True:
+        steps.append({"kind": "error", "message": _result_error(event), "fatal": True})
+    return steps
+
+
+def _retry_message(event: Event) -> str:
+    attempt, most = _int(event.get("attempt")), _int(event.get("max_retries"))
+    delay = _int(event.get("retry_delay_ms"))
+    status, error = _int(event.get("error_status")), _str(event.get("error"))
+    cause = " ".join(p for p in (str(status) if status is not None else "", error) if p)
+    message = f"API error ({cause or 'unknown'}), retrying"
+    if attempt is not None:
+        message += f" (attempt {attempt}" + (f" of {most})" if most is not None else ")")
+    if delay is not None:
+        message += f" in {delay / 1000:g}s"
+    return message
+
+
+def _on_system(event: Event, calls: _Calls) -> list[Step]:
+    if event.get("subtype") != "api_retry":
+        return []
+    return [{"kind": "error", "message": _retry_message(event), "fatal": False}]
+
+
+_LINE_STEPS: dict[str, Callable[[Event, _Calls], list[Step]]] = {
+    "assistant": _on_assistant,
+    "user": _on_user,
+    "result": _on_result,
+    "system": _on_system,
+}
+
+
+def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
+    """Normalized steps of one claude turn, in stream order.
+
+    Bash calls that never got their result (the agent was killed) come last, once each, with
+    status ``in_progress`` and no exit code.
+    """
+    calls = _Calls()
+    for line in lines:
+        event = _decode(line)
+        if event is None:
+            continue
+        handle = _LINE_STEPS.get(_str(event.get("type")))
+        if handle is not None:
+            yield from handle(event, calls)
+    for command in calls.bash.values():
+        yield {
+            "kind": "command",
+            "command": command,
+            "exit_code": None,
+            "output": "",
+            "status": "in_progress",
+        }
+
+
+# --------------------------------------------------------------------------- outcome
+
+# Claude writes compact JSON with "type" first on every line but the result line.
+_HEAD_USER = b'{"type":"user"'
+_HEAD_ASSISTANT = b'{"type":"assistant"'
+_HEAD_SYSTEM = b'{"type":"system"'
+_CONTENT_HEAD = b'"content":[{"type":"'
+_TEXT_VALUE = b'text"'
+# Any other layout: the same decisions, with JSON whitespace allowed between tokens. A quote
+# inside a string value is escaped (\"), so a key pattern only matches a real key.
+_WS = rb"[ \t\r\n]*"
+_HEAD = re.compile(_WS + rb"\{" + _WS + rb'"type"' + _WS + b":" + _WS + rb'"([^"\\]*)"')
+_CONTENT = re.compile(
+    rb'"content"'
+    + _WS
+    + b":"
+    + _WS
+    + rb"\["
+    + _WS
+    + rb"\{"
+    + _WS
+    + rb'"type"'
+    + _WS
+    + b":"
+    + _WS
+    + b'"'
+)
+
+
+def _marker(key: bytes, value: bytes) -> re.Pattern[bytes]:
+    """``"<key>": <value>`` anywhere in a line, whatever the spacing."""
+    return re.compile(b'"' + key + b'"' + _WS + b":" + _WS + re.escape(value))
+
+
+_M_RESULT = _marker(b"type", b'"result"')
+_M_ASSISTANT = _marker(b"type", b'"assistant"')
+_M_TEXT = _marker(b"type", b'"text"')
+_M_INIT = _marker(b"subtype", b'"init"')
+_M_API_ERROR = _marker(b"is_api_error_message", b"true")
+_M_SYNTHETIC = _marker(b"model", b'"<synthetic>"')
+
+# Candidate lines are kept raw and decoded lazily, newest first, only if needed.
+_CANDIDATES = 8
+
+
+class _Scan:
+    """State of ``scan_outcome`` and the handling of the rare lines that can matter."""
+
+    def __init__(self) -> None:
+        self.outcome = TurnOutcome()
+        self.result: Event | None = None
+        self.init_seen = False
+        self.texts: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.api_errors: deque[bytes] = deque(maxlen=_CANDIDATES)
+
+    def typed(self, kind: bytes, line: bytes) -> None:
+        """A line whose first key is ``"type"`` (value ``kind``), in any spacing."""
+        if kind == b"assistant":
+            self.assistant(line)
+        elif kind == b"system":
+            self.system(line)
+        elif kind == b"result":
+            self.other(line)
+        # else: user (tool results), stream_event, tool_use_summary...: never matter
+
+    def assistant(self, line: bytes) -> None:
+        """An assistant line: keep it if its block is text.
+
+        Claude writes one content block per assistant line; the first block's type is read
+        where ``"content"`` starts, so a long tool input is never searched.
+        """
+        at = line.find(_CONTENT_HEAD)
+        if at >= 0:
+            is_text = line.startswith(_TEXT_VALUE, at + len(_CONTENT_HEAD))
+        else:
+            content = _CONTENT.search(line)
+            if content is not None:
+                is_text = line.startswith(_TEXT_VALUE, content.end())
+            else:
+                is_text = _M_TEXT.search(line) is not None
+        if is_text:
+            self.text(line)
+
+    def text(self, line: bytes) -> None:
+        is_api_error = _M_API_ERROR.search(line) or _M_SYNTHETIC.search(line)
+        (self.api_errors if is_api_error else self.texts).append(line)
+
+    def system(self, line: bytes) -> None:
+        if not self.init_seen and _M_INIT.search(line):
+            self.take_init(line)
+
+    def other(self, line: bytes) -> None:
+        """The result line, and any line whose first key is not ``"type"``."""
+        if _M_RESULT.search(line):
+            self.take_result(line)
+        elif _M_ASSISTANT.search(line):
+            if _M_TEXT.search(line):
+                self.text(line)
+        else:
+            self.system(line)
+
+    def take_init(self, line: bytes) -> None:
+        event = _decode(line)
+        if event is None or event.get("type") != "system" or event.get("subtype") != "init":
+            return
+        self.init_seen = True
+        self.outcome.agent_session_id = _str(event.get("session_id")) or None
+        self.outcome.model = _str(event.get("model")) or None
+
+    def take_result(self, line: bytes) -> None:
+        event = _decode(line)
+        if event is not None and event.get("type") == "result":
+            self.result = event
+
+    def finish(self) -> TurnOutcome:
+        if self.result is not None:
+            _apply_result(self.outcome, self.result)
+        else:
+            self.outcome.error = _newest(self.api_errors, _api_error_text)
+        if self.outcome.final_message is None:
+            self.outcome.final_message = _newest(self.texts, _assistant_text)
+        return self.outcome
+
+
+def _apply_result(outcome: TurnOutcome, result: Event) -> None:
+    failed = result.get("is_error") is True
+    outcome.status = Status.FAILED if failed else Status.COMPLETED
+    outcome.error = _result_error(result) if failed else None
+    outcome.final_message = None if failed else (_str(result.get("result")) or None)
+    outcome.usage = _usage(result.get("usage"))
+    outcome.cost_usd = _number(result.get("total_cost_usd"))
+    outcome.agent_session_id = outcome.agent_session_id or _str(result.get("session_id")) or None
+    outcome.model = outcome.model or _main_model(result.get("modelUsage"))
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    cache_read = _count(raw.get("cache_read_input_tokens"))
+    return Usage(
+        input_tokens=_count(raw.get("input_tokens"))
+        + _count(raw.get("cache_creation_input_tokens"))
+        + cache_read,
+        cached_input_tokens=cache_read,
+        output_tokens=_count(raw.get("output_tokens")),
+        reasoning_tokens=_count(_dict(raw.get("output_tokens_details")).get("thinking_tokens")),
+    )
+
+
+def _main_model(model_usage: Any) -> str | None:
+    """The model that cost the most (claude may also bill a small helper model)."""
+
+    def cost(name: str) -> float:
+        return _number(_dict(_dict(model_usage).get(name)).get("costUSD")) or 0.0
+
+    names = [name for name in _dict(model_usage) if name]
+    return max(names, key=cost) if names else None
+
+
+def _last_text(event: Event) -> str | None:
+    if event.get("type") != "assistant":
+        return None
+    texts = [_str(b.get("text")) for b in _blocks(event) if b.get("type") == "text"]
+    return texts[-1] if texts else None
+
+
+def _is_api_error(event: Event) -> bool:
+    model = _dict(event.get("message")).get("model")
+    return event.get("is_api_error_message") is True or model == "<synthetic>"
+
+
+def _assistant_text(event: Event) -> str | None:
+    return None if _is_api_error(event) else _last_text(event)
+
+
+def _api_error_text(event: Event) -> str | None:
+    text = _last_text(event) if _is_api_error(event) else None
+    return _with_status(text, event.get("api_error_status")) if text else None
+
+
+def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
+    """The turn's outcome, decoding only the few lines that can change it.
+
+    ``status`` comes from the ``result`` line: FAILED iff ``is_error``, else COMPLETED; None when
+    there is no result line (then ``error`` is the text of an API-error message, if one was
+    seen). ``final_message`` is ``result.result`` on success, else the last assistant text that
+    is not a synthetic API-error message. The same answer whatever the JSON spacing: claude's
+    compact layout only takes a faster path.
+    """
+    scan = _Scan()
+    for line in lines:
+        if type(line) is not bytes:
+            line = _as_bytes(line)
+        if line.startswith(_HEAD_USER):  # tool results: never matter
+            continue
+        if line.startswith(_HEAD_ASSISTANT):
+            scan.assistant(line)
+        elif line.startswith(_HEAD_SYSTEM):
+            scan.system(line)
+        else:
+            head = _HEAD.match(line)
+            if head is None:
+                scan.other(line)
+            else:
+                scan.typed(head.group(1), line)
+    return scan.finish()

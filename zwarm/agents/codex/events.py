@@ -1,0 +1,370 @@
+"""Codex CLI (``codex exec --json``) stdout -> zwarm steps and the turn's outcome.
+
+Owns the whole reading of one codex turn log: ``iter_steps`` (the trajectory, as
+``zwarm.model.steps`` dicts) and ``scan_outcome`` (status, final message, error, usage).
+
+Must stay true:
+- pure and stdlib-only (plus ``zwarm.model``, ``zwarm.model.steps``, ``zwarm.agents.jsonl``);
+  neither function raises on any input: blank, non-JSON, truncated or non-object lines, wrong-typed
+  fields, and unknown event or item types are skipped (new codex versions add types);
+- ``iter_steps`` streams: memory is bounded by the items started and not yet completed;
+- ``scan_outcome`` makes one pass and json-decodes only lines that can change the outcome
+  (thread.started, turn.completed/failed, and lazily the last agent message or error event),
+  with the same answer as decoding every line whatever the JSON spacing. Codex writes compact
+  JSON with the event type first, so item events, the bulk of any log, are classified from
+  their first bytes whatever their length; a line with ``"type"`` first in another spacing by
+  its type value; any other line by whole-line patterns like ``"type" : "turn.completed"``. A
+  quote inside a string value is escaped (``\\"``), so such a pattern only matches where a real
+  ``"type"`` key holds that value; a false hit (a nested object) costs one decode, because the
+  decoded type is checked again;
+- usage is reported raw: ``turn.completed.usage`` is cumulative over a resumed thread and the
+  caller computes deltas. Codex reports no cost and no model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from zwarm.agents.jsonl import Event
+from zwarm.agents.jsonl import as_bytes as _as_bytes
+from zwarm.agents.jsonl import count as _count
+from zwarm.agents.jsonl import decode as _decode
+from zwarm.agents.jsonl import dict_ as _dict
+from zwarm.agents.jsonl import int_ as _int
+from zwarm.agents.jsonl import list_ as _list
+from zwarm.agents.jsonl import newest as _newest
+from zwarm.agents.jsonl import obj as _obj
+from zwarm.agents.jsonl import str_ as _str
+from zwarm.model import Status, TurnOutcome, Usage
+from zwarm.model.steps import Step
+
+OpenItems = dict[str, Event]
+
+# Item types that may be started and never completed (agent killed mid-way).
+_TRACKED_ITEMS = frozenset({"command_execution", "mcp_tool_call", "file_change"})
+
+
+# --------------------------------------------------------------------------- item -> steps
+
+
+def _message(item: Event) -> list[Step]:
+    return [{"kind": "message", "text": _str(item.get("text"))}]
+
+
+def _reasoning(item: Event) -> list[Step]:
+    text = _str(item.get("text"))
+    return [{"kind": "reasoning", "text": text}] if text else []
+
+
+def _command_step(item: Event, status: str | None = None) -> Step:
+    exit_code = _int(item.get("exit_code"))
+    if status is None:
+        status = _str(item.get("status")) or ("failed" if exit_code else "completed")
+    return {
+        "kind": "command",
+        "command": _str(item.get("command")),
+        "exit_code": exit_code,
+        "output": _str(item.get("aggregated_output")),
+        "status": status,
+    }
+
+
+def _command(item: Event) -> list[Step]:
+    return [_command_step(item)]
+
+
+def _change(c: dict[str, Any]) -> dict[str, str]:
+    kind = c.get("kind")
+    if isinstance(kind, dict):  # tolerate a tagged-object form {"type": "update", ...}
+        kind = kind.get("type")
+    return {"path": _str(c.get("path")), "kind": _str(kind)}
+
+
+def _file_change_step(item: Event, status: str | None = None) -> Step:
+    changes = [_change(c) for c in _list(item.get("changes")) if isinstance(c, dict)]
+    return {
+        "kind": "file_change",
+        "changes": changes,
+        "status": status or _str(item.get("status")) or "completed",
+    }
+
+
+def _file_change(item: Event) -> list[Step]:
+    return [_file_change_step(item)]
+
+
+def _tool_call_step(item: Event) -> Step:
+    server = item.get("server")
+    return {
+        "kind": "tool_call",
+        "id": _str(item.get("id")),
+        "name": _str(item.get("tool")),
+        "arguments": _obj(item.get("arguments")),
+        "server": server if isinstance(server, str) else None,
+    }
+
+
+def _mcp_result_text(item: Event) -> str:
+    result = _dict(item.get("result"))
+    texts = [_str(_dict(b).get("text")) for b in _list(result.get("content"))]
+    text = "\n".join(t for t in texts if t)
+    if text:
+        return text
+    structured = result.get("structured_content")
+    if structured is not None:
+        return json.dumps(structured, ensure_ascii=False)
+    error = item.get("error")
+    return _str(_dict(error).get("message")) or _str(error)
+
+
+def _mcp_tool_call(item: Event) -> list[Step]:
+    call = _tool_call_step(item)
+    is_error = item.get("status") == "failed" or item.get("error") is not None
+    result = {
+        "kind": "tool_result",
+        "id": call["id"],
+        "name": call["name"],
+        "result": _mcp_result_text(item),
+        "is_error": is_error,
+    }
+    return [call, result]
+
+
+def _web_search(item: Event) -> list[Step]:
+    query = _str(item.get("query")) or _str(_dict(item.get("action")).get("query"))
+    return [{"kind": "web_search", "query": query}]
+
+
+def _todo_list(item: Event) -> list[Step]:
+    items = [
+        {"text": _str(t.get("text")), "completed": t.get("completed") is True}
+        for t in _list(item.get("items"))
+        if isinstance(t, dict)
+    ]
+    return [{"kind": "todo", "items": items}]
+
+
+def _error_item(item: Event) -> list[Step]:
+    return [{"kind": "error", "message": _str(item.get("message")), "fatal": False}]
+
+
+_ITEM_STEPS: dict[str, Callable[[Event], list[Step]]] = {
+    "agent_message": _message,
+    "reasoning": _reasoning,
+    "command_execution": _command,
+    "file_change": _file_change,
+    "mcp_tool_call": _mcp_tool_call,
+    "web_search": _web_search,
+    "todo_list": _todo_list,
+    "error": _error_item,
+}
+
+# What an item started and never completed still shows (status "in_progress").
+_LEFTOVER_STEPS: dict[str, Callable[[Event], Step]] = {
+    "command_execution": lambda item: _command_step(item, "in_progress"),
+    "mcp_tool_call": _tool_call_step,
+    "file_change": lambda item: _file_change_step(item, "in_progress"),
+}
+
+
+# --------------------------------------------------------------------------- event -> steps
+
+
+def _on_item_open(event: Event, open_items: OpenItems) -> list[Step]:
+    """item.started / item.updated: no step; remember the item until it completes."""
+    item = _dict(event.get("item"))
+    item_id = _str(item.get("id"))
+    if item_id and _str(item.get("type")) in _TRACKED_ITEMS:
+        open_items[item_id] = item
+    return []
+
+
+def _on_item_completed(event: Event, open_items: OpenItems) -> list[Step]:
+    item = _dict(event.get("item"))
+    open_items.pop(_str(item.get("id")), None)
+    convert = _ITEM_STEPS.get(_str(item.get("type")))
+    return convert(item) if convert else []
+
+
+def _on_error(event: Event, open_items: OpenItems) -> list[Step]:
+    return [{"kind": "error", "message": _str(event.get("message")), "fatal": False}]
+
+
+def _turn_failed_message(event: Event) -> str:
+    error = event.get("error")
+    return _str(_dict(error).get("message")) or _str(error) or "codex reported turn.failed"
+
+
+def _on_turn_failed(event: Event, open_items: OpenItems) -> list[Step]:
+    return [{"kind": "error", "message": _turn_failed_message(event), "fatal": True}]
+
+
+_EVENT_STEPS: dict[str, Callable[[Event, OpenItems], list[Step]]] = {
+    "item.started": _on_item_open,
+    "item.updated": _on_item_open,
+    "item.completed": _on_item_completed,
+    "error": _on_error,
+    "turn.failed": _on_turn_failed,
+}
+
+
+def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
+    """Normalized steps of one codex turn, in stream order.
+
+    Commands, tool calls and file changes that were started but never completed (the agent was
+    killed) come last, once each, with status ``in_progress``.
+    """
+    open_items: OpenItems = {}
+    for line in lines:
+        event = _decode(line)
+        if event is None:
+            continue
+        handle = _EVENT_STEPS.get(_str(event.get("type")))
+        if handle is not None:
+            yield from handle(event, open_items)
+    for item in open_items.values():
+        yield _LEFTOVER_STEPS[_str(item.get("type"))](item)
+
+
+# --------------------------------------------------------------------------- outcome
+
+# Codex writes compact JSON with the event type first (a serde tag): most lines are item
+# events, classified by their first bytes whatever their length.
+_HEAD_ITEM = b'{"type":"item.'
+_HEAD_ITEM_COMPLETED = b'{"type":"item.completed",'
+_ITEM_BODY_AT = len(b'{"type":"item.completed"')  # as the spaced path: right after the head
+_TYPE_KEY = b'"type":"'
+_AGENT_MESSAGE_VALUE = b'agent_message"'
+# Any other layout: the same decisions, with JSON whitespace allowed between tokens. A quote
+# inside a string value is escaped (\"), so a ``"type"`` key pattern only matches a real key.
+_WS = rb"[ \t\r\n]*"
+_HEAD = re.compile(_WS + rb"\{" + _WS + rb'"type"' + _WS + b":" + _WS + rb'"([^"\\]*)"')
+_TYPE_VALUE = re.compile(rb'"type"' + _WS + b":" + _WS + b'"')
+
+
+def _marker(value: bytes) -> re.Pattern[bytes]:
+    """``"type": "<value>`` anywhere in a line, whatever the spacing."""
+    return re.compile(_TYPE_VALUE.pattern + re.escape(value))
+
+
+_M_ITEM = _marker(b"item.")
+_M_ITEM_COMPLETED = _marker(b'item.completed"')
+_M_AGENT_MESSAGE = _marker(b'agent_message"')
+_M_COMPLETED = _marker(b'turn.completed"')
+_M_FAILED = _marker(b'turn.failed"')
+_M_ERROR = _marker(b'error"')
+_M_THREAD_STARTED = _marker(b'thread.started"')
+
+# Candidate lines are kept raw and decoded lazily, newest first, only if needed.
+_CANDIDATES = 8
+
+
+class _Scan:
+    """State of ``scan_outcome`` and the handling of the rare lines that can matter."""
+
+    def __init__(self) -> None:
+        self.outcome = TurnOutcome()
+        self.messages: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.errors: deque[bytes] = deque(maxlen=_CANDIDATES)
+
+    def typed(self, kind: bytes, line: bytes, end: int) -> None:
+        """A line whose first key is ``"type"`` (value ``kind``), in any spacing."""
+        if kind == b"item.completed":
+            at = _TYPE_VALUE.search(line, end)  # the item's own type: the next type key
+            if at is not None and line.startswith(_AGENT_MESSAGE_VALUE, at.end()):
+                self.messages.append(line)
+        elif kind in (b"turn.completed", b"turn.failed"):
+            self.terminal(line)
+        elif kind == b"error":
+            self.errors.append(line)
+        elif kind == b"thread.started":
+            self.thread_started(line)
+
+    def other(self, line: bytes) -> None:
+        """A line whose first key is not ``"type"``: whole-line markers, then a decode."""
+        if _M_ITEM.search(line):
+            if _M_AGENT_MESSAGE.search(line) and _M_ITEM_COMPLETED.search(line):
+                self.messages.append(line)
+        elif _M_COMPLETED.search(line) or _M_FAILED.search(line):
+            self.terminal(line)
+        elif _M_ERROR.search(line):
+            self.errors.append(line)
+        elif _M_THREAD_STARTED.search(line):
+            self.thread_started(line)
+
+    def thread_started(self, line: bytes) -> None:
+        if self.outcome.agent_session_id is not None:
+            return
+        event = _decode(line)
+        if event is not None and event.get("type") == "thread.started":
+            self.outcome.agent_session_id = _str(event.get("thread_id")) or None
+
+    def terminal(self, line: bytes) -> None:
+        event = _decode(line) or {}
+        if event.get("type") == "turn.completed":
+            self.outcome.status = Status.COMPLETED
+            self.outcome.error = None
+            self.outcome.usage = _usage(event.get("usage"))
+        elif event.get("type") == "turn.failed":
+            self.outcome.status = Status.FAILED
+            self.outcome.error = _turn_failed_message(event)
+
+    def finish(self) -> TurnOutcome:
+        self.outcome.final_message = _newest(self.messages, _agent_message_text)
+        if self.outcome.status is None:
+            self.outcome.error = _newest(self.errors, _error_event_message)
+        return self.outcome
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    return Usage(
+        input_tokens=_count(raw.get("input_tokens")),
+        cached_input_tokens=_count(raw.get("cached_input_tokens")),
+        output_tokens=_count(raw.get("output_tokens")),
+        reasoning_tokens=_count(raw.get("reasoning_output_tokens")),
+    )
+
+
+def _agent_message_text(event: Event) -> str | None:
+    item = _dict(event.get("item"))
+    if event.get("type") != "item.completed" or item.get("type") != "agent_message":
+        return None
+    return _str(item.get("text"))
+
+
+def _error_event_message(event: Event) -> str | None:
+    return _str(event.get("message")) if event.get("type") == "error" else None
+
+
+def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
+    """The turn's outcome, decoding only the few lines that can change it.
+
+    ``status`` is COMPLETED on ``turn.completed``, FAILED on ``turn.failed`` (an ``error`` event
+    alone is a retry notice, not failure), None when the stream has neither; then ``error`` is the
+    last ``error`` event's message, if any. ``final_message`` is the last agent message. The
+    same answer whatever the JSON spacing: codex's compact layout only takes a faster path.
+    """
+    scan = _Scan()
+    for line in lines:
+        if type(line) is not bytes:
+            line = _as_bytes(line)
+        if line.startswith(_HEAD_ITEM):  # compact item event: item.started/updated never matter
+            if line.startswith(_HEAD_ITEM_COMPLETED):
+                # The item's own type is the next type key (serde writes it right after "id");
+                # agent messages, the only items that matter, hold no nested objects before it.
+                at = line.find(_TYPE_KEY, _ITEM_BODY_AT) + len(_TYPE_KEY)
+                if line.startswith(_AGENT_MESSAGE_VALUE, at):
+                    scan.messages.append(line)
+            continue
+        head = _HEAD.match(line)
+        if head is None:
+            scan.other(line)
+        else:
+            scan.typed(head.group(1), line, head.end())
+    return scan.finish()

@@ -1,0 +1,42 @@
+"""Helpers shared by the ``zwarm`` command modules (``zwarm.cli`` and its lazily loaded ones).
+
+Owns building the one ``Zwarm`` a command invocation uses and reading a TASK/MESSAGE argument
+(``-`` means stdin). Must stay true: this module imports no other ``zwarm.cli`` module, so
+every command module can import it without an import cycle; it imports only click and the
+standard library at import time (``zwarm --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from zwarm.api import Zwarm
+
+
+def get_api(ctx: click.Context) -> Zwarm:
+    """The invocation's ``Zwarm`` (built once, on the state dir from ``--state-dir``)."""
+    from zwarm.api import Zwarm
+    from zwarm.env import Env
+
+    obj = ctx.find_root().obj or {}
+    if "api" not in obj:
+        obj["api"] = Zwarm(env=Env(state_dir=obj.get("state_dir")))
+    api: Zwarm = obj["api"]
+    return api
+
+
+def read_task(task: str) -> str:
+    """``task`` itself, or stdin (UTF-8) when it is ``-``; one clear error if it is not text."""
+    if task != "-":
+        return task
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from zwarm.errors import InvalidInput
+
+        raise InvalidInput(f"the prompt on stdin is not valid UTF-8 (byte {e.start})") from None

@@ -1,0 +1,119 @@
+"""``zwarm trust``: review and trust the current state dir's config.toml (and the dir itself).
+
+A thin layer over ``zwarm.trust``. Must stay true: it never trusts anything without showing
+it first and getting a confirmation on a terminal, or ``--yes`` (required when stdin is not a
+terminal or ``CI=true``); it finds the state dir by the usual rule but without the safety
+check (allowing an unsafe dir is its job); every problem is one line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from zwarm import trust
+from zwarm.env import Env
+from zwarm.errors import InvalidInput
+
+
+@click.command(name="trust")
+@click.option("--yes", "-y", is_flag=True, help="Trust without asking.")
+@click.option(
+    "--state-dir-only",
+    is_flag=True,
+    help="Only allow the state dir (not yours, group/world-writable, or a symlink).",
+)
+@click.option("--revoke", is_flag=True, help="Forget this state dir's trust (and its config's).")
+@click.option("--list", "list_", is_flag=True, help="Every trusted file and dir, and its status.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: bool,
+                  list_: bool, as_json: bool) -> None:  # fmt: skip
+    """Trust this state dir's config.toml as it is now: its agent commands, env, sandbox...
+
+    zwarm uses a security-relevant setting (in an agent's table every key but model and
+    prices: command, env, extra_args, config, sandbox, permission_mode, dangerous;
+    [orchestrator] base_url, api_key_env; [tools] allowed_roots) that differs from the
+    default only from a config.toml you trusted, and only until it changes. A state dir that
+    is not yours, is group/world-writable or is a symlink is refused until allowed here.
+    Trust is kept in $XDG_CONFIG_HOME/zwarm/trust.json (default ~/.config/zwarm/trust.json).
+    """
+    if list_ and (revoke or state_dir_only or yes):
+        raise click.UsageError("--list takes no other option but --json")
+    env = Env(state_dir=(ctx.find_root().obj or {}).get("state_dir"))
+    if list_:
+        _show_listing(trust.listing(env.environ), as_json)
+        return
+    root = env.locate_state_dir()
+    if revoke:
+        gone = trust.revoke(root, config=not state_dir_only, environ=env.environ)
+        _emit(as_json, {"revoked": gone}, [f"revoked {p}" for p in gone] or [
+            f"nothing was trusted for {root}"])  # fmt: skip
+        return
+    plan = trust.plan(root, dir_only=state_dir_only, environ=env.environ)
+    if plan.empty:
+        why = "" if state_dir_only else " and has no config.toml"
+        raise InvalidInput(f"nothing to trust: {plan.state_dir} is yours and safe{why}")
+    click.echo("\n".join(_describe(plan)), err=as_json)  # --json: stdout is the result only
+    _confirm(yes, env)
+    trust.apply(plan, env.environ)
+    done = [f"allowed {plan.dir.path}"] if plan.dir is not None else []
+    done += [f"trusted {plan.config.path}"] if plan.config is not None else []
+    _emit(as_json, _plan_json(plan), done)
+
+
+def _confirm(yes: bool, env: Env) -> None:
+    if yes:
+        return
+    if env.environ.get("CI", "").lower() == "true" or not sys.stdin.isatty():
+        raise InvalidInput("not trusted: pass --yes to trust without a terminal to confirm on")
+    if not click.confirm("Trust this?", default=False, err=True):
+        raise InvalidInput("not trusted")
+
+
+def _describe(plan: trust.Plan) -> list[str]:
+    lines: list[str] = []
+    if plan.dir is not None:
+        note = " (already allowed)" if plan.dir_allowed else ""
+        lines.append(f"state dir {plan.dir.path}: {'; '.join(plan.dir.problems)}{note}")
+    c = plan.config
+    if c is not None:
+        was = {trust.TRUSTED: " (already trusted)", trust.CHANGED: " (changed since trusted)"}
+        lines.append(f"config {c.path} (sha256 {c.sha256[:16]}){was.get(c.status, '')}:")
+        for key, value in sorted(c.settings.items()):
+            lines.append(f"  {key} = {json.dumps(value, ensure_ascii=False)}")
+        if not c.settings:
+            lines.append("  (every security-relevant setting is the default)")
+    return lines
+
+
+def _plan_json(plan: trust.Plan) -> dict[str, Any]:
+    d, c = plan.dir, plan.config
+    out: dict[str, Any] = {"state_dir": plan.state_dir, "dir": None, "config": None}
+    if d is not None:
+        out["dir"] = {"problems": list(d.problems), "uid": d.uid, "realpath": d.realpath}
+    if c is not None:
+        out["config"] = {
+            "path": c.path,
+            "sha256": c.sha256,
+            "settings": c.settings,
+            "was": c.status,
+        }
+    return out
+
+
+def _show_listing(data: dict[str, Any], as_json: bool) -> None:
+    lines = [f"trust file: {data['trust_file']}"]
+    lines += [f"config  {c['status']:<9}  {c['path']}" for c in data["configs"]]
+    lines += [f"dir     {d['status']:<9}  {d['path']} ({d['owner']})" for d in data["state_dirs"]]
+    _emit(as_json, data, lines)
+
+
+def _emit(as_json: bool, data: Any, lines: list[str]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    else:
+        click.echo("\n".join(lines))

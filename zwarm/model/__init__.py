@@ -1,0 +1,35 @@
+"""zwarm's data model: statuses, usage, turn outcomes, the session record and its schema.
+
+Owns the shape of everything zwarm stores and prints: ``status`` (statuses, state groups,
+failure reasons), ``records`` (the typed session record), ``schema`` (decoding, migrations,
+encoding of ``meta.json``), ``steps`` (the normalized trajectory step), ``views`` (the stable
+JSON shapes of a session shown to users and tools). Must stay true: nothing here imports
+anything of zwarm's outside ``zwarm.model`` (but for a lazy import in one migration step).
+"""
+
+from zwarm.model.records import ProcRef, QueuedMessage, Session, Turn, TurnOutcome, Usage
+from zwarm.model.schema import SCHEMA_VERSION
+from zwarm.model.status import ACTIVE, FINISHED, Reason, Status
+
+USAGE_KEYS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "total_tokens",
+)
+
+__all__ = [
+    "ACTIVE",
+    "FINISHED",
+    "SCHEMA_VERSION",
+    "USAGE_KEYS",
+    "ProcRef",
+    "QueuedMessage",
+    "Reason",
+    "Session",
+    "Status",
+    "Turn",
+    "TurnOutcome",
+    "Usage",
+]

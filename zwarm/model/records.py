@@ -1,0 +1,217 @@
+"""The session record as kept in ``meta.json``: typed ``msgspec`` structs with their limits.
+
+Owns the one schema of every field zwarm stores about a session. Every reader decodes through
+it (``zwarm.model.schema``), so a file either yields a valid ``Session`` or is reported damaged.
+Must stay true:
+- every field has a type and, where it matters, bounds (lengths, ranges, patterns): numbers are
+  finite, ids and agent session ids match strict patterns (they reach argv and paths), times are
+  ISO 8601, paths are absolute, so nothing a file says can crash or mislead a reader;
+- derived fields (``status``, ``usage``, ``cost_usd``, ``last_message``, ``error``, ``reason``)
+  are recomputed from ``turns`` by ``refresh()`` on every load: what a file claims for them is
+  never believed;
+- this module imports only the standard library and msgspec (it is on every command's path).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+from zwarm.model.status import Reason, Status
+
+ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})?\Z"
+SESSION_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z"
+AGENT_SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z"
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"
+AGENT_NAME = r"^[a-z][a-z0-9_-]{0,31}\Z"
+
+Count = Annotated[int, Meta(ge=0, le=2**53)]
+Money = Annotated[float, Meta(ge=0, le=1e9)]
+Seconds = Annotated[float, Meta(gt=0, le=1e9)]
+When = Annotated[str, Meta(pattern=ISO, max_length=40)]
+Text = Annotated[str, Meta(max_length=4 * 1024 * 1024)]
+Short = Annotated[str, Meta(max_length=4096)]
+AbsPath = Annotated[str, Meta(pattern=r"^/[^\x00]*\Z", max_length=4096)]
+AgentSessionId = Annotated[str, Meta(pattern=AGENT_SESSION_ID)]
+Context = Literal["task", "summary", "native"]
+Pid = Annotated[int, Meta(ge=1, le=2**31 - 1)]
+Handle = Annotated[
+    dict[Annotated[str, Meta(max_length=64)], Annotated[str, Meta(max_length=1024)]],
+    Meta(max_length=32),
+]
+
+
+class Usage(Struct, kw_only=False):
+    """Token usage. ``input_tokens`` includes the cached part (OpenAI convention).
+
+    ``total_tokens`` is input + output, recomputed whatever a file says.
+    """
+
+    input_tokens: Count = 0
+    cached_input_tokens: Count = 0
+    output_tokens: Count = 0
+    reasoning_tokens: Count = 0
+    total_tokens: Count = 0
+
+    def __post_init__(self) -> None:
+        self.total_tokens = self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def minus(self, other: Usage) -> Usage:
+        """``self - other``, floored at zero per field (a cumulative counter never goes back)."""
+        return Usage(
+            max(0, self.input_tokens - other.input_tokens),
+            max(0, self.cached_input_tokens - other.cached_input_tokens),
+            max(0, self.output_tokens - other.output_tokens),
+            max(0, self.reasoning_tokens - other.reasoning_tokens),
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return msgspec.structs.asdict(self)
+
+
+class ProcRef(Struct):
+    """A process identity that survives clock steps and PID reuse: pid, the kernel's start time
+    in clock ticks since boot, and the boot id. Never a bare pid."""
+
+    pid: Pid
+    start_ticks: Count
+    boot_id: Annotated[str, Meta(pattern=r"^[0-9a-f-]{0,64}\Z")]
+
+
+class QueuedMessage(Struct):
+    message: Text
+    context: Context
+    queued_at: When
+    timeout: Seconds | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.structs.asdict(self)
+
+
+class Turn(Struct):
+    """One turn: one agent process run, from prompt to exit."""
+
+    n: Annotated[int, Meta(ge=1, le=1_000_000)]
+    status: Status
+    message: Text  # the user's message for this turn (the task, for turn 1)
+    context: Context  # "task" for turn 1, else "summary" or "native"
+    started_at: When
+    ended_at: When | None = None
+    exit_code: Annotated[int, Meta(ge=-(2**31), le=2**31)] | None = None
+    signal: Annotated[int, Meta(ge=0, le=128)] | None = None
+    timeout: Seconds | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)  # this turn only (a delta)
+    reported_usage: Usage | None = None  # as the agent reported it (maybe cumulative)
+    cost_usd: Money | None = None  # this turn only
+    reported_cost_usd: Money | None = None  # as reported (claude: cumulative on resume)
+    final_message: Text | None = None
+    error: Text | None = None
+    reason: Reason | None = None  # why it did not complete (typed; ``error`` says more)
+    agent_session_id: AgentSessionId | None = None
+    launcher: Annotated[str, Meta(pattern=AGENT_NAME)] = "local"  # what runs it (runtime)
+    supervisor: ProcRef | None = None  # the local launcher's supervisor process
+    agent: ProcRef | None = None  # the agent process, as its supervisor started it
+    handle: Handle | None = None  # other launchers' facts (e.g. a cluster job id); opaque here
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+
+class Session(Struct):
+    """A session's whole state, as kept in ``meta.json``.
+
+    ``status``, ``usage``, ``cost_usd``, ``last_message``, ``error`` and ``reason`` are derived
+    from ``turns`` by ``refresh()``; they are stored so that a listing reads one small file.
+    """
+
+    id: Annotated[str, Meta(pattern=SESSION_ID)]
+    adapter: Annotated[str, Meta(pattern=AGENT_NAME)]
+    task: Text  # the first turn's prompt, possibly cut (``task_truncated``); full text on disk
+    cwd: AbsPath
+    created_at: When
+    updated_at: When
+    name: Annotated[str, Meta(pattern=NAME)] | None = None
+    model: Short | None = None
+    requested_model: Short | None = None
+    context_mode: Literal["summary", "native"] = "summary"
+    source: Short = "cli"
+    dangerous: bool = False  # the agent runs without sandbox/permission checks (shown in ls)
+    bypass: bool = False  # as recorded; launches use the trusted grant (``engine``), not this
+    permissions: Short = ""  # the sandbox/permission flags the agent runs with, for show
+    task_truncated: bool = False
+    agent_session_id: AgentSessionId | None = None
+    turns: Annotated[list[Turn], Meta(max_length=1_000_000)] = msgspec.field(default_factory=list)
+    queue: Annotated[list[QueuedMessage], Meta(max_length=100_000)] = msgspec.field(
+        default_factory=list
+    )
+    # derived (see refresh)
+    status: Status = Status.RUNNING
+    usage: Usage = msgspec.field(default_factory=Usage)
+    cost_usd: Money | None = None
+    cost_source: Literal["reported", "estimated", "unknown"] = "unknown"
+    last_message: Text | None = None
+    error: Text | None = None
+    reason: Reason | None = None
+    schema_version: int = 2
+
+    @property
+    def current(self) -> Turn | None:
+        return self.turns[-1] if self.turns else None
+
+    def refresh(self) -> None:
+        """Recompute the derived fields from ``turns``."""
+        last = self.current
+        self.status = last.status if last else Status.FAILED
+        total = Usage()
+        for t in self.turns:
+            total = total + t.usage
+        self.usage = total
+        finished = [t for t in self.turns if t.status is not Status.RUNNING]
+        if finished and all(t.cost_usd is not None for t in finished):
+            self.cost_usd = round(sum(t.cost_usd or 0.0 for t in finished), 8)
+        else:
+            self.cost_usd = None  # unknown: never shown as zero
+        msgs = [t.final_message for t in self.turns if t.final_message]
+        self.last_message = msgs[-1] if msgs else None
+        failed = last is not None and last.status is not Status.COMPLETED
+        self.error = last.error if failed and last else None
+        self.reason = last.reason if failed and last else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON view of the record (what ``meta.json`` holds)."""
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Session:
+        """Validate a decoded ``meta.json`` (any schema version); ``ValueError`` if malformed."""
+        from zwarm.model.schema import from_builtins
+
+        return from_builtins(d)
+
+
+class TurnOutcome(Struct):
+    """What an agent's parser read from one turn's event stream (see ``Agent.scan_outcome``).
+
+    ``status`` is None when the stream has no terminal event (agent killed, crashed, cut off).
+    ``usage`` and ``cost_usd`` are exactly as the agent reported them; whether they are
+    cumulative over a resumed session is the agent's knowledge, applied by the engine.
+    """
+
+    status: Status | None = None
+    final_message: str | None = None
+    error: str | None = None
+    agent_session_id: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    cost_usd: float | None = None
+    notes: list[str] = msgspec.field(default_factory=list)

@@ -1,0 +1,1 @@
+"""The orchestrator layer: tools over the Python API, the MCP server, the built-in loop."""

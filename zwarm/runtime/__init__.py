@@ -1,0 +1,1 @@
+"""How turns run: the launcher interface, the local launcher, its supervisor, processes."""

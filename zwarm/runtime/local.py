@@ -1,0 +1,89 @@
+"""``LocalLauncher``: each turn runs under a detached supervisor process on this machine.
+
+Owns starting the supervisor (``runtime.supervisor``), telling whether it lives, and stopping
+a turn's processes. Must stay true:
+- the supervisor is started isolated (``python -I``: no ``PYTHON*`` variables, no user site,
+  no script dir on ``sys.path``) with ``/`` as its working directory, so nothing an agent
+  planted in the state dir or its working directory is ever imported by it;
+- it runs in its own session with ``ZWARM_SUPERVISOR_OF=<id>`` and without any inherited
+  ``ZWARM_SESSION_ID``; its agent gets ``ZWARM_SESSION_ID=<id>``: these markers are how a kill
+  verifies a process belongs to the session (``runtime.procs``);
+- it is recorded on the turn (pid, start ticks, boot id) in the same transaction that made the
+  turn running, before this call returns.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Mapping
+from typing import ClassVar
+
+from zwarm.model import Turn
+from zwarm.runtime import procs
+from zwarm.runtime.launcher import Launcher
+from zwarm.store.files import open_append
+
+SUPERVISOR = "zwarm.runtime.supervisor"
+SUPERVISOR_GRACE_S = 10.0
+
+
+class LocalLauncher(Launcher):
+    name: ClassVar[str] = "local"
+
+    def start(self, sid: str, turn: Turn) -> None:
+        log = open_append(self.store.session_dir(sid) / "supervisor.log")
+        try:
+            proc = subprocess.Popen(
+                [
+                    self.env.python,
+                    "-I",
+                    "-m",
+                    "zwarm.runtime.supervisor",
+                    str(self.store.root),
+                    sid,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd="/",
+                env=supervisor_env(self.env.environ, sid),
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(log)
+        _reap_later(proc)
+        turn.launcher = self.name
+        turn.supervisor = procs.identify(proc.pid)
+
+    def alive(self, sid: str, turn: Turn) -> bool:
+        ref = turn.supervisor
+        return ref is not None and procs.verified(ref, sid, procs.SUPERVISOR_MARKER)
+
+    def stop(self, sid: str, turn: Turn) -> None:
+        procs.kill_session(turn.agent, sid)
+        sup = turn.supervisor
+        if sup is not None and not procs.wait_gone(sup, SUPERVISOR_GRACE_S):
+            procs.terminate(sup, sid, procs.SUPERVISOR_MARKER)
+
+
+def supervisor_env(environ: Mapping[str, str], sid: str) -> dict[str, str]:
+    env = {k: v for k, v in environ.items() if k != procs.MARKER}
+    env[procs.SUPERVISOR_MARKER] = sid
+    return env
+
+
+_reaping: set[subprocess.Popen[bytes]] = set()
+
+
+def _reap_later(proc: subprocess.Popen[bytes]) -> None:
+    """Reap a detached supervisor when it exits, so a long-lived caller keeps no zombies."""
+    _reaping.add(proc)
+
+    def wait() -> None:
+        proc.wait()
+        _reaping.discard(proc)
+
+    threading.Thread(target=wait, name=f"zwarm-reap-{proc.pid}", daemon=True).start()

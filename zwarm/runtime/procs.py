@@ -1,0 +1,237 @@
+"""Process identity and termination.
+
+Owns every signal zwarm sends. Must stay true:
+- a process is identified by (pid, start time in clock ticks since boot, boot id), all read
+  from the kernel: a stepped wall clock changes none of them, and a pid whose start ticks or
+  boot differ is an unrelated process (PIDs are reused) and is never signalled;
+- a process is signalled on behalf of a session only if, besides its identity, it carries the
+  session's marker (``ZWARM_SESSION_ID=<id>`` in its initial environment, which zwarm sets for
+  the supervisor and the agent, and which descendants inherit): a record that names another
+  process, even with its true start time, can never get it signalled;
+- killing a session's processes kills the agent's process group, every descendant, and every
+  process carrying the marker (which also finds an agent whose supervisor died before
+  recording it, and children that left the group with ``setsid``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from zwarm.model import ProcRef
+
+MARKER = "ZWARM_SESSION_ID"  # in the agent's environment (and so its descendants')
+SUPERVISOR_MARKER = "ZWARM_SUPERVISOR_OF"  # in the supervisor's
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_LINUX = sys.platform.startswith("linux")
+_boot: tuple[str, float] | None = None
+
+
+def _boot_facts() -> tuple[str, float]:
+    """(boot id, boot time in epoch seconds); the boot time is used only by a migration."""
+    global _boot
+    if _boot is None:
+        bid = ""
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            bid = f.read().decode("ascii", "replace").strip()
+        btime = 0.0
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime"):
+                    btime = float(line.split()[1])
+                    break
+        _boot = (bid, btime)
+    return _boot
+
+
+def boot_id() -> str:
+    return _boot_facts()[0] if _LINUX else ""
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    # the command name may contain spaces and parens: fields start after the last ')'
+    return data[data.rindex(b")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if there is no such pid."""
+    if not 0 < pid < 2**31:
+        return None
+    if _LINUX:
+        fields = _stat_fields(pid)
+        return int(fields[19]) if fields else None
+    import psutil
+
+    try:
+        return int(psutil.Process(pid).create_time() * 100)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def identify(pid: int) -> ProcRef | None:
+    ticks = start_ticks(pid)
+    return ProcRef(pid, ticks, boot_id()) if ticks is not None else None
+
+
+def legacy_ticks(create_time: float) -> tuple[int, str] | None:
+    """(start ticks, boot id) for a version-1 record's epoch ``create_time`` (this boot)."""
+    if not _LINUX:
+        return int(create_time * 100), ""
+    bid, btime = _boot_facts()
+    ticks = round((create_time - btime) * _CLK_TCK)
+    return (ticks, bid) if ticks >= 0 else None
+
+
+def is_alive(ref: ProcRef | None) -> bool:
+    """True only if ``ref.pid`` is running and is the same process (same start, same boot)."""
+    if ref is None or ref.boot_id != boot_id():
+        return False
+    if start_ticks(ref.pid) != ref.start_ticks:
+        return False
+    return not _is_zombie(ref.pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    if not _LINUX:
+        return False
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] in (b"Z", b"X")
+
+
+def has_marker(pid: int, sid: str, name: str = MARKER) -> bool:
+    """Whether ``pid`` was started with ``<name>=<sid>`` in its environment."""
+    if not _LINUX:
+        return True  # no /proc: identity (pid + start time) is all there is to check
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    want = f"{name}={sid}".encode()
+    return env.startswith(want + b"\0") or (b"\0" + want + b"\0") in env or env == want
+
+
+def marked(sid: str) -> list[ProcRef]:
+    """Every live process of this user that carries ``sid``'s marker."""
+    if not _LINUX:
+        return []
+    me, uid = os.getpid(), os.geteuid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+        except OSError:
+            continue
+        ref = identify(pid)
+        if ref is not None and has_marker(pid, sid) and not _is_zombie(pid):
+            found.append(ref)
+    return found
+
+
+def descendants(ref: ProcRef) -> list[ProcRef]:
+    """Identities of every live descendant of ``ref`` (empty if ``ref`` is not alive)."""
+    if not is_alive(ref):
+        return []
+    import psutil
+
+    try:
+        kids = psutil.Process(ref.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [r for r in (identify(k.pid) for k in kids) if r is not None]
+
+
+def kill_session(agent: ProcRef | None, sid: str, grace: float = 3.0) -> bool:
+    """Stop everything of session ``sid``: the agent's group and tree if ``agent`` is verified
+    (identity and marker), and every process carrying the marker. True if anything was."""
+    leader = agent if agent is not None and verified(agent, sid) else None
+    targets = {r.pid: r for r in marked(sid)}
+    if leader is not None:
+        targets.update((r.pid, r) for r in (leader, *descendants(leader)))
+    targets = {p: r for p, r in targets.items() if p != os.getpid()}
+    if not targets:
+        return False
+    _stop(leader.pid if leader else None, list(targets.values()), grace)
+    return True
+
+
+def verified(ref: ProcRef, sid: str, name: str = MARKER) -> bool:
+    """``ref`` is alive, is the process it was, and carries session ``sid``'s marker."""
+    return is_alive(ref) and has_marker(ref.pid, sid, name)
+
+
+def kill_tree(agent: ProcRef, grace: float = 3.0) -> bool:
+    """Terminate ``agent``'s process group and every descendant, if ``agent`` is alive and is
+    the same process. For the supervisor's own child only (it knows the pid is its child);
+    on behalf of a session record use ``kill_session``."""
+    if not is_alive(agent):
+        return False
+    _stop(agent.pid, [agent, *descendants(agent)], grace)
+    return True
+
+
+def _stop(pgid: int | None, targets: list[ProcRef], grace: float) -> None:
+    _signal_all(pgid, targets, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(is_alive(t) for t in targets):
+        time.sleep(0.02)
+    left = [t for t in targets if is_alive(t)]
+    if left:
+        _signal_all(pgid, left, signal.SIGKILL)
+
+
+def _signal_all(pgid: int | None, targets: list[ProcRef], sig: int) -> None:
+    if pgid is not None and any(t.pid == pgid and is_alive(t) for t in targets):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for t in targets:
+        if is_alive(t):
+            try:
+                os.kill(t.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def terminate(ref: ProcRef, sid: str | None = None, name: str = MARKER, grace: float = 3.0) -> bool:
+    """Stop one verified process (SIGTERM, then SIGKILL). True if it was alive. With ``sid``,
+    only if it carries that session's marker ``name``."""
+    if not is_alive(ref) or (sid is not None and not has_marker(ref.pid, sid, name)):
+        return False
+    try:
+        os.kill(ref.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not is_alive(ref):
+            return True
+        time.sleep(0.02)
+    if is_alive(ref):
+        try:
+            os.kill(ref.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return True
+
+
+def wait_gone(ref: ProcRef, timeout: float) -> bool:
+    """Wait until ``ref`` is no longer alive; True if it went within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while is_alive(ref):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True

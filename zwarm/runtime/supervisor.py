@@ -1,0 +1,194 @@
+"""The per-session supervisor: a small detached process that runs a session's turns.
+
+Started by ``LocalLauncher`` as ``python -I -m zwarm.runtime.supervisor STATE_DIR ID`` in its
+own session with ``/`` as its working directory, so it outlives the command that started it
+and imports nothing from the state dir. For each turn it starts the agent in its own process
+group with the prompt file as stdin and the turn log as stdout (the agent writes its output
+straight to disk, byte for byte, as it streams: nothing is buffered here, so nothing is lost
+if this process dies), waits for it (enforcing the turn's timeout), kills whatever the agent
+left behind, then records the outcome and starts the next queued message. Must stay true:
+- it reads its turn under the session lock (its starter holds the lock until that turn is
+  saved) and runs it only if the turn names it as supervisor;
+- the agent is started and recorded inside one transaction (under the session lock), so
+  ``kill`` either sees it recorded or prevents it from starting;
+- the agent's exit status is collected before its process group is killed, without reaping
+  the leader, so the group id can't be reused meanwhile;
+- it builds only what it needs (store, config, the session's manager), not the API facade.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zwarm.runtime import procs
+
+if TYPE_CHECKING:
+    from zwarm.engine.manager import AgentLaunch, BaseSessionManager
+    from zwarm.model import ProcRef
+    from zwarm.store import Store
+
+
+def run(state_dir: Path, sid: str) -> int:
+    from zwarm.store import Store
+
+    store = Store(state_dir)
+    with store.lock(sid):  # whoever started us holds it until our turn is saved
+        s = store.load(sid)
+    manager = _manager(store, s.adapter)
+    turn, me = s.current, procs.identify(os.getpid())
+    mine = turn is not None and turn.supervisor in (None, me)
+    n = turn.n if turn is not None and mine and not turn.status.finished else None
+    while n is not None:
+        started = _start_agent(manager, sid, n)
+        if started is None:  # killed before it started, or it could not start (recorded)
+            break
+        proc, timeout = started
+        timed_out = _wait(proc.pid, sid, timeout)
+        returncode = proc.wait()
+        nxt = manager.finish_turn(sid, n, returncode, timed_out)
+        n = nxt.n if nxt is not None else None
+    return 0
+
+
+def _manager(store: Store, adapter: str) -> BaseSessionManager:
+    from zwarm import config as config_mod
+    from zwarm.agents import manager_class
+    from zwarm.env import Env
+
+    config = config_mod.load(store.root / "config.toml")
+    return manager_class(adapter)(store, config, Env(state_dir=store.root))
+
+
+def _start_agent(
+    manager: BaseSessionManager, sid: str, n: int
+) -> tuple[subprocess.Popen[bytes], float | None] | None:
+    """Start turn ``n``'s agent and record it, in one transaction; None if it must not run."""
+    from zwarm.engine.manager import StartRefused
+    from zwarm.errors import ZwarmError
+
+    me = procs.identify(os.getpid())
+    with manager.store.transaction(sid) as s:
+        t = s.turns[n - 1]
+        if t.status.finished:
+            return None
+        t.supervisor = me
+        try:
+            launch = manager.agent_launch(s, t)
+            proc = _popen(manager, sid, n, launch)
+        except (StartRefused, ZwarmError, ValueError) as e:
+            manager.fail_start(s, t, str(e))
+            return None
+        except OSError as e:
+            argv0 = launch.argv[0] if "launch" in locals() else "?"
+            manager.fail_start(s, t, f"could not start agent {argv0!r}: {e.strerror or e}")
+            return None
+        t.agent = procs.identify(proc.pid)
+        return proc, t.timeout
+
+
+def _popen(
+    manager: BaseSessionManager, sid: str, n: int, launch: AgentLaunch
+) -> subprocess.Popen[bytes]:
+    from zwarm.store.files import open_append, open_read
+
+    store = manager.store
+    fds = [open_read(store.turn_path(sid, n, "prompt"))]
+    try:
+        for ext in ("jsonl", "stderr"):
+            path = store.turn_path(sid, n, ext)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a new turn's files: anything planted there (a link) goes
+            fds.append(open_append(path))
+        return subprocess.Popen(
+            launch.argv,
+            stdin=fds[0],
+            stdout=fds[1],
+            stderr=fds[2],
+            cwd=launch.cwd,
+            env=launch.env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _wait(pid: int, sid: str, timeout: float | None) -> bool:
+    """Wait for the agent to exit (not reaping it), then kill what it left behind: its
+    group, and any process carrying the session's marker. Returns True if it timed out."""
+    timed_out = threading.Event()
+    timer = None
+    if timeout:
+        # identified now, while it is our unreaped child: when the timer fires it may have
+        # been reaped and its pid reused, and a fresh lookup would name another process
+        agent = procs.identify(pid)
+        timer = threading.Timer(timeout, _expire, (agent, sid, timed_out))
+        timer.daemon = True
+        timer.start()
+    while True:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+    if timer:
+        timer.cancel()
+    try:
+        os.killpg(pid, signal.SIGKILL)  # leader is a zombie here: the group id is still ours
+    except (ProcessLookupError, PermissionError):
+        pass
+    procs.kill_session(None, sid, grace=1.0)  # what left the group (setsid) but kept the marker
+    return timed_out.is_set()
+
+
+def _expire(agent: ProcRef | None, sid: str, flag: threading.Event) -> None:
+    flag.set()
+    procs.kill_session(agent, sid, grace=2.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -I -m zwarm.runtime.supervisor STATE_DIR SESSION_ID", file=sys.stderr)
+        return 2
+    try:
+        return run(Path(args[0]), args[1])
+    except Exception as e:
+        traceback.print_exc()
+        _fail_current(Path(args[0]), args[1], f"supervisor error: {type(e).__name__}: {e}")
+        return 1
+
+
+def _fail_current(state_dir: Path, sid: str, why: str) -> None:
+    """Best effort: never leave a turn claiming to run after the supervisor crashed."""
+    import time
+
+    from zwarm.engine import transitions
+    from zwarm.env import iso
+    from zwarm.model import Reason, Status
+    from zwarm.store import Store
+
+    try:
+        with Store(state_dir).transaction(sid) as s:
+            t = s.current
+            if t is not None and t.status is Status.RUNNING:
+                procs.kill_session(t.agent, sid)
+                now = iso(time.time())
+                transitions.end(s, t, Status.FAILED, now, Reason.SUPERVISOR_LOST, why)
+    except Exception:
+        traceback.print_exc()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

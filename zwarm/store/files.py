@@ -1,0 +1,198 @@
+"""How zwarm reads and writes one file: atomically, privately, without following links.
+
+Owns every low-level file operation of the state directory. Must stay true:
+- nothing here follows a symbolic link in the last path component (``O_NOFOLLOW``): an agent
+  that replaced a state file by a link to another file gets an error, never a write through;
+- reads open with ``O_NONBLOCK`` and accept only regular files (a FIFO or a device in place of
+  a state file is an error, never a hang) of at most the size the caller allows;
+- replacing a file is atomic (temp file in the same dir, optional fsync, rename, fsync dir):
+  a reader sees the old or the new file, never a mix; a failed write (disk full) removes the
+  partial file and leaves the old one intact;
+- every file zwarm creates is ``0600``; a failure is a ``StoreError`` with one line, except
+  ``FileNotFoundError`` (the directory is gone), which callers handle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from zwarm.errors import StoreError
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+Key = tuple[int, int, int, int]
+
+
+def file_key(st: os.stat_result) -> Key:
+    """The identity of one version of a file: inode, size, mtime and ctime (ns)."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class NotRegularFile(OSError):
+    """A state file that is a FIFO, a device, a directory or a link."""
+
+
+class TooLarge(OSError):
+    """A state file larger than its reader allows."""
+
+
+def read_file(path: str | Path, limit: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``path`` (at most ``limit``) and its stat, read without
+    following a link or blocking. Raises ``OSError`` subclasses; ``NotRegularFile`` and
+    ``TooLarge`` say what was wrong."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFile(errno.ELOOP, "is a symbolic link", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, "is not a regular file", str(path))
+        if st.st_size > limit:
+            raise TooLarge(errno.EFBIG, f"is too large ({st.st_size} bytes)", str(path))
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise TooLarge(errno.EFBIG, "grew too large while read", str(path))
+        return data, st
+    finally:
+        os.close(fd)
+
+
+def open_read(path: str | Path) -> int:
+    """A read-only fd on the regular file ``path`` (no link followed, never blocking)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "is not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_append(path: str | Path) -> int:
+    """An fd appending to ``path`` (created 0600), refusing a link or a non-regular file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "is not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``path`` (0600) anew with ``data``: whatever was there (a file, or a link, which is
+    never followed) is replaced. A failed write removes the partial file and
+    raises ``StoreError``; ``FileNotFoundError`` (its directory is gone) propagates."""
+    opened = False
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a file or a link planted there: removed, never written through
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600)
+        opened = True
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        if opened:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if e.errno == errno.ENOENT:
+            raise
+        raise StoreError(f"cannot write {path}: {e.strerror}") from None
+
+
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (and, if ``durable``, fsynced with its
+    directory: a cache may skip that); the old file survives failure."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600)
+        try:
+            write_all(fd, data)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if e.errno == errno.ENOENT:
+            raise
+        raise StoreError(f"cannot write {path}: {e.strerror}") from None
+    if durable:
+        fsync_dir(path.parent)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY | CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def real_dir(path: Path) -> bool:
+    """``path`` is a directory itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def lock_fd(path: Path) -> int:
+    """An fd holding an exclusive ``flock`` on ``path`` (created 0600, never a link, opened
+    without blocking on a FIFO); closing it releases the lock."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` for the block."""
+    fd = lock_fd(path)
+    try:
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,325 @@
+"""The sessions of one state directory: ``sessions/<id>/`` with ``meta.json`` and ``turns/``.
+
+Owns every path, name, lock and session write under the state directory. Must stay true:
+- ``meta.json`` is written only inside ``transaction`` (one locked read-modify-write: two zwarm
+  processes never lose each other's changes) and by ``create``; it is replaced atomically;
+- every reader decodes ``meta.json`` through ``zwarm.model.schema`` (one schema): a session is
+  either valid or reported damaged (``DamagedSession``) with a one-line reason, never rewritten
+  or deleted here;
+- nothing given as a session id or name reaches outside ``sessions/`` (refs are validated
+  against strict patterns before any path is built), and a session dir, its ``turns/`` or a
+  state file that is a symbolic link, a FIFO or a device is refused, never followed or opened
+  blocking (``store.files``);
+- the state dir is ``0700`` and every file ``0600``: prompts and output hold secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from zwarm.errors import (
+    AmbiguousSession,
+    DamagedSession,
+    InvalidInput,
+    InvalidRef,
+    SessionNotFound,
+    StoreError,
+)
+from zwarm.model import Session
+from zwarm.model.schema import MAX_META_BYTES, decode, encode
+from zwarm.store.files import (
+    Key,
+    NotRegularFile,
+    TooLarge,
+    atomic_write,
+    file_key,
+    fsync_dir,
+    lock_fd,
+    locked,
+    read_file,
+    real_dir,
+    write_private,
+)
+
+T = TypeVar("T")
+
+# \Z, not $: "$" also matches before a trailing newline ("abcd\n" must not pass).
+_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+MIN_PREFIX = 4
+
+__all__ = ["Key", "Store", "atomic_write", "file_key", "write_private"]
+
+
+class Store:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sessions = root / "sessions"
+        self.names = root / "names"
+
+    # ----- layout
+    def exists(self) -> bool:
+        """Whether the state dir holds sessions; a state dir that is a file is an error."""
+        if self.sessions.is_dir():
+            return True
+        for d in (self.root, self.sessions):
+            if d.exists() and not d.is_dir():
+                raise StoreError(f"{d} exists and is not a directory")
+        return False
+
+    def ensure(self) -> None:
+        """Create the state dir (0700) if needed. Only commands that write call this."""
+        for d in (self.root, self.sessions, self.names):
+            try:
+                d.mkdir(mode=0o700, exist_ok=True)
+            except FileExistsError:
+                raise StoreError(f"{d} exists and is not a directory") from None
+            except OSError as e:
+                raise StoreError(f"cannot create {d}: {e.strerror}") from None
+            _check_owned(d)  # another user may have made it first, in a shared parent
+        os.chmod(self.root, 0o700)
+
+    def session_dir(self, sid: str) -> Path:
+        if not _ID.match(sid):
+            raise InvalidRef(sid, "not a session id")
+        return self.sessions / sid
+
+    def meta_path(self, sid: str) -> Path:
+        return self.session_dir(sid) / "meta.json"
+
+    def turn_path(self, sid: str, n: int, ext: str = "jsonl") -> Path:
+        return self.session_dir(sid) / "turns" / f"turn_{n}.{ext}"
+
+    # ----- ids and names
+    @staticmethod
+    def new_id() -> str:
+        import uuid  # here, not at the top: only spawn needs it (start-up time)
+
+        return str(uuid.uuid4())
+
+    @staticmethod
+    def check_name(name: str) -> str:
+        if not _NAME.match(name):
+            raise InvalidInput(
+                f"invalid session name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        if _ID.match(name):
+            raise InvalidInput(f"invalid session name {name!r}: it looks like a session id")
+        return name
+
+    def resolve(self, ref: str) -> str:
+        """A full session id for ``ref``: an id, a name, or a unique prefix (>= 4 chars)."""
+        if not isinstance(ref, str) or not ref:
+            raise InvalidRef(str(ref), "empty")
+        if not _REF.match(ref):
+            raise InvalidRef(ref, "use an id, a unique id prefix, or a session name")
+        if _ID.match(ref) and (self.sessions / ref).is_dir():
+            return ref
+        named = self._lookup_name(ref)
+        if named is not None:
+            return named
+        if len(ref) < MIN_PREFIX:
+            raise SessionNotFound(ref)
+        found = sorted(i for i in self.list_ids() if i.startswith(ref))
+        if not found:
+            raise SessionNotFound(ref)
+        if len(found) > 1:
+            raise AmbiguousSession(ref, found)
+        return found[0]
+
+    def _lookup_name(self, name: str) -> str | None:
+        try:
+            data, _ = read_file(self.names / name, 256)
+        except OSError:
+            return None
+        sid = data.decode("ascii", "replace").strip()
+        return sid if _ID.match(sid) and real_dir(self.sessions / sid) else None
+
+    def claim_name(self, name: str, sid: str) -> None:
+        """Reserve ``name`` for ``sid`` atomically (O_EXCL); a stale claim is taken over.
+
+        A claim is stale when its session dir does not exist, so ``sid``'s dir must exist
+        before claiming. The names lock makes check-unlink-create one step: two takeovers of
+        one stale claim cannot both win.
+        """
+        path = self.names / self.check_name(name)
+        with self._names_lock():
+            self._claim(path, name, sid)
+
+    def _names_lock(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.names / ".lock")
+
+    def _claim(self, path: Path, name: str, sid: str) -> None:
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            except FileExistsError:
+                if self._lookup_name(name) is not None:
+                    raise InvalidInput(f"a session named {name!r} already exists") from None
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()  # claim left by a removed or never-created session
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(sid)
+            return
+        raise InvalidInput(f"a session named {name!r} already exists")
+
+    def release_name(self, name: str | None, sid: str) -> None:
+        if not name or not _NAME.match(name):
+            return
+        with contextlib.suppress(OSError):
+            data, _ = read_file(self.names / name, 256)
+            if data.decode("ascii", "replace").strip() == sid:
+                os.unlink(self.names / name)
+
+    def list_ids(self) -> list[str]:
+        try:
+            return [n for n in os.listdir(self.sessions) if _ID.match(n)]
+        except FileNotFoundError:
+            return []
+        except OSError as e:  # not a directory, no permission
+            raise StoreError(f"cannot read {self.sessions}: {e.strerror}") from None
+
+    # ----- locking and meta.json
+    @contextlib.contextmanager
+    def lock(self, sid: str) -> Iterator[None]:
+        """The session's lock: every read-modify-write of its meta.json holds it."""
+        d = self.checked_dir(sid)
+        try:
+            fd = lock_fd(d / ".lock")
+        except FileNotFoundError:
+            raise SessionNotFound(sid) from None
+        except OSError as e:
+            raise DamagedSession(sid, f"cannot lock the session: {e.strerror}") from None
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+    def checked_dir(self, sid: str) -> Path:
+        """The session's dir, which must be a real directory (not a link) with a real
+        ``turns/``: an agent that swapped either for a link gets a damaged session."""
+        d = self.session_dir(sid)
+        if not real_dir(d):
+            if not os.path.lexists(d):
+                raise SessionNotFound(sid)
+            raise DamagedSession(sid, "the session directory is not a directory (a link?)")
+        turns = d / "turns"
+        if os.path.lexists(turns) and not real_dir(turns):
+            raise DamagedSession(sid, "turns/ is not a directory (a link?)")
+        return d
+
+    def load(self, sid: str) -> Session:
+        """The session, validated by the one schema, or ``DamagedSession``/``SessionNotFound``."""
+        d = self.checked_dir(sid)
+        try:
+            data, _ = read_file(d / "meta.json", MAX_META_BYTES)
+        except FileNotFoundError:
+            raise DamagedSession(sid, "meta.json is missing") from None
+        except (NotRegularFile, TooLarge) as e:
+            raise DamagedSession(sid, f"meta.json {e.strerror}") from None
+        except OSError as e:
+            raise StoreError(f"cannot read {d / 'meta.json'}: {e.strerror}") from None
+        try:
+            s = decode(data)
+        except ValueError as e:
+            raise DamagedSession(sid, str(e)) from None
+        if s.id != sid:
+            raise DamagedSession(sid, f"meta.json names another session ({s.id})")
+        return s
+
+    def read(self, sid: str) -> Session | DamagedSession:
+        """``load`` for listings: a damaged session is returned as its error, not raised."""
+        try:
+            return self.load(sid)
+        except (DamagedSession, SessionNotFound, StoreError) as e:
+            if isinstance(e, DamagedSession):
+                return e
+            return DamagedSession(sid, str(e))
+
+    def _write(self, session: Session, path: Path | None = None) -> None:
+        atomic_write(path or self.meta_path(session.id), encode(session))
+
+    @contextlib.contextmanager
+    def transaction(self, sid: str) -> Iterator[Session]:
+        """Load under the session lock, let the block change the session, save it: the only
+        way meta.json changes. An exception in the block saves nothing."""
+        with self.lock(sid):
+            s = self.load(sid)
+            yield s
+            self._write(s)
+
+    def update(self, sid: str, fn: Callable[[Session], T]) -> T:
+        """``fn`` applied in a ``transaction``; returns its result."""
+        with self.transaction(sid) as s:
+            return fn(s)
+
+    # ----- creation and removal
+    def create(self, session: Session, prompt: bytes) -> None:
+        """Create the session dir with turn 1's prompt and meta.json; all or nothing.
+
+        Built under a hidden name in ``sessions/`` and renamed into place, so no reader ever
+        sees a session dir without its meta.json.
+        """
+        d = self.session_dir(session.id)
+        if os.path.lexists(d):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(d))
+        stage = self.sessions / f".new-{session.id}"
+        stage.mkdir(mode=0o700)  # outside the try: never remove a dir this call did not create
+        try:
+            (stage / "turns").mkdir(mode=0o700)
+            write_private(stage / "turns" / "turn_1.prompt", prompt)
+            self._write(session, stage / "meta.json")
+            try:
+                os.rename(stage, d)
+            except OSError as e:
+                if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(d)) from None
+                raise
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        fsync_dir(self.sessions)
+
+    def remove(self, sid: str, name: str | None) -> None:
+        """Delete a session dir: renamed out of ``sessions/`` first, so it vanishes atomically.
+        A session dir that is a link is unlinked (its target is never touched)."""
+        trash = self.root / "trash"
+        trash.mkdir(mode=0o700, exist_ok=True)
+        target = trash / f"{sid}.{os.urandom(4).hex()}"
+        try:
+            os.rename(self.session_dir(sid), target)
+        except FileNotFoundError:
+            raise SessionNotFound(sid) from None
+        self.release_name(name, sid)
+        if not real_dir(target):
+            with contextlib.suppress(OSError):
+                os.unlink(target)
+            return
+        import shutil
+
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def _check_owned(d: Path) -> None:
+    """``d`` is a real directory of this user's, or ``StoreError``."""
+    import stat
+
+    try:
+        st = os.lstat(d)
+    except OSError as e:
+        raise StoreError(f"cannot use {d}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{d} is not a directory (a link?)")
+    if st.st_uid != os.geteuid():
+        raise StoreError(f"{d} is owned by uid {st.st_uid}, not you: refusing to use it")
