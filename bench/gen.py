@@ -435,9 +435,11 @@ def make_session(
     adapter: str | None = None,
     turns: int | None = None,
     steps: tuple[int, int] = (3, 25),
+    sid: str | None = None,
 ) -> Generated:
     adapter = adapter or ("codex" if rng.random() < 0.6 else "claude")
-    sid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    drawn = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    sid = sid or drawn
     created = now - rng.uniform(86400, 30 * 86400) if not running else now - rng.uniform(5, 600)
     n_turns = turns or rng.randint(1, 5)
     models = CODEX_MODELS if adapter == "codex" else CLAUDE_MODELS
@@ -531,8 +533,9 @@ def make_session(
                     8,
                 )
             pid = rng.randint(1000, 4_000_000)
-            turn.supervisor = ProcRef(pid, round(t - dur, 2))
-            turn.agent = ProcRef(pid + 1, round(t - dur + 0.05, 2))
+            ticks = rng.randint(100, 10**9)
+            turn.supervisor = ProcRef(pid, ticks, "")  # another boot: never alive
+            turn.agent = ProcRef(pid + 1, ticks + 5, "")
         else:
             turn.supervisor, turn.agent = sup, agent
         s.turns.append(turn)
@@ -681,11 +684,14 @@ class RunningOverlay:
         self.refs: list[tuple[ProcRef, ProcRef]] = []
         self.placed: list[tuple[Path, str]] = []  # (sessions dir, id)
         self.cleanup_stale(cache)
-        for _ in range(n):
+        self.sids = [str(uuid.uuid4()) for _ in range(n)]
+        for sid in self.sids:
             pair = []
-            for _ in range(2):
+            # the markers by which zwarm verifies a process is the session's supervisor / agent
+            for marker in (procs.SUPERVISOR_MARKER, procs.MARKER):
+                env = {**os.environ, marker: sid}
                 p = subprocess.Popen(
-                    ["sleep", "86400"], stdin=subprocess.DEVNULL, start_new_session=True
+                    ["sleep", "86400"], stdin=subprocess.DEVNULL, start_new_session=True, env=env
                 )
                 self.procs.append(p)
                 pair.append(p.pid)
@@ -720,6 +726,7 @@ class RunningOverlay:
                 agent=agent,
                 adapter=self.adapters[k % len(self.adapters)],
                 steps=(100, 800),
+                sid=self.sids[k],
             )
             self.placed += [(store.sessions, g.session.id), (old_sessions, g.session.id)]
             self._record()

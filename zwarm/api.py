@@ -16,19 +16,21 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zwarm import agents
-from zwarm.agents import agent_for_model, manager_class
+from zwarm.agents import agent_for_model
 from zwarm.env import Env, parse_iso
 from zwarm.errors import (
     AgentNotFound,
     DamagedSession,
     InvalidInput,
+    PartlyFailed,
     SessionNotFound,
     SessionStateError,
+    StoreError,
     ZwarmError,
 )
 from zwarm.model import Session, Status
@@ -40,6 +42,7 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.runtime.launcher import Launcher
 
+T = TypeVar("T")
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
 LOG_CHUNK = 1 << 20  # logs streams a turn log in pieces this size: memory stays bounded
 CONTEXT_MODES = ("summary", "native")
@@ -54,6 +57,8 @@ class Zwarm:
         self._config: config_mod.Config | None = None
         self._managers: dict[str, BaseSessionManager] = {}
         self._launchers: dict[str, Launcher] = {}
+        self.warnings: list[str] = []  # see ``warn``
+        self.on_warning: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ config
     @property
@@ -77,6 +82,8 @@ class Zwarm:
     @staticmethod
     def _manager_cls(adapter: str) -> type[BaseSessionManager]:
         try:
+            from zwarm.engine import manager_class
+
             return manager_class(adapter)
         except ValueError as e:
             raise InvalidInput(str(e)) from None
@@ -156,6 +163,12 @@ class Zwarm:
             implied = agent_for_model(model) if model else agent_for_model(default_model)
             adapter = implied or cfg.get("defaults", "adapter")
         agents.get(adapter)  # UnknownAgent (InvalidInput) names the installed ones
+        other = agent_for_model(model) if model else None
+        if other not in (None, adapter):
+            self.warn(
+                f"model {model!r} names a {other} model, but the session runs the {adapter} "
+                "agent, which may not know it"
+            )
         if model is None:
             model = cfg.get(adapter, "model") or None
         if model is None and default_model and agent_for_model(default_model) in (None, adapter):
@@ -172,6 +185,8 @@ class Zwarm:
         if found is None:
             if os.path.exists(cmd) or (os.sep in cmd and Path(cmd).exists()):
                 raise AgentNotFound(mgr.name, cmd, "is not executable")
+            if os.sep in cmd:  # a path is not looked up on PATH: say what is wrong with it
+                raise AgentNotFound(mgr.name, cmd, "does not exist")
             raise AgentNotFound(mgr.name, cmd)
 
     def inject(
@@ -188,7 +203,33 @@ class Zwarm:
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
         mode, limit = check_context(context), check_timeout(timeout)
-        return mgr.inject(s.id, message, context=mode, timeout=limit)
+        s, state = mgr.inject(s.id, message, context=mode, timeout=limit)
+        if (mode or s.context_mode) == "native":
+            self._warn_no_resume(s, state)
+        return s, state
+
+    def _warn_no_resume(self, s: Session, state: str) -> None:
+        """A native follow-up needs the agent's own session id; without one it gets a
+        summary instead, which the caller is told, never left to guess."""
+        t = s.current
+        if state == "started" and t is not None and t.context != "native":
+            self.warn(
+                f"session {s.id}: its agent reported no session id to resume, so turn {t.n} "
+                "continues with a summary of the earlier turns instead (--context native)"
+            )
+        elif state == "queued" and not s.agent_session_id:
+            self.warn(
+                f"session {s.id}: its agent has reported no session id to resume yet; unless "
+                "the running turn reports one, the queued turn gets a summary instead"
+            )
+
+    def warn(self, message: str) -> None:
+        """Tell the caller something it should know that is not an error: kept in
+        ``warnings`` and passed to ``on_warning`` (the CLI prints it on stderr)."""
+        self.warnings.append(message)
+        del self.warnings[:-100]  # a long-lived caller keeps the latest only
+        if self.on_warning is not None:
+            self.on_warning(message)
 
     # ------------------------------------------------------------------ reading
     def resolve(self, ref: str) -> str:
@@ -225,16 +266,16 @@ class Zwarm:
                 got = self.reader(got.adapter).reconcile(got)
             except ZwarmError as e:
                 return damaged_row(sid, str(e))
-        return row(got.to_dict())
+        return row(got)
 
     def _alive(self, s: Session) -> bool:
         t = s.current
         if t is None or t.supervisor is None:
             return False
         if t.launcher not in self._launchers:
-            from zwarm.runtime.launcher import get
+            from zwarm.runtime import get_launcher
 
-            self._launchers[t.launcher] = get(t.launcher, self.store, self.env)
+            self._launchers[t.launcher] = get_launcher(t.launcher, self.store, self.env)
         return self._launchers[t.launcher].alive(s.id, t)
 
     def show(self, ref: str) -> dict[str, Any]:
@@ -247,23 +288,52 @@ class Zwarm:
         d["turns_detail"] = [turn_json(self.store, s, t.to_dict()) for t in s.turns]
         return d
 
-    def trajectory(self, ref: str, turn: int | None = None) -> Iterator[Step]:
-        """Normalized steps, streamed, each with ``turn`` and ``index``."""
-        s = self.get(ref)
-        mgr = self.manager(s.adapter)
-        numbers = [t.n for t in s.turns]
-        if turn is not None:
-            if turn not in numbers:
-                raise InvalidInput(f"session {s.id} has no turn {turn} (it has 1..{len(numbers)})")
-            numbers = [turn]
-        return _numbered(mgr, s.id, numbers)
+    def trajectory(self, ref: str, turn: int | None = None) -> Trajectory:
+        """Normalized steps, streamed, each with ``turn`` and ``index``. What cannot be read is
+        said where it belongs, as an error step, and listed in ``problems``: a finished turn
+        whose log is missing, or a damaged meta.json (the turn logs found are then shown,
+        read by the agent named in the session's launch pin)."""
+        try:
+            s = self.get(ref)
+        except DamagedSession as e:
+            return self._salvaged(e, turn)
+        running = {t.n: t.status is Status.RUNNING for t in s.turns}  # may have no log yet
+        numbers = _pick_turn(s.id, list(running), turn)
+        return Trajectory(self.reader(s.adapter), s.id, [(n, running[n]) for n in numbers])
+
+    def _salvaged(self, e: DamagedSession, turn: int | None) -> Trajectory:
+        """The turn logs of a session whose meta.json is damaged, or ``e`` if there are none
+        or no launch pin says which agent wrote them."""
+        from zwarm.store import pins
+
+        sid = e.session_id
+        pin = pins.read(self.env.environ, sid, Path(os.path.realpath(self.store.root)))
+        found = self.store.turn_logs(sid)
+        if pin is None or not found or pin.adapter not in agents.names():
+            raise e
+        numbers = _pick_turn(sid, found, turn)
+        note = f"{e}: showing the turn logs found ({_count(len(found), 'turn')})"
+        return Trajectory(self.reader(pin.adapter), sid, [(n, False) for n in numbers], note)
 
     def logs(self, ref: str, turn: int | None = None, follow: bool = False) -> Iterator[bytes]:
-        """Raw JSONL of a turn (default the latest); with ``follow``, tail until it ends."""
-        s = self.get(ref)
+        """Raw JSONL of a turn (default the latest); with ``follow``, tail until it ends.
+        A finished turn whose log is missing is an error; a damaged meta.json is a warning
+        (the log is shown as found)."""
+        try:
+            s = self.get(ref)
+        except DamagedSession as e:
+            found = self.store.turn_logs(e.session_id)
+            if not found:
+                raise
+            n = _pick_turn(e.session_id, found, turn)[0] if turn is not None else found[-1]
+            self.warn(f"{e}: showing turn {n}'s log as found")
+            return self._tail(e.session_id, n, False)
         n = turn if turn is not None else len(s.turns)
         if not 1 <= n <= len(s.turns):
             raise InvalidInput(f"session {s.id} has no turn {n}")
+        path = self.store.turn_path(s.id, n)
+        if s.turns[n - 1].status is not Status.RUNNING and not os.path.lexists(path):
+            raise StoreError(f"session {s.id}: turn {n}'s log is missing ({path})")
         return self._tail(s.id, n, follow)
 
     def _tail(self, sid: str, n: int, follow: bool) -> Iterator[bytes]:
@@ -290,11 +360,21 @@ class Zwarm:
 
     # ------------------------------------------------------------------ waiting and stopping
     def wait(
-        self, refs: list[str], timeout: float | None = None, any_: bool = False
+        self,
+        refs: list[str] | None,
+        timeout: float | None = None,
+        any_: bool = False,
+        all_running: bool = False,
     ) -> dict[str, Any]:
-        """Block until all (or any) of ``refs`` finish, or ``timeout``. Never busy-polls hard."""
+        """Block until all (or any) of ``refs`` finish, or ``timeout``. Never busy-polls hard.
+
+        References naming the same session count once. With ``all_running``, the sessions
+        waited for are every one running when the call starts (none: it returns at once)."""
         timeout = check_timeout(timeout) if timeout != 0 else 0.0
-        ids = [self.store.resolve(r) for r in refs]
+        ids = [self.store.resolve(r) for r in refs or []]
+        if all_running:
+            ids += [r["id"] for r in self.sessions("running")] if self.store.exists() else []
+        ids = list(dict.fromkeys(ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.05
         while True:
@@ -332,38 +412,59 @@ class Zwarm:
 
     def kill(self, refs: list[str] | None = None, all_: bool = False) -> list[dict[str, Any]]:
         """Kill running sessions (whole process trees). With ``all_``, every running one."""
-        if all_:
-            ids = [r["id"] for r in self.sessions("running")]
-        else:
-            ids = [self.store.resolve(r) for r in refs or []]
+        if not all_:
+            return self._each(refs or [], self._kill_one)
         out = []
-        for sid in ids:
-            s = self.store.load(sid)
-            try:
-                s, dropped = self.reader(s.adapter).kill(sid)
-            except SessionStateError:
-                if all_:
-                    continue  # finished between listing and killing
-                raise
-            out.append({**row(s.to_dict()), "dropped_queued": dropped})
+        for r in self.sessions("running"):
+            with contextlib.suppress(SessionStateError):  # finished between listing and killing
+                out.append(self._kill_one(r["id"]))
         return out
+
+    def _kill_one(self, sid: str) -> dict[str, Any]:
+        s = self.store.load(sid)
+        s, dropped = self.reader(s.adapter).kill(sid)
+        return {**row(s.to_dict()), "dropped_queued": dropped}
+
+    def _each(self, refs: list[str], act: Callable[[str], T | None]) -> list[T]:
+        """``act`` on each session ``refs`` name (once each, in order), every one tried: what
+        it returned (None: nothing done), or ``PartlyFailed`` naming every reference that
+        failed after the others were done. A single reference's error is raised as it is."""
+        done: list[T] = []
+        failed: list[tuple[str, ZwarmError]] = []
+        seen: set[str] = set()
+        for ref in refs:
+            try:
+                sid = self.store.resolve(ref)
+                if sid in seen:
+                    continue
+                seen.add(sid)
+                got = act(sid)
+            except ZwarmError as e:
+                if len(refs) == 1:
+                    raise
+                failed.append((ref, e))
+                continue
+            if got is not None:
+                done.append(got)
+        if failed:
+            raise PartlyFailed(list(done), failed)
+        return done
 
     def rm(
         self, refs: list[str] | None = None, finished: bool = False, force: bool = False
     ) -> list[str]:
-        """Delete sessions. Running ones only with ``force`` (killed first); damaged likewise."""
-        if finished:
-            targets = [r["id"] for r in self.sessions() if r["status"] in _FINISHED]
-        else:
-            targets = [self.store.resolve(r) for r in refs or []]
-        for sid in targets:
-            self._rm_one(sid, force, skip_busy=finished)
-        return targets
+        """Delete sessions: the ids removed. Running ones only with ``force`` (killed first);
+        damaged likewise. Every reference is tried (see ``_each``)."""
+        if not finished:
+            return self._each(refs or [], lambda sid: self._rm_one(sid, force, skip_busy=False))
+        targets = [r["id"] for r in self.sessions() if r["status"] in _FINISHED]
+        return [sid for sid in targets if self._rm_one(sid, force, skip_busy=True)]
 
-    def _rm_one(self, sid: str, force: bool, skip_busy: bool) -> None:
-        """Remove one session. Whether it runs is decided again under its lock, where the
-        removal happens: an ``inject`` that restarted it meanwhile is never removed from under
-        (without ``force``), and with ``force`` it is killed again first."""
+    def _rm_one(self, sid: str, force: bool, skip_busy: bool) -> str | None:
+        """Remove one session (its id; None if ``skip_busy`` skipped it). Whether it runs is
+        decided again under its lock, where the removal happens: an ``inject`` that restarted
+        it meanwhile is never removed from under (without ``force``), and with ``force`` it is
+        killed again first."""
         for _ in range(3):
             try:
                 s = self.get(sid)
@@ -373,10 +474,10 @@ class Zwarm:
                         sid, f"{e.problem} (use --force to delete it anyway)"
                     ) from None
                 self._remove(sid, None)
-                return
+                return sid
             if s.status is Status.RUNNING:
                 if skip_busy:
-                    return
+                    return None
                 if not force:
                     raise SessionStateError(
                         f"session {sid} is running (kill it first, or use --force)"
@@ -386,7 +487,11 @@ class Zwarm:
             with self.store.lock(sid):
                 if self.store.load(sid).status is not Status.RUNNING:
                     self._remove(sid, s.name)
-                    return
+                    return sid
+            if skip_busy:
+                return None  # rm --finished: it is not finished any more
+            if not force:
+                raise SessionStateError(f"session {sid} is running (kill it first, or use --force)")
         raise SessionStateError(f"session {sid} keeps being restarted; not removed")
 
     def _remove(self, sid: str, name: str | None) -> None:
@@ -441,18 +546,68 @@ def _read_at(path: Path, pos: int, size: int) -> bytes:
         os.close(fd)
 
 
-def _numbered(mgr: BaseSessionManager, sid: str, numbers: list[int]) -> Iterator[Step]:
-    index = 0
-    for n in numbers:
-        for step in mgr.turn_steps(sid, n):
-            step["turn"] = n
-            step["index"] = index
+def _pick_turn(sid: str, numbers: list[int], turn: int | None) -> list[int]:
+    if turn is None:
+        return numbers
+    if turn not in numbers:
+        have = f"1..{max(numbers)}" if numbers else "none"
+        raise InvalidInput(f"session {sid} has no turn {turn} (it has {have})")
+    return [turn]
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class Trajectory(Iterator[Step]):
+    """A session's steps, streamed (see ``Zwarm.trajectory``). ``problems``: what could not
+    be read, each also yielded as an error step where it belongs (complete once iterated)."""
+
+    def __init__(
+        self,
+        mgr: BaseSessionManager,
+        sid: str,
+        turns: list[tuple[int, bool]],  # (turn number, running: its log may not exist yet)
+        note: str | None = None,
+    ) -> None:
+        self.problems: list[str] = []
+        self._steps = self._numbered(mgr, sid, turns, note)
+
+    def __next__(self) -> Step:
+        return next(self._steps)
+
+    def _numbered(
+        self, mgr: BaseSessionManager, sid: str, turns: list[tuple[int, bool]], note: str | None
+    ) -> Iterator[Step]:
+        index = 0
+        if note is not None:
+            self.problems.append(note)
+            yield _problem(note, turns[0][0] if turns else None, index)
             index += 1
-            yield step
+        for n, running in turns:
+            path = mgr.store.turn_path(sid, n)
+            if not running and not os.path.lexists(path):
+                what = f"turn {n}'s log is missing ({path})"
+                self.problems.append(what)
+                yield _problem(what, n, index)
+                index += 1
+                continue
+            for step in mgr.turn_steps(sid, n):
+                step["turn"] = n
+                step["index"] = index
+                index += 1
+                yield step
 
 
-def row(m: dict[str, Any]) -> dict[str, Any]:
-    """The stable session JSON (ls rows, show header, tool results) from a meta dict."""
+def _problem(message: str, turn: int | None, index: int) -> Step:
+    return {"kind": "error", "message": message, "fatal": False, "turn": turn, "index": index}
+
+
+def row(m: dict[str, Any] | Session) -> dict[str, Any]:
+    """The stable session JSON (ls rows, show header, tool results) from a session (or its
+    JSON view, a meta dict)."""
+    if isinstance(m, Session):
+        m = _summary(m)
     turns = m.get("turns") or []
     return {
         "id": m["id"],
@@ -471,11 +626,44 @@ def row(m: dict[str, Any]) -> dict[str, Any]:
         "agent_session_id": m.get("agent_session_id"),
         "last_message": m.get("last_message"),
         "error": m.get("error"),
+        "reason": m.get("reason"),
         "queued": [q.get("message") for q in m.get("queue") or []],
         "source": m.get("source"),
         "dangerous": bool(m.get("dangerous")),
         "damaged": False,
     }
+
+
+def _summary(s: Session) -> dict[str, Any]:
+    """What ``row`` reads of ``s``, without converting every turn (``ls`` does this per row)."""
+    import msgspec
+
+    return {
+        **{f: getattr(s, f) for f in _ROW_FIELDS},
+        "status": s.status.value,
+        "usage": msgspec.structs.asdict(s.usage),
+        "turns": s.turns,
+        "queue": [{"message": q.message} for q in s.queue],
+    }
+
+
+_ROW_FIELDS = (
+    "id",
+    "name",
+    "adapter",
+    "model",
+    "task",
+    "cwd",
+    "created_at",
+    "updated_at",
+    "cost_usd",
+    "cost_source",
+    "agent_session_id",
+    "last_message",
+    "error",
+    "source",
+    "dangerous",
+)
 
 
 def damaged_row(sid: str, problem: str) -> dict[str, Any]:
@@ -496,6 +684,7 @@ def damaged_row(sid: str, problem: str) -> dict[str, Any]:
         "agent_session_id": None,
         "last_message": None,
         "error": problem,
+        "reason": None,
         "queued": [],
         "source": None,
         "dangerous": False,

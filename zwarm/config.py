@@ -32,6 +32,13 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "model": ((str,), ""),
         "context": ((str,), "summary"),
         "timeout": ((int, float), 0),
+        "workspace": ((str,), "shared"),
+    },
+    "workspace": {
+        "root": ((str,), ""),
+        "setup": ((list,), []),
+        "copy": ((list,), []),
+        "link": ((list,), []),
     },
     "summary": {
         "budget_chars": ((int,), 24000),
@@ -41,6 +48,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "allowed_roots": ((list,), ["."]),
         "max_wait_s": ((int, float), 45),
         "trajectory_chars": ((int,), 12000),
+        "diff_chars": ((int,), 12000),
     },
     "orchestrator": {
         "base_url": ((str,), ""),
@@ -56,6 +64,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
 
 CHOICES = {
     ("defaults", "context"): ("summary", "native"),
+    ("defaults", "workspace"): ("shared", "worktree"),
 }
 
 _PRICE_KEYS = ("input", "cached_input", "output")
@@ -133,13 +142,66 @@ def _copy(v: Any) -> Any:
     return v
 
 
+# ---------------------------------------------------------------------------- trust
+# In an agent's table ([codex], [claude], a plugin's) every key decides what runs, with which
+# environment or sandbox (command, env, extra_args, config, sandbox, permission_mode,
+# dangerous, and any key a plugin adds) except these: default-deny, so a plugin's new key is
+# protected without declaring anything.
+AGENT_HARMLESS_KEYS = frozenset({"model", "prices"})
+# In zwarm's own tables: where the orchestrator sends its prompts (and which API key with
+# them), which directories an orchestrator LLM may start agents in, and for worktrees: where
+# zwarm makes (and deletes) them, the commands run in each, and the files copied into an
+# agent's reach.
+SECURITY_KEYS = frozenset(
+    {
+        ("orchestrator", "base_url"),
+        ("orchestrator", "api_key_env"),
+        ("tools", "allowed_roots"),
+        ("workspace", "root"),
+        ("workspace", "setup"),
+        ("workspace", "copy"),
+        ("workspace", "link"),
+    }
+)
+
+
+def is_security_key(table: str, key: str) -> bool:
+    if table in SCHEMA:  # zwarm's own tables; every other table is an agent's
+        return (table, key) in SECURITY_KEYS
+    return key not in AGENT_HARMLESS_KEYS
+
+
+def security_settings(
+    data: Mapping[str, Mapping[str, Any]], default: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """``{"table.key": value}`` of the security-relevant values that differ from the default."""
+    out: dict[str, Any] = {}
+    for table, values in data.items():
+        base = default.get(table, {})
+        for key, value in values.items():
+            if is_security_key(table, key) and not _same(key, value, base.get(key)):
+                out[f"{table}.{key}"] = value
+    return out
+
+
+def _same(key: str, value: Any, default: Any) -> bool:
+    if key == "command" and isinstance(value, str):
+        value = [value]  # command = "codex" is the default spelled as a string
+    return bool(value == default and type(value) is type(default))
+
+
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
     """Load and validate ``path``; a missing file gives the defaults. ``environ`` locates the
     trust file (default ``os.environ``); it is read only if a security-relevant value is used."""
     import tomllib
 
+    from zwarm.store.files import read_file
+
     try:
-        raw = path.read_bytes()
+        raw, _ = read_file(path, MAX_CONFIG_BYTES, follow=True)  # a FIFO: refused, never a hang
     except FileNotFoundError:
         return defaults()
     except OSError as e:
@@ -151,7 +213,8 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
     from zwarm.trust import ConfigSource
 
     data = validate(doc, str(path))
-    return Config(data, str(path), ConfigSource.of(path, raw, data, defaults().data, environ))
+    settings = security_settings(data, defaults().data)
+    return Config(data, str(path), ConfigSource.of(path, raw, settings, environ))
 
 
 def validate(doc: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
@@ -197,11 +260,31 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
                 raise ConfigError(where, f"{name}.{k} must be a string (valid variable name)")
     if key == "prices":
         _check_prices(name, value, where)
+    if table == "workspace":
+        _check_workspace(key, value, name, where)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
             raise ConfigError(where, f"{name} must be a finite number")
         if value < 0:
             raise ConfigError(where, f"{name} must not be negative")
+
+
+def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
+    """[workspace]: ``root`` absolute (or ~/...); ``setup`` commands (a string for /bin/sh, or
+    an argv list); ``copy``/``link`` paths relative to the repository, never leaving it."""
+    if key == "root" and value and not (value.startswith(("/", "~/")) or value == "~"):
+        raise ConfigError(where, f"{name} must be an absolute path (or start with ~/)")
+    if key == "setup":
+        for cmd in value:
+            argv = [cmd] if isinstance(cmd, str) else cmd
+            ok = isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+            if not ok or not argv[0].strip() or any("\x00" in a for a in argv):
+                raise ConfigError(where, f"{name}: each command is a string or a list of strings")
+    if key in ("copy", "link"):
+        for p in value:
+            parts = p.split("/") if isinstance(p, str) else [".."]
+            if not p or p.startswith("/") or ".." in parts or "\x00" in p:
+                raise ConfigError(where, f"{name}: {p!r} must be a path inside the repository")
 
 
 def _check_prices(name: str, value: dict[str, Any], where: str) -> None:

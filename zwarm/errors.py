@@ -7,6 +7,8 @@ exit code 1 in exactly one place (``zwarm.cli``); the tool layer maps it to a to
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ZwarmError(Exception):
     """Base of every error zwarm raises on purpose. ``str(e)`` is one line for a user."""
@@ -22,17 +24,35 @@ class ConfigError(ZwarmError):
 
 
 class SessionNotFound(ZwarmError):
-    def __init__(self, ref: str) -> None:
+    def __init__(self, ref: str, hint: str | None = None) -> None:
         self.ref = ref
-        super().__init__(f"no session matches {ref!r}")
+        super().__init__(f"no session matches {ref!r}" + (f" ({hint})" if hint else ""))
 
 
 class AmbiguousSession(ZwarmError):
-    def __init__(self, ref: str, candidates: list[str]) -> None:
+    """``ref`` names several sessions: ``candidates`` (ids); ``named`` is the one whose name it
+    is, if any (the others' ids start with it)."""
+
+    def __init__(self, ref: str, candidates: list[str], named: str | None = None) -> None:
         self.ref = ref
         self.candidates = candidates
-        shown = ", ".join(candidates[:10]) + (" ..." if len(candidates) > 10 else "")
-        super().__init__(f"{ref!r} matches {len(candidates)} sessions: {shown}")
+        self.named = named
+        labels = [f"{c} (named {ref!r})" if c == named else c for c in candidates[:10]]
+        shown = ", ".join(labels) + (" ..." if len(candidates) > 10 else "")
+        super().__init__(
+            f"{ref!r} matches {len(candidates)} sessions: {shown}; use a longer prefix or the id"
+        )
+
+
+class PartlyFailed(ZwarmError):
+    """An operation on several sessions did what it could and failed for some: ``done`` is
+    what it would have returned, ``failed`` the (reference, error) of each one that failed."""
+
+    def __init__(self, done: list[Any], failed: list[tuple[str, ZwarmError]]) -> None:
+        self.done = done
+        self.failed = failed
+        first = failed[0][1] if failed else ""
+        super().__init__(f"{len(failed)} of {len(done) + len(failed)} failed: {first}")
 
 
 class InvalidRef(ZwarmError):
@@ -96,6 +116,55 @@ class UnsafeStateDir(ZwarmError):
         self.owner = owner
         self.problems = problems
         super().__init__(f"refusing state dir {path}: {'; '.join(problems)}; {fix}")
+
+
+class WorkspaceError(ZwarmError):
+    """A session's git workspace cannot do what was asked (no repository, a bad branch or
+    base, a worktree that is gone, a target checkout with changes in the way ...)."""
+
+
+class GitError(WorkspaceError):
+    """A git command failed: ``command`` (git's argv after ``git``), ``code``, ``stderr``."""
+
+    def __init__(
+        self, what: str, command: list[str] | None = None, code: int = 1, stderr: str = ""
+    ) -> None:
+        self.command = command or []
+        self.code = code
+        self.stderr = stderr
+        super().__init__(what)
+
+
+class WouldLoseWork(WorkspaceError):
+    """Removing a session's worktree and branch would lose work: ``commits`` not merged
+    anywhere (one line each) and ``files`` changed but not committed."""
+
+    def __init__(self, session_id: str, commits: list[str], files: list[str]) -> None:
+        self.session_id = session_id
+        self.commits = commits
+        self.files = files
+        what = []
+        if commits:
+            what.append(f"{len(commits)} unmerged commit(s): " + "; ".join(commits[:5]))
+        if files:
+            what.append(f"{len(files)} uncommitted file(s): " + ", ".join(files[:10]))
+        super().__init__(
+            f"session {session_id}'s worktree has work that would be lost ({' / '.join(what)}); "
+            "merge it (zwarm merge) or use --force"
+        )
+
+
+class MergeConflict(WorkspaceError):
+    """A merge stopped on conflicts and was aborted (nothing merged): ``files`` conflicted."""
+
+    def __init__(self, branch: str, into: str, files: list[str]) -> None:
+        self.branch = branch
+        self.into = into
+        self.files = files
+        super().__init__(
+            f"merging {branch} into {into} conflicts in {', '.join(files) or 'some files'}; "
+            "the merge was aborted and nothing changed"
+        )
 
 
 class TrustFileError(ConfigError):

@@ -2,7 +2,8 @@
 
 Owns the per-user trust file (``$XDG_CONFIG_HOME/zwarm/trust.json``, default
 ``~/.config/zwarm/trust.json``: outside any project, so an agent sandboxed to its working
-directory cannot write it), the list of security-relevant config keys, and the two rules:
+directory cannot write it) and the two rules (which config keys are security-relevant is
+``zwarm.config``'s: ``SECURITY_KEYS``, ``AGENT_HARMLESS_KEYS``):
 
 - **state dirs** (as git's ``safe.directory``): a state dir that is a symlink, is not owned by
   the effective uid, or is writable by its group or others is refused (``UnsafeStateDir``),
@@ -34,49 +35,11 @@ from typing import Any, NamedTuple, TypeVar
 
 from zwarm.errors import InvalidInput, TrustFileError, UnsafeStateDir, UntrustedConfig
 
-# In an agent's table ([codex], [claude], a plugin's) every key decides what runs, with which
-# environment or sandbox (command, env, extra_args, config, sandbox, permission_mode,
-# dangerous, and any key a plugin adds) except these: default-deny, so a plugin's new key is
-# protected without declaring anything.
-AGENT_HARMLESS_KEYS = frozenset({"model", "prices"})
-# In zwarm's own tables: where the orchestrator sends its prompts (and which API key with
-# them), and which directories an orchestrator LLM may start agents in.
-SECURITY_KEYS = frozenset(
-    {("orchestrator", "base_url"), ("orchestrator", "api_key_env"), ("tools", "allowed_roots")}
-)
-
 VERSION = 1
 MAX_BYTES = 4 << 20
 TRUSTED, CHANGED, UNTRUSTED = "trusted", "changed", "untrusted"
 _HEX = frozenset("0123456789abcdef")
 T = TypeVar("T")
-
-
-def is_security_key(table: str, key: str) -> bool:
-    from zwarm.config import SCHEMA  # zwarm's own tables; every other table is an agent's
-
-    if table in SCHEMA:
-        return (table, key) in SECURITY_KEYS
-    return key not in AGENT_HARMLESS_KEYS
-
-
-def security_settings(
-    data: Mapping[str, Mapping[str, Any]], default: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any]:
-    """``{"table.key": value}`` of the security-relevant values that differ from the default."""
-    out: dict[str, Any] = {}
-    for table, values in data.items():
-        base = default.get(table, {})
-        for key, value in values.items():
-            if is_security_key(table, key) and not _same(key, value, base.get(key)):
-                out[f"{table}.{key}"] = value
-    return out
-
-
-def _same(key: str, value: Any, default: Any) -> bool:
-    if key == "command" and isinstance(value, str):
-        value = [value]  # command = "codex" is the default spelled as a string
-    return bool(value == default and type(value) is type(default))
 
 
 def sha256(data: bytes) -> str:
@@ -245,7 +208,7 @@ def _stamp(v: Any, what: str, where: str) -> str:
 
 def update(fn: Callable[[TrustData], T], environ: Mapping[str, str] | None = None) -> T:
     """Read-modify-write the trust file under its lock; written atomically, 0600."""
-    from zwarm.store import atomic_write
+    from zwarm.store.files import atomic_write
 
     path = trust_file(environ)
     try:
@@ -275,11 +238,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _now() -> str:
-    import time
+    from datetime import UTC, datetime
 
-    from zwarm.env import iso
-
-    return iso(time.time())
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 # ---------------------------------------------------------------------------- config files
@@ -305,13 +266,14 @@ class ConfigSource:
         cls,
         path: Path,
         raw: bytes,
-        data: Mapping[str, Mapping[str, Any]],
-        default: Mapping[str, Mapping[str, Any]],
+        settings: Mapping[str, Any],
         environ: Mapping[str, str] | None = None,
     ) -> ConfigSource:
+        """``settings``: the file's non-default security-relevant values (``zwarm.config``
+        knows which keys those are)."""
         env = os.environ if environ is None else environ
         locate = {k: env[k] for k in ("XDG_CONFIG_HOME", "HOME") if k in env}
-        return cls(os.path.abspath(path), raw, security_settings(data, default), locate)
+        return cls(os.path.abspath(path), raw, settings, locate)
 
     def require(self, table: str, keys: Iterable[str]) -> None:
         """Raise ``UntrustedConfig`` if any of ``table``'s ``keys`` is a non-default
@@ -366,8 +328,10 @@ def trust_config(
     """Record the sha256 of ``data`` (default: the file's current bytes) as trusted for
     ``path``; returns it. Only the bytes hashed are trusted: any later edit is not."""
     if data is None:
+        from zwarm.store.files import read_file
+
         try:
-            data = Path(path).read_bytes()
+            data, _ = read_file(path, 1 << 20, follow=True)
         except OSError as e:
             raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
     digest = sha256(data)
@@ -462,106 +426,6 @@ def revoke(
         return gone
 
     return update(drop, environ)
-
-
-class ConfigPlan(NamedTuple):
-    path: str
-    sha256: str  # of the bytes read (and shown): what ``apply`` records
-    settings: dict[str, Any]  # the non-default security-relevant values it sets
-    status: str  # TRUSTED, CHANGED or UNTRUSTED, before this plan is applied
-
-
-class Plan(NamedTuple):
-    """What ``zwarm trust`` would record for a state dir: the dir itself when it has problems
-    (``dir``), and its config.toml as read now (``config``; None if there is none)."""
-
-    state_dir: str
-    dir: DirFacts | None
-    dir_allowed: bool
-    config: ConfigPlan | None
-
-    @property
-    def empty(self) -> bool:
-        return self.dir is None and self.config is None
-
-
-def plan(state_dir: Path, dir_only: bool = False, environ: Mapping[str, str] | None = None) -> Plan:
-    """What trusting ``state_dir`` means now. The config is validated and read once: the bytes
-    shown are the bytes whose hash ``apply`` records."""
-    facts = inspect_state_dir(state_dir)
-    if facts is None:
-        raise InvalidInput(f"no state dir at {state_dir}")
-    t = read_trust(trust_file(environ))
-    needs_dir = facts if facts.problems else None
-    allowed = needs_dir is not None and facts.allowed_by(t.state_dirs.get(facts.path))
-    config = None if dir_only else _config_plan(Path(facts.path) / "config.toml", t, environ)
-    return Plan(facts.path, needs_dir, allowed, config)
-
-
-def _config_plan(path: Path, t: TrustData, environ: Mapping[str, str] | None) -> ConfigPlan | None:
-    from zwarm import config as config_mod
-
-    source = config_mod.load(path, environ).source
-    if source is None:
-        return None
-    entry = t.configs.get(source.path)
-    digest = sha256(source.raw)
-    status = UNTRUSTED if entry is None else TRUSTED if entry.sha256 == digest else CHANGED
-    return ConfigPlan(source.path, digest, dict(source.settings), status)
-
-
-def apply(p: Plan, environ: Mapping[str, str] | None = None) -> None:
-    """Record ``p``: the dir's owner and real path as they were inspected, the config's hash."""
-    stamp = _now()
-
-    def put(t: TrustData) -> None:
-        if p.dir is not None and p.dir.uid is not None:
-            t.state_dirs[p.dir.path] = DirEntry(p.dir.uid, p.dir.realpath, stamp)
-        if p.config is not None:
-            t.configs[p.config.path] = ConfigEntry(p.config.sha256, stamp)
-
-    if p.dir is not None and p.dir.uid is None:
-        raise InvalidInput(f"{p.dir.path} is a symlink to {p.dir.realpath}, which does not exist")
-    update(put, environ)
-
-
-def listing(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Every trust entry with its current status (hashes the trusted files: slow on purpose)."""
-    where = trust_file(environ)
-    t = read_trust(where)
-    configs = [
-        {"path": p, "sha256": e.sha256, "trusted_at": e.trusted_at, "status": _file_status(p, e)}
-        for p, e in sorted(t.configs.items())
-    ]
-    dirs = [
-        {
-            "path": p,
-            "uid": e.uid,
-            "owner": owner_name(e.uid),
-            "realpath": e.realpath,
-            "trusted_at": e.trusted_at,
-            "status": _dir_status(p, e),
-        }
-        for p, e in sorted(t.state_dirs.items())
-    ]
-    return {"trust_file": str(where), "configs": configs, "state_dirs": dirs}
-
-
-def _file_status(path: str, e: ConfigEntry) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return "missing"
-    return TRUSTED if sha256(data) == e.sha256 else CHANGED
-
-
-def _dir_status(path: str, e: DirEntry) -> str:
-    facts = inspect_state_dir(Path(path))
-    if facts is None:
-        return "missing"
-    if not facts.problems:
-        return "safe"
-    return "allowed" if facts.allowed_by(e) else CHANGED
 
 
 def owner_name(uid: int) -> str:

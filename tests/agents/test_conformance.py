@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from zwarm import agents
+from zwarm import agents, engine
 from zwarm.agents import jsonl
 from zwarm.agents.base import COMMON_SETTINGS, Agent, ConformanceSamples, UnsafeResumeId
 from zwarm.config import Config, validate
@@ -149,7 +149,7 @@ def with_final(agent: Agent, replace: Callable[[str], Any]) -> tuple[str, list[b
 def test_identity_and_flags(agent: Agent) -> None:
     assert agents.get(agent.name) is agent
     assert agent.prompt_on_stdin is True
-    cls = agents.manager_class(agent.name)
+    cls = engine.manager_class(agent.name)
     assert cls.name == agent.name and type(cls.agent) is type(agent)
     for flag in (
         "native_resume",
@@ -198,7 +198,7 @@ def _session(cwd: Path, agent: Agent, model: str | None, bypass: bool) -> Sessio
 
 def test_argv_never_holds_the_prompt(agent: Agent, tmp_path: Path) -> None:
     config = Config(validate({}, "conformance"))
-    mgr = agents.manager_class(agent.name)(Store(tmp_path / ".zwarm"), config, Env(cwd=tmp_path))
+    mgr = engine.manager_class(agent.name)(Store(tmp_path / ".zwarm"), config, Env(cwd=tmp_path))
     models = [None, *agent.conformance_samples().models[:1]]
     resumes = [None, "01a1ffe7-1cd8-73d1-b100-1335f36dd616"] if agent.native_resume else [None]
     for model in models:

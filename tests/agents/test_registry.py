@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from zwarm import agents, config
+from zwarm import agents, config, engine
 from zwarm.agents.base import UnknownAgent
 from zwarm.engine.manager import BaseSessionManager
 from zwarm.errors import ConfigError, InvalidInput
@@ -128,10 +128,10 @@ def test_builtin_agents_route_first_then_plugins(registry: None) -> None:
 
 
 def test_a_plugin_gets_a_bound_manager(registry: None) -> None:
-    cls = agents.manager_class("zz-good")
+    cls = engine.manager_class("zz-good")
     assert issubclass(cls, BaseSessionManager)
     assert cls.agent is agents.get("zz-good") and cls.name == "zz-good"
-    assert agents.manager_class("zz-good") is cls
+    assert engine.manager_class("zz-good") is cls
     assert cls.__name__ == "Zz-GoodSessionManager"
 
 
@@ -186,3 +186,10 @@ def test_start_up_reads_no_plugins(tmp_path: Path, argv: list[str] | None) -> No
     marker = [line for line in res.stderr.splitlines() if line.startswith("MODULES")]
     assert marker, res.stderr
     assert json.loads(marker[0][len("MODULES") :]) == []
+
+
+def test_zwarms_own_config_tables_are_reserved_agent_names() -> None:
+    from zwarm import config
+    from zwarm.agents.base import RESERVED_TABLES
+
+    assert set(config.SCHEMA) <= RESERVED_TABLES

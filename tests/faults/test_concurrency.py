@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from zwarm.model import ProcRef, Session
+from zwarm.model import ProcRef, Session, schema
 from zwarm.runtime import procs as zprocs
 
 from ._helpers import ROOT, UUID, meta, spawn, wait_until
@@ -103,7 +103,7 @@ class MetaReader(threading.Thread):
             self._problem(sid, f"meta.json mode {oct(st.st_mode & 0o777)}")
         try:
             m = json.loads(b"".join(chunks))
-            Session.from_dict(m)
+            schema.from_builtins(m)
         except ValueError as e:
             self._problem(sid, f"unreadable meta.json: {e}")
             return

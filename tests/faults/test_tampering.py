@@ -273,3 +273,70 @@ def test_a_working_directory_that_is_not_utf8_is_one_line(zw: Any) -> None:
     os.mkdir(bad)
     res = zw.run("spawn", "task", "-C", os.fsdecode(bad), env_extra=zw.replay("codex_simple"))
     one_error_line(res, "not valid UTF-8")
+
+
+def test_no_free_inodes_and_few_fds_give_one_line(zw: Any) -> None:
+    """Regression: no free inodes and ``ulimit -n 6`` gave tracebacks."""
+    mnt = zw.tmp / "ino"
+    mnt.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=14,mode=0755", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        assert os.environ.get("CI") != "true", f"CI must be able to mount a tmpfs: {res.stderr}"
+        import pytest
+
+        pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip()}")
+    try:
+        state = str(mnt / ".zwarm")
+        runs = [
+            zw.run("--state-dir", state, "spawn", f"t{i}", env_extra=zw.replay("codex_simple"))
+            for i in range(4)
+        ]
+        failed = [r for r in runs if r.returncode != 0]
+        assert failed, "14 inodes should not hold four sessions"
+        for r in failed:
+            one_error_line(r, "No space left")
+        assert zw.run("--state-dir", state, "ls").returncode == 0
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    for args in (["ls"], ["show", sid], ["trajectory", sid], ["logs", sid]):
+        r = subprocess.run(
+            ["/bin/sh", "-c", 'ulimit -n 6; exec "$@"', "sh", str(_zwarm()), *args],
+            env=zw.env,
+            cwd=zw.cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 0 or len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _zwarm() -> Path:
+    return Path(sys.executable).parent / "zwarm"
+
+
+def test_rm_decides_under_the_lock_so_a_restarted_session_survives(zw: Any) -> None:
+    """Regression: ``rm`` checked the status before taking the lock, so it could delete a
+    session that ``inject`` had just restarted (here: the check sees it finished, as it was a
+    moment before the inject)."""
+    import pytest
+
+    from zwarm.errors import SessionStateError
+
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    api = zw.api(env_extra=zw.replay("codex_simple", FAKE_HANG="1"))
+    stale = api.get(sid)
+    api.inject(sid, "again")  # running again
+    agent_ref(zw, sid)
+    api.get = lambda ref: stale  # what rm saw before the inject
+    with pytest.raises(SessionStateError, match="running"):
+        api.rm([sid])
+    assert sdir(zw, sid).exists() and meta(zw, sid)["status"] == "running"
+    zw.run("kill", sid, check=True)

@@ -818,3 +818,12 @@ def test_recorded_resume_keeps_the_session_and_its_cost_is_cumulative() -> None:
     assert recorded_session(first) == recorded_session(second)
     cost1, cost2 = (scan_outcome(recorded(n)).cost_usd for n in (first, second))
     assert cost1 is not None and cost2 is not None and cost2 > cost1  # a running total
+
+
+@pytest.mark.parametrize("cost", [b"1e999", b"-1e999", b"NaN", b"1" + b"0" * 400])
+def test_a_cost_that_is_not_a_finite_number_is_no_cost(cost: bytes) -> None:
+    """JSON allows 1e999 (read as inf) and json reads NaN; neither is a cost."""
+    line = jl(result())[0].replace(b'"total_cost_usd":0.01', b'"total_cost_usd":' + cost)
+    assert cost in line
+    outcome = scan_outcome([line])
+    assert outcome.status is Status.COMPLETED and outcome.cost_usd is None

@@ -19,8 +19,8 @@ from zwarm.model import (
     Status,
     Turn,
     Usage,
+    schema,
 )
-from zwarm.model import schema
 
 NOW = "2026-01-01T00:00:00.000+00:00"
 LATER = "2026-01-01T00:01:00.000+00:00"
@@ -88,7 +88,7 @@ def full_session() -> Session:
 def test_session_round_trip_exact() -> None:
     s = full_session()
     d = s.to_dict()
-    again = Session.from_dict(json.loads(json.dumps(d)))
+    again = schema.from_builtins(json.loads(json.dumps(d)))
     assert again == s
     assert again.to_dict() == d
     assert d["schema_version"] == SCHEMA_VERSION
@@ -171,7 +171,7 @@ def test_usage_rejects_malformed(bad: Any) -> None:
     d = full_session().to_dict()
     d["turns"][0]["usage"] = bad
     with pytest.raises(ValueError):
-        Session.from_dict(d)
+        schema.from_builtins(d)
 
 
 def test_status_finished() -> None:
@@ -183,7 +183,7 @@ def test_newer_schema_refused() -> None:
     d = full_session().to_dict()
     d["schema_version"] = SCHEMA_VERSION + 1
     with pytest.raises(ValueError, match="newer than this zwarm"):
-        Session.from_dict(d)
+        schema.from_builtins(d)
 
 
 def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
@@ -223,14 +223,14 @@ def test_from_dict_only_raises_value_error() -> None:
                 continue
             d = _set(base, path, junk)
             try:
-                Session.from_dict(d)
+                schema.from_builtins(d)
             except ValueError:
                 pass
             tried += 1
     assert tried > 500
     for top in (None, [], "x", 3):
         with pytest.raises(ValueError):
-            Session.from_dict(top)
+            schema.from_builtins(top)
 
 
 def _bytes(d: Any) -> bytes:

@@ -13,7 +13,7 @@ import pytest
 from conftest import wait_until
 
 from zwarm.model import ProcRef
-from zwarm.runtime import procs
+from zwarm.runtime import boot, procs
 
 
 def _start(script: str, new_session: bool = True) -> subprocess.Popen[bytes]:
@@ -80,7 +80,7 @@ def test_a_stepped_wall_clock_changes_no_identity(monkeypatch: pytest.MonkeyPatc
     ref = procs.identify(os.getpid())
     assert ref is not None
     bid, btime = procs._boot_facts()
-    monkeypatch.setattr(procs, "_boot", (bid, btime + 3600.0))  # the clock stepped an hour
+    monkeypatch.setattr(boot, "_boot", (bid, btime + 3600.0))  # the clock stepped an hour
     monkeypatch.setattr(time, "time", lambda: 0.0)
     assert procs.is_alive(ref) and procs.identify(os.getpid()) == ref
 

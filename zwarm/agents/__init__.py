@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from zwarm.agents.base import Agent
-    from zwarm.engine.manager import BaseSessionManager
 
 GROUP = "zwarm.agents"
 DEFAULT_AGENT = "codex"  # [defaults] adapter
@@ -57,11 +56,6 @@ def agent_for_model(model: str | None) -> str | None:
         if get(name).claims_model(model):
             return name
     return None
-
-
-def manager_class(name: str) -> type[BaseSessionManager]:
-    """The session manager class bound to agent ``name``."""
-    return get(name).manager_class()
 
 
 def list_price(model: str) -> dict[str, float] | None:
@@ -111,10 +105,9 @@ def _import(spec: str) -> Any:
 
 def _check_name(name: str) -> None:
     """A name is a config table and is stored in meta.json: checked before any import."""
-    from zwarm import config
-    from zwarm.agents.base import NAME
+    from zwarm.agents.base import NAME, RESERVED_TABLES
 
-    if not NAME.match(name) or name in config.SCHEMA:
+    if not NAME.match(name) or name in RESERVED_TABLES:
         raise ValueError(f"{name!r} is not a valid agent name (a-z, 0-9, '_', '-'; not a table)")
 
 

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from zwarm.agents import jsonl
 from zwarm.errors import InvalidInput
@@ -32,11 +32,14 @@ from zwarm.model import TurnOutcome, Usage
 from zwarm.model.records import AGENT_NAME, AGENT_SESSION_ID
 from zwarm.model.steps import Step
 
-if TYPE_CHECKING:
-    from zwarm.engine.manager import BaseSessionManager
-
 RESUME_ID = re.compile(AGENT_SESSION_ID)
 NAME = re.compile(AGENT_NAME)
+# config.toml tables that are zwarm's own, now or planned: no agent may take one as its name
+# (tests/agents/test_registry.py checks ``zwarm.config.SCHEMA`` is covered).
+RESERVED_TABLES = frozenset(
+    {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
+    | {"launcher", "slurm", "serve", "gemini-settings", "notify", "trust", "zwarm"}
+)
 
 Price = Mapping[str, float]  # USD per 1M tokens: input, cached_input, output
 PRICE_KEYS = ("input", "cached_input", "output")
@@ -73,8 +76,7 @@ def check_resume_id(value: object) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """One key of an agent's config table: accepted TOML types, default, allowed values."""
 
     types: tuple[type, ...]
@@ -107,8 +109,7 @@ class AgentOptions:
     settings: Mapping[str, Any] = field(default_factory=dict)  # the whole config table
 
 
-@dataclass(frozen=True)
-class ConformanceSamples:
+class ConformanceSamples(NamedTuple):
     """Real output of an agent, for the conformance kit (``tests/agents``).
 
     Each stream is a whole turn's stdout whose last line is its terminal event. ``failed``
@@ -245,6 +246,32 @@ class Agent(abc.ABC):
             o.error = skipped[-1].note
         return self._storable(o)
 
+    def usage_so_far(self, lines: Iterable[bytes]) -> Usage | None:
+        """The usage the agent had reported when its turn ended without a terminal event
+        (killed, timed out, crashed): what its model calls used so far. None (the default)
+        for an agent that reports usage only at the end. One pass, like ``scan_outcome``."""
+        return None
+
+    def partial_usage(self, source: Any) -> Usage | None:
+        """``usage_so_far`` over a turn log in bounded memory, never raising, fit to store."""
+
+        def lines() -> Iterator[bytes]:
+            for line in jsonl.read_lines(source):
+                if not isinstance(line, jsonl.Skipped):
+                    yield line
+
+        try:
+            u = self.usage_so_far(lines())
+        except Exception:  # a plugin's parser bug: no partial usage, never a crash
+            return None
+        return None if u is None else Usage(*(min(n, _MAX_COUNT) for n in _counts(u)))
+
+    def asked_model(self, opts: AgentOptions) -> str | None:
+        """The model a turn with ``opts`` asks the agent for, as zwarm passes it (``--model``,
+        or an agent's own way such as a config override), or None: the agent's default. The
+        session records it until the agent reports the model it used."""
+        return opts.model or _flag_value(opts.extra_args, ("--model", "-m"))
+
     def _storable(self, o: TurnOutcome) -> TurnOutcome:
         sid = o.agent_session_id
         if sid is not None and (not self.native_resume or not RESUME_ID.match(sid)):
@@ -293,20 +320,25 @@ class Agent(abc.ABC):
         return "estimated" if self.price(table, model) else "unknown"
 
     # ------------------------------------------------------------------ engine, kit
-    def manager_class(self) -> type[BaseSessionManager]:
-        """The session manager bound to this agent (a thin ``BaseSessionManager`` subclass)."""
-        cls: type[BaseSessionManager] | None = self.__dict__.get("_manager_class")
-        if cls is None:
-            from zwarm.engine.manager import BaseSessionManager
-
-            attrs = {"agent": self, "name": self.name, "__module__": type(self).__module__}
-            cls = type(f"{self.name.title()}SessionManager", (BaseSessionManager,), attrs)
-            self.__dict__["_manager_class"] = cls
-        return cls
+    # ``module:Class`` of a ``BaseSessionManager`` subclass bound to this agent, if it has one
+    # of its own (codex's ``CodexSessionManager``); else ``engine.manager_class`` makes one.
+    manager: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def conformance_samples(self) -> ConformanceSamples:
         """Sample streams of this agent for the conformance kit."""
+
+
+def _flag_value(args: Iterable[str], flags: tuple[str, ...]) -> str | None:
+    """The value of the last of ``flags`` in ``args`` (``--model X`` or ``--model=X``)."""
+    found = None
+    items = list(args)
+    for i, arg in enumerate(items):
+        if arg in flags and i + 1 < len(items):
+            found = items[i + 1]
+        elif arg.startswith(tuple(f"{f}=" for f in flags if f.startswith("--"))):
+            found = arg.split("=", 1)[1]
+    return found or None
 
 
 def _counts(u: Usage) -> tuple[int, int, int, int]:

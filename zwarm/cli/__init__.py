@@ -78,7 +78,16 @@ class _Group(click.Group):
 
 
 def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, indent=None, separators=(",", ":")))
+    """One line of compact JSON (msgspec: 10x the stdlib for a 10,000-row listing)."""
+    import msgspec
+
+    try:
+        out = msgspec.json.encode(data)
+    except (TypeError, UnicodeEncodeError):  # not msgspec-encodable: the stdlib, ASCII-safe
+        out = json.dumps(data, separators=(",", ":")).encode()
+    sys.stdout.flush()
+    sys.stdout.buffer.write(out + b"\n")
+    sys.stdout.buffer.flush()
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -125,9 +134,7 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 @cli.command()
 @click.argument("task")
-@click.option(
-    "--adapter", callback=_agent_name, help="Agent to run: codex, claude, or a plugin's."
-)
+@click.option("--adapter", callback=_agent_name, help="Agent to run: codex, claude, or a plugin's.")
 @click.option("--model", "-m", help="Model (an alias like sonnet or gpt-5 picks the adapter).")
 @click.option("-C", "cwd", type=click.Path(path_type=Path), help="Working directory.")
 @click.option("--name", help="A unique name to refer to the session by.")
@@ -307,17 +314,22 @@ def logs(ctx: click.Context, session: str, turn: int | None, follow: bool) -> No
 
 
 @cli.command()
-@click.argument("sessions", nargs=-1, required=True)
+@click.argument("sessions", nargs=-1)
 @click.option("--timeout", type=float, help="Give up after this many seconds (exit 124).")
 @click.option("--any", "any_", is_flag=True, help="Return when any one finishes.")
+@click.option("--all", "all_", is_flag=True, help="Also every session running now.")
 @json_option
 @click.pass_context
 def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, any_: bool,
-         as_json: bool) -> None:  # fmt: skip
+         all_: bool, as_json: bool) -> None:  # fmt: skip
     """Wait for sessions: exit 0 all completed, 1 any failed or killed, 124 timeout."""
     from zwarm.api import WAIT_EXIT
 
-    res = _api(ctx).wait(list(sessions), timeout, any_=any_)
+    if not sessions and not all_:
+        raise click.UsageError("give session ids or --all")
+    res = _api(ctx).wait(list(sessions), timeout, any_=any_, all_running=all_)
+    if not res["statuses"] and not as_json:
+        click.echo("no session is running", err=True)
     if as_json:
         _emit_json(res)
     else:
@@ -338,13 +350,27 @@ def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: boo
     """Kill sessions: the agent's whole process tree; the session ends killed."""
     if not sessions and not all_:
         raise click.UsageError("give session ids or --all")
-    killed = _api(ctx).kill(list(sessions), all_=all_)
+    from zwarm.errors import PartlyFailed
+
+    try:
+        killed, failed = _api(ctx).kill(list(sessions), all_=all_), []
+    except PartlyFailed as e:
+        killed, failed = e.done, e.failed
     if as_json:
         _emit_json(killed)
-        return
-    for r in killed:
-        extra = f" (dropped {r['dropped_queued']} queued)" if r["dropped_queued"] else ""
-        click.echo(f"{r['id']} killed{extra}")
+    else:
+        for r in killed:
+            extra = f" (dropped {r['dropped_queued']} queued)" if r["dropped_queued"] else ""
+            click.echo(f"{r['id']} killed{extra}")
+    _exit_failed(ctx, failed)
+
+
+def _exit_failed(ctx: click.Context, failed: list[Any]) -> None:
+    """After a command on several sessions did the rest: each failure on its own line, exit 1."""
+    for _, err in failed:
+        click.echo(f"Error: {err}", err=True)
+    if failed:
+        ctx.exit(1)
 
 
 @cli.command()
@@ -361,12 +387,19 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
     api = _api(ctx)
     # without a state dir, --finished removes nothing; a given id is still "not found"
     exists = api.store.exists() or bool(sessions)
-    removed = api.rm(list(sessions), finished=finished, force=force) if exists else []
+    from zwarm.errors import PartlyFailed
+
+    try:
+        removed = api.rm(list(sessions), finished=finished, force=force) if exists else []
+        failed: list[Any] = []
+    except PartlyFailed as e:
+        removed, failed = e.done, e.failed
     if as_json:
         _emit_json(removed)
-        return
-    for sid in removed:
-        click.echo(f"{sid} removed")
+    else:
+        for sid in removed:
+            click.echo(f"{sid} removed")
+    _exit_failed(ctx, failed)
 
 
 @cli.command()

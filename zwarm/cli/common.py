@@ -25,8 +25,14 @@ def get_api(ctx: click.Context) -> Zwarm:
     obj = ctx.find_root().obj or {}
     if "api" not in obj:
         obj["api"] = Zwarm(env=Env(state_dir=obj.get("state_dir")))
+        obj["api"].on_warning = warn
     api: Zwarm = obj["api"]
     return api
+
+
+def warn(message: str) -> None:
+    """A warning from the API (not an error: the command goes on), one line on stderr."""
+    click.echo(f"warning: {message}", err=True)
 
 
 def read_task(task: str) -> str:

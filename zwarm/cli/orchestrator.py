@@ -129,12 +129,14 @@ def _report(run: Any, as_json: bool) -> None:
         click.echo(json.dumps(run.to_dict(), ensure_ascii=False, separators=(",", ":")))
     elif run.status == "finished":
         click.echo(run.summary or "(the orchestrator finished without a summary)")
-    if run.status == "finished":
-        return
+    lines = [] if run.status == "finished" else [f"stopped: {run.stop_reason}"]
     running = [s["id"] for s in run.sessions if s["status"] == "running"]
-    lines = [f"stopped: {run.stop_reason}"]
-    if running:
-        lines.append(f"{len(running)} session(s) still running: {', '.join(running)}")
-    lines.append(f"continue with: zwarm orchestrate --resume {run.id} [--max-steps N]")
-    click.echo("\n".join(lines), err=True)
-    sys.stderr.flush()
+    if running:  # finished or not, the user must know what it left running
+        what = "session is" if len(running) == 1 else "sessions are"
+        lines.append(f"{len(running)} {what} still running: {', '.join(running)}")
+        lines.append(f"  stop them with: zwarm kill {' '.join(running)}")
+    if run.status != "finished":
+        lines.append(f"continue with: zwarm orchestrate --resume {run.id} [--max-steps N]")
+    if lines:
+        click.echo("\n".join(lines), err=True)
+        sys.stderr.flush()

@@ -1,24 +1,36 @@
-"""Human-readable output: the session table, session details and trajectories.
+"""Human-readable output: the session table, session details, trajectories, and the figures
+(tokens, cost, ages, durations, times) they show.
 
-Owns how things look in a terminal. Must stay true: the ``ls`` table is formatted here without
-rich (it must stay fast over 10,000 sessions); rich is imported only for ``show`` and
-``trajectory``, and only by the functions that use it.
+Owns how things look in a terminal. Must stay true:
+- every text zwarm did not write (task, name, messages, commands, outputs, errors) goes
+  through ``zwarm.cli.text`` (``clean``/``oneline``) before it is printed, and through rich's
+  ``escape`` where rich markup is used: an agent or a user can never drive the terminal;
+- the ``ls`` table is formatted here without rich (it must stay fast over 10,000 sessions), and
+  fitted to the terminal width when there is one: every row stays on one line, columns are
+  dropped or shortened by priority and the task is cut last; rich is imported only by the
+  functions that use it (``show``, ``trajectory``, the live views);
+- a reader that goes away (``| head``) is a ``BrokenPipeError`` here, never rich's own exit.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
 from zwarm.model.steps import Step
 
 _COLORS = {"running": "33", "completed": "32", "failed": "31", "killed": "35", "damaged": "41;37"}
+_STYLES = {"running": "yellow", "completed": "green", "failed": "red", "killed": "magenta"}
 _SHORT_LINES = 12
 _SHORT_CHARS = 1200
 
 
+# ---------------------------------------------------------------------- figures
 def fmt_tokens(n: int | None) -> str:
     if n is None:
         return "-"
@@ -38,132 +50,405 @@ def fmt_cost(cost: float | None, source: str | None) -> str:
     return f"{mark}${cost:.4f}" if cost < 1 else f"{mark}${cost:.2f}"
 
 
-def fmt_age(created: str | None, now: float) -> str:
-    if not created:
-        return "-"
+def _seconds(iso: str | None) -> float | None:
+    if not iso:
+        return None
     try:
-        secs = max(0.0, now - parse_iso(created))
+        return parse_iso(iso)
     except ValueError:
+        return None
+
+
+def fmt_age(created: str | None, now: float) -> str:
+    """A compact age for tables: ``45s``, ``12m``, ``3h``, ``2d``."""
+    t = _seconds(created)
+    if t is None:
         return "-"
+    secs = max(0.0, now - t)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if secs >= size:
             return f"{int(secs // size)}{unit}"
     return f"{int(secs)}s"
 
 
-def _oneline(text: str | None, width: int) -> str:
-    s = " ".join((text or "").split())
-    return s if len(s) <= width else s[: width - 1] + "…"
+def fmt_ago(iso: str | None, now: float) -> str:
+    """How long ago, in words: ``just now``, ``5 min ago``, ``3 h ago``, ``2 days ago``."""
+    t = _seconds(iso)
+    if t is None:
+        return "-"
+    secs = max(0.0, now - t)
+    if secs < 10:
+        return "just now"
+    if secs < 60:
+        return f"{int(secs)} s ago"
+    if secs < 3600:
+        return f"{int(secs // 60)} min ago"
+    if secs < 86400:
+        return f"{int(secs // 3600)} h ago"
+    days = int(secs // 86400)
+    return "1 day ago" if days == 1 else f"{days} days ago"
 
 
-def session_table(rows: list[dict[str, Any]], now: float, color: bool) -> None:
-    """The ``ls`` table (plain text, aligned; ANSI colours on a terminal)."""
+def fmt_duration(secs: float | None) -> str:
+    """A duration: ``0.4 s``, ``13.1 s``, ``4 min 05 s``, ``2 h 07 min``."""
+    if secs is None or secs < 0:
+        return "-"
+    if secs < 60:
+        return f"{secs:.1f} s"
+    whole = int(secs)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def fmt_clock(secs: float) -> str:
+    """An elapsed time for live views: ``0:07``, ``12:30``, ``1:02:03``."""
+    whole = max(0, int(secs))
+    h, rest = divmod(whole, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def fmt_local(iso: str | None) -> str:
+    """An ISO time as local time, to the second: ``2026-11-23 17:18:31``."""
+    t = _seconds(iso)
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def took(started: str | None, ended: str | None, now: float | None = None) -> float | None:
+    """Seconds from ``started`` to ``ended`` (or to ``now`` if it has not ended)."""
+    a, b = _seconds(started), _seconds(ended) if ended else now
+    return None if a is None or b is None else max(0.0, b - a)
+
+
+_REASONS = {
+    "timeout": "timeout",
+    "supervisor_lost": "lost",
+    "start_failed": "no start",
+}
+
+
+def short_reason(r: dict[str, Any]) -> str:
+    """Why a failed session failed, in a word or two (``timeout``, ``exit 3``, ``lost``)."""
+    reason = r.get("reason")
+    if reason in _REASONS:
+        return _REASONS[reason]
+    error = str(r.get("error") or "")
+    for prefix, word in (("agent exited with code ", "exit "), ("agent killed by signal ", "sig ")):
+        if error.startswith(prefix):
+            return word + error[len(prefix) :].split(":", 1)[0].split(";", 1)[0].strip()[:6]
+    return "error"
+
+
+# ---------------------------------------------------------------------- the ls table
+# (header, how much it matters: the lowest is dropped first, None never)
+_COLUMNS = (
+    ("ID", None),
+    ("NAME", 8),
+    ("STATUS", None),
+    ("ADAPTER", 2),
+    ("MODEL", 4),
+    ("TURNS", 3),
+    ("TOKENS", 6),
+    ("COST", 5),
+    ("AGE", 7),
+    ("SOURCE", 1),
+    ("TASK", None),
+)
+# What is done, in order, while the table is too wide: (column, shrink to width, or 0: drop).
+_SQUEEZE = (
+    ("SOURCE", 12),
+    ("MODEL", 16),
+    ("NAME", 14),
+    ("SOURCE", 0),
+    ("ADAPTER", 0),
+    ("TURNS", 0),
+    ("COST", 0),
+    ("MODEL", 0),
+    ("TOKENS", 0),
+    ("NAME", 8),
+    ("AGE", 0),
+    ("NAME", 0),
+)
+_TASK_ROOM = 20  # the task keeps at least this much before anything but it is cut
+_TASK_MAX = 60  # the task's width when the output is not fitted to a terminal
+_GAP = "  "
+
+
+def session_table(
+    rows: list[dict[str, Any]], now: float, color: bool, width: int | None = None
+) -> None:
+    """The ``ls`` table: plain aligned text, ANSI colours on a terminal, fitted to ``width``
+    terminal cells when given (every row on one line)."""
     out = sys.stdout
     if not rows:
         out.write("no sessions\n")
         return
-    header = ("ID", "NAME", "STATUS", "ADAPTER", "MODEL", "TURNS", "TOKENS", "COST", "AGE",
-              "SOURCE", "TASK")  # fmt: skip
+    header = [h for h, _ in _COLUMNS]
     table = [header] + [_cells(r, now) for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
+    widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
+    shown = _fit(widths, width)
     lines = []
-    for k, cells in enumerate(table):
-        parts = [c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)]
-        if color and k:
-            code = _COLORS.get(cells[2].split()[0], "0")
-            parts[2] = f"\x1b[{code}m{parts[2]}\x1b[0m"
-        lines.append("  ".join(parts) + "  " + cells[-1])
+    for k, row in enumerate(table):
+        parts = []
+        for i, h in enumerate(header):
+            if h not in shown:
+                continue
+            cell = cut(row[i], shown[h])
+            cell = cell if h == "TASK" else pad(cell, shown[h])
+            if color and k and h == "STATUS":
+                cell = f"\x1b[{_COLORS.get(row[i].split()[0], '0')}m{cell}\x1b[0m"
+            parts.append(cell)
+        lines.append(_GAP.join(parts).rstrip())
     out.write("\n".join(lines) + "\n")
 
 
-def _cells(r: dict[str, Any], now: float) -> tuple[str, ...]:
+def _fit(widths: dict[str, int], width: int | None) -> dict[str, int]:
+    """The columns shown and their widths (in order), for a line of at most ``width``."""
+    shown = dict(widths)
+    if width is None:
+        shown["TASK"] = min(shown["TASK"], _TASK_MAX)
+        return shown
+    task = shown.pop("TASK")
+
+    def used() -> int:
+        return sum(shown.values()) + len(_GAP) * len(shown)
+
+    for col, to in _SQUEEZE:
+        if used() + min(task, _TASK_ROOM) <= width:
+            break
+        if col not in shown:
+            continue
+        if to:
+            shown[col] = min(shown[col], max(to, cells(col)))
+        else:
+            del shown[col]
+    shown["TASK"] = max(1, min(task, width - used()))
+    return shown
+
+
+def _cells(r: dict[str, Any], now: float) -> list[str]:
     usage = r.get("usage") or {}
-    status = r["status"] + (f" +{len(r['queued'])}q" if r.get("queued") else "")
+    status = r["status"]
+    if status == "failed":
+        status += f" ({short_reason(r)})"
+    if r.get("queued"):
+        status += f" +{len(r['queued'])}q"
     if r.get("dangerous"):
         status += " !danger"
     task = r.get("error") if r.get("damaged") else r.get("task")
-    return (
+    return [
         r["id"][:8],
-        _oneline(r.get("name") or "-", 20),
+        oneline(r.get("name") or "-", 20),
         status,
-        r.get("adapter") or "-",
-        _oneline(r.get("model") or "default", 24),
+        oneline(r.get("adapter") or "-", 16),
+        oneline(r.get("model") or "default", 24),
         str(r.get("turns", 0)),
         fmt_tokens(usage.get("total_tokens")) if usage else "-",
         fmt_cost(r.get("cost_usd"), r.get("cost_source")),
         fmt_age(r.get("created_at"), now),
-        _oneline(r.get("source") or "-", 28),
-        _oneline(task, 60),
-    )
+        oneline(r.get("source") or "-", 28),
+        oneline(task, 400),
+    ]
 
 
-def _console() -> Any:
+# ---------------------------------------------------------------------- rich output
+def console(stderr: bool = False) -> Any:
+    """A rich console for zwarm's output; a closed pipe raises ``BrokenPipeError`` (rich's
+    own handling would exit 1), which ``zwarm.cli`` turns into a quiet exit."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return _Console(highlight=False, soft_wrap=False, stderr=stderr)
+
+
+def esc(text: Any, newlines: bool = True) -> str:
+    """``text`` cleaned of control characters and escaped for rich markup."""
+    from rich.markup import escape
+
+    return str(escape(clean(text, newlines)))
+
+
+def status_markup(status: str) -> str:
+    return f"[{_STYLES.get(status, 'white')}]{esc(status)}[/]"
 
 
 def session_result(r: dict[str, Any]) -> None:
-    c = _console()
-    c.print(f"[bold]{r['id']}[/] {_status_markup(r['status'])}")
+    """What ``spawn/inject --wait`` print when the turn ends: status, error, final message."""
+    c = console()
+    c.print(f"[bold]{r['id']}[/] {status_markup(r['status'])}")
     if r.get("error"):
-        c.print(f"[red]error:[/] {_esc(r['error'])}")
+        c.print(f"[red]error:[/] {esc(r['error'])}")
     if r.get("last_message"):
-        c.print(_esc(r["last_message"]))
+        c.print(esc(r["last_message"]))
 
 
-def _esc(text: Any) -> str:
-    from rich.markup import escape
-
-    return str(escape(str(text)))
-
-
-def _status_markup(status: str) -> str:
-    style = {"running": "yellow", "completed": "green", "failed": "red", "killed": "magenta"}
-    return f"[{style.get(status, 'white')}]{status}[/]"
-
-
-def session_detail(d: dict[str, Any]) -> None:
-    c = _console()
-    c.print(f"[bold]{d['id']}[/] {_esc(d.get('name') or '')} {_status_markup(d['status'])}")
+def session_detail(d: dict[str, Any], now: float | None = None) -> None:
+    """``zwarm show``: the session, then each turn (local times, durations)."""
+    now = time.time() if now is None else now
+    c = console()
+    name = f" {esc(d['name'], False)}" if d.get("name") else ""
+    c.print(f"[bold]{d['id']}[/]{name} {status_markup(d['status'])}")
     usage = d.get("usage") or {}
     c.print(
-        f"adapter {d['adapter']}  model {_esc(d.get('model') or 'default')}  "
+        f"adapter {esc(d['adapter'])}  model {esc(d.get('model') or 'default', False)}  "
         f"tokens {fmt_tokens(usage.get('total_tokens'))}  "
-        f"cost {fmt_cost(d.get('cost_usd'), d.get('cost_source'))} ({d.get('cost_source')})"
+        f"cost {fmt_cost(d.get('cost_usd'), d.get('cost_source'))} ({esc(d.get('cost_source'))})"
     )
-    c.print(f"cwd {_esc(d['cwd'])}  source {_esc(d.get('source'))}  created {d['created_at']}")
+    created = f"{fmt_local(d['created_at'])} ({fmt_ago(d['created_at'], now)})"
+    c.print(f"cwd {esc(d['cwd'], False)}  source {esc(d.get('source'), False)}  created {created}")
     if d.get("dangerous"):
         c.print("[bold red]DANGEROUS: the agent runs without its sandbox/permission checks[/]")
     if d.get("permissions"):
-        c.print(f"permissions {_esc(d['permissions'])}")
+        c.print(f"permissions {esc(d['permissions'], False)}")
     if d.get("agent_session_id"):
-        c.print(f"agent session {d['agent_session_id']}")
+        c.print(f"agent session {esc(d['agent_session_id'], False)}")
     if d.get("error"):
-        c.print(f"[red]error:[/] {_esc(d['error'])}")
+        c.print(f"[red]error:[/] {esc(d['error'])}")
     for q in d.get("queued") or []:
-        c.print(f"[yellow]queued:[/] {_esc(_oneline(q, 100))}")
+        c.print(f"[yellow]queued:[/] {esc(oneline(q, 100))}")
     for t in d.get("turns_detail", []):
-        _turn(c, t)
+        _turn(c, t, now)
 
 
-def _turn(c: Any, t: dict[str, Any]) -> None:
+def _turn(c: Any, t: dict[str, Any], now: float) -> None:
     u = t.get("usage") or {}
-    code = t.get("exit_code")
-    sig = t.get("signal")
+    code, sig = t.get("exit_code"), t.get("signal")
     ended = f"exit {code}" if code is not None else (f"signal {sig}" if sig else "")
     c.rule(f"turn {t['n']} {t['status']} {ended}".strip())
-    c.print(f"[dim]{t['started_at']} → {t.get('ended_at') or '…'}  context {t['context']}[/]")
+    secs = took(t.get("started_at"), t.get("ended_at"), now)
+    span = (
+        f"took {fmt_duration(secs)}" if t.get("ended_at") else f"running for {fmt_duration(secs)}"
+    )
+    c.print(f"[dim]started {fmt_local(t['started_at'])}  {span}  context {t['context']}[/]")
     c.print(
         f"[dim]tokens in {u.get('input_tokens', 0)} (cached {u.get('cached_input_tokens', 0)}) "
         f"out {u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)})  "
         f"cost {fmt_cost(t.get('cost_usd'), None)}[/]"
     )
-    c.print(f"[cyan]prompt:[/] {_esc(_oneline(t.get('message'), 300))}")
+    c.print(f"[cyan]prompt:[/] {esc(oneline(t.get('message'), 300))}")
     if t.get("error"):
-        c.print(f"[red]error:[/] {_esc(t['error'])}")
+        c.print(f"[red]error:[/] {esc(t['error'])}")
     if t.get("final_message"):
-        c.print(f"[green]final:[/] {_esc(t['final_message'])}")
+        c.print(f"[green]final:[/] {esc(t['final_message'])}")
+
+
+# ---------------------------------------------------------------------- trajectories
+def trajectory_header(d: dict[str, Any], live_tokens: int | None = None) -> str:
+    """One line naming the session: id, name, adapter, model, status, turns, tokens."""
+    name = f" ({esc(oneline(d.get('name'), 40))})" if d.get("name") else ""
+    total = (d.get("usage") or {}).get("total_tokens")
+    running = d.get("status") == "running"
+    if running and live_tokens is not None:
+        total = live_tokens
+    tokens = f"{fmt_tokens(total)} tokens" + (" so far" if running else "")
+    n = d.get("turns", 0)
+    parts = [
+        f"[bold]session {d['id']}[/]{name}",
+        esc(d.get("adapter") or "-"),
+        esc(oneline(d.get("model") or "default", 40)),
+        status_markup(d.get("status") or "-"),
+        f"{n} turn{'s' if n != 1 else ''}",
+        tokens,
+    ]
+    return " · ".join(parts)
+
+
+def steps(items: Iterable[Step], full: bool = False, header: str | None = None) -> None:
+    """Print steps as they stream in (a 200 MB log never sits in memory)."""
+    c = console()
+    if header:
+        c.print(header)
+    turn = None
+    for s in items:
+        if s.get("turn") != turn:
+            turn = s.get("turn")
+            c.rule(f"turn {turn}")
+        c.print(step_line(s, full))
+
+
+def step_line(s: Step, full: bool) -> str:
+    """One step as rich markup (possibly several lines)."""
+    kind = s.get("kind")
+    if kind == "message":
+        return f"[bold green]message[/] {esc(_short(str(s.get('text', '')), full))}"
+    if kind == "reasoning":
+        return f"[dim]reasoning {esc(_short(str(s.get('text', '')), full))}[/]"
+    if kind == "command":
+        code = s.get("exit_code")
+        style = "green" if code == 0 else "red"
+        out = _short(str(s.get("output") or ""), full)
+        body = f"\n{esc(out)}" if out.strip() else ""
+        # no exit code: it never ran (declined) or never finished (in_progress)
+        ended = f"exit {code}" if code is not None else esc(s.get("status") or "no exit code")
+        return f"[bold]$ {esc(s.get('command'))}[/] [{style}]({ended})[/]{body}"
+    if kind == "file_change":
+        return f"[blue]files[/] {esc(_changes(s))}"
+    if kind == "tool_call":
+        args = _short(as_json(s.get("arguments")), full)
+        return f"[magenta]tool {esc(s.get('name'))}[/] {esc(args)}"
+    if kind == "tool_result":
+        style = "red" if s.get("is_error") else "magenta"
+        return f"[{style}]result[/] {esc(_short(str(s.get('result', '')), full))}"
+    if kind == "web_search":
+        return f"[blue]search[/] {esc(s.get('query'))}"
+    if kind == "todo":
+        return f"[blue]todo[/] {esc(_todo(s))}"
+    if kind == "error":
+        label = "error" if s.get("fatal") else "warning"
+        return f"[bold red]{label}[/] {esc(s.get('message'))}"
+    return f"{esc(kind)} {esc(as_json(s))}"
+
+
+def activity(s: Step | None, width: int = 80) -> str:
+    """A step as one plain line (live views): ``$ pytest -q (exit 1)``, ``message Done…``."""
+    if s is None:
+        return ""
+    kind = s.get("kind")
+    if kind in ("message", "reasoning"):
+        text = f"{'' if kind == 'message' else 'thinking: '}{s.get('text', '')}"
+    elif kind == "command":
+        code = s.get("exit_code")
+        ended = f"exit {code}" if code is not None else (s.get("status") or "running")
+        text = f"$ {s.get('command')} ({'running' if ended == 'in_progress' else ended})"
+    elif kind == "file_change":
+        text = f"files: {_changes(s)}"
+    elif kind == "tool_call":
+        text = f"tool {s.get('name')} {as_json(s.get('arguments'))}"
+    elif kind == "tool_result":
+        text = f"result: {s.get('result', '')}"
+    elif kind == "web_search":
+        text = f"search: {s.get('query')}"
+    elif kind == "todo":
+        text = f"todo: {_todo(s)}"
+    elif kind == "error":
+        text = f"{'error' if s.get('fatal') else 'warning'}: {s.get('message')}"
+    else:
+        text = str(kind)
+    return oneline(text, width)
+
+
+def as_json(value: Any) -> str:
+    """Tool inputs and unknown values as JSON (never a Python repr)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def _changes(s: Step) -> str:
+    return ", ".join(f"{c.get('kind')} {c.get('path')}" for c in s.get("changes") or [])
+
+
+def _todo(s: Step) -> str:
+    items: Sequence[dict[str, Any]] = s.get("items") or []
+    return "; ".join(("[x] " if i.get("completed") else "[ ] ") + str(i.get("text")) for i in items)
 
 
 def _short(text: str, full: bool) -> str:
@@ -175,50 +460,3 @@ def _short(text: str, full: bool) -> str:
     if len(text) > _SHORT_CHARS:
         text = text[:_SHORT_CHARS] + f"… ({len(text) - _SHORT_CHARS} more chars)"
     return text
-
-
-def steps(items: Iterable[Step], full: bool = False) -> None:
-    """Print steps as they stream in (a 200 MB log never sits in memory)."""
-    c = _console()
-    turn = None
-    for s in items:
-        if s.get("turn") != turn:
-            turn = s.get("turn")
-            c.rule(f"turn {turn}")
-        c.print(_step_line(s, full))
-
-
-def _step_line(s: Step, full: bool) -> str:
-    kind = s.get("kind")
-    if kind == "message":
-        return f"[bold green]message[/] {_esc(_short(str(s.get('text', '')), full))}"
-    if kind == "reasoning":
-        return f"[dim]reasoning {_esc(_short(str(s.get('text', '')), full))}[/]"
-    if kind == "command":
-        code = s.get("exit_code")
-        style = "green" if code == 0 else "red"
-        out = _short(str(s.get("output") or ""), full)
-        body = f"\n{_esc(out)}" if out.strip() else ""
-        # no exit code: it never ran (declined) or never finished (in_progress)
-        ended = f"exit {code}" if code is not None else _esc(s.get("status") or "no exit code")
-        return f"[bold]$ {_esc(s.get('command'))}[/] [{style}]({ended})[/]{body}"
-    if kind == "file_change":
-        ch = ", ".join(f"{c.get('kind')} {c.get('path')}" for c in s.get("changes") or [])
-        return f"[blue]files[/] {_esc(ch)}"
-    if kind == "tool_call":
-        args = _short(str(s.get("arguments")), full)
-        return f"[magenta]tool {_esc(s.get('name'))}[/] {_esc(args)}"
-    if kind == "tool_result":
-        style = "red" if s.get("is_error") else "magenta"
-        return f"[{style}]result[/] {_esc(_short(str(s.get('result', '')), full))}"
-    if kind == "web_search":
-        return f"[blue]search[/] {_esc(s.get('query'))}"
-    if kind == "todo":
-        todo = s.get("items") or []
-        marks = (("[x] " if i.get("completed") else "[ ] ") + str(i.get("text")) for i in todo)
-        items = "; ".join(marks)
-        return f"[blue]todo[/] {_esc(items)}"
-    if kind == "error":
-        label = "error" if s.get("fatal") else "warning"
-        return f"[bold red]{label}[/] {_esc(s.get('message'))}"
-    return f"{_esc(kind)} {_esc(s)}"

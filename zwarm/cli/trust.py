@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from zwarm import trust
+from zwarm import trust, trust_plan
 from zwarm.env import Env
 from zwarm.errors import InvalidInput
 
@@ -45,7 +45,7 @@ def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: b
         raise click.UsageError("--list takes no other option but --json")
     env = Env(state_dir=(ctx.find_root().obj or {}).get("state_dir"))
     if list_:
-        _show_listing(trust.listing(env.environ), as_json)
+        _show_listing(trust_plan.listing(env.environ), as_json)
         return
     root = env.locate_state_dir()
     if revoke:
@@ -53,13 +53,13 @@ def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: b
         _emit(as_json, {"revoked": gone}, [f"revoked {p}" for p in gone] or [
             f"nothing was trusted for {root}"])  # fmt: skip
         return
-    plan = trust.plan(root, dir_only=state_dir_only, environ=env.environ)
+    plan = trust_plan.plan(root, dir_only=state_dir_only, environ=env.environ)
     if plan.empty:
         why = "" if state_dir_only else " and has no config.toml"
         raise InvalidInput(f"nothing to trust: {plan.state_dir} is yours and safe{why}")
     click.echo("\n".join(_describe(plan)), err=as_json)  # --json: stdout is the result only
     _confirm(yes, env)
-    trust.apply(plan, env.environ)
+    trust_plan.apply(plan, env.environ)
     done = [f"allowed {plan.dir.path}"] if plan.dir is not None else []
     done += [f"trusted {plan.config.path}"] if plan.config is not None else []
     _emit(as_json, _plan_json(plan), done)
@@ -74,7 +74,7 @@ def _confirm(yes: bool, env: Env) -> None:
         raise InvalidInput("not trusted")
 
 
-def _describe(plan: trust.Plan) -> list[str]:
+def _describe(plan: trust_plan.Plan) -> list[str]:
     lines: list[str] = []
     if plan.dir is not None:
         note = " (already allowed)" if plan.dir_allowed else ""
@@ -90,7 +90,7 @@ def _describe(plan: trust.Plan) -> list[str]:
     return lines
 
 
-def _plan_json(plan: trust.Plan) -> dict[str, Any]:
+def _plan_json(plan: trust_plan.Plan) -> dict[str, Any]:
     d, c = plan.dir, plan.config
     out: dict[str, Any] = {"state_dir": plan.state_dir, "dir": None, "config": None}
     if d is not None:

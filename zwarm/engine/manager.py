@@ -3,12 +3,16 @@
 Owns starting, continuing, recording, reconciling and killing turns. Everything that differs
 between agents (argv, permissions, event parsing, how usage/cost accumulate over a native
 resume, prices) is the bound ``Agent``'s (``zwarm.agents.base``); subclasses only bind one.
-Must stay true:
-- every change to meta.json happens under the session lock, in one load-modify-save;
-- a turn is started (agent process created) under the lock, so ``kill`` either sees the agent
-  recorded or prevents it from starting;
-- a turn marked ``running`` whose supervisor is not alive (pid + create time) is reconciled to
-  ``failed`` on the next read, and an orphaned agent is killed (identity-checked);
+How a turn runs is the ``Launcher``'s (``zwarm.runtime``): this module never starts, inspects
+or signals a process itself. Must stay true:
+- every change to meta.json happens in ``Store.transaction`` (one locked load-modify-save), and
+  every status change goes through ``engine.transitions``;
+- a turn is recorded running and its launcher started in the same transaction, so ``kill``
+  either sees what runs it or prevents it from starting;
+- what decides what runs (agent, working directory, sandbox bypass) comes from the session's
+  launch pin and the trusted config, never from meta.json (``agent_launch``);
+- a turn marked ``running`` whose launcher is not verifiably alive is reconciled to ``failed``
+  (``supervisor_lost``) on the next read, and whatever still carries its marker is stopped;
 - per-turn usage and cost are deltas; session totals are sums of turn figures.
 """
 
@@ -29,19 +33,19 @@ from zwarm.env import Env, parse_iso
 from zwarm.errors import InvalidInput, SessionStateError, StoreError
 from zwarm.model import QueuedMessage, Reason, Session, Status, Turn, TurnOutcome, Usage
 from zwarm.model.steps import Step
-from zwarm.runtime import procs
+from zwarm.runtime import get_launcher, procs
 from zwarm.runtime.launcher import Launcher
-from zwarm.runtime.launcher import get as get_launcher
 from zwarm.store import Store, pins, write_private
 from zwarm.store.files import open_read
 
 TASK_PREVIEW_CHARS = 4000
 MESSAGE_KEEP_CHARS = 16000
+MODEL_CHARS = 200
 START_GRACE_S = 15.0
 
 
 class BaseSessionManager(abc.ABC):
-    """Subclasses are bound to one ``Agent`` (``agent``, ``name``): see ``Agent.manager_class``."""
+    """Subclasses are bound to one ``Agent`` (``agent``, ``name``): ``engine.manager_class``."""
 
     agent: ClassVar[Agent]
     name: ClassVar[str]
@@ -158,16 +162,24 @@ class BaseSessionManager(abc.ABC):
             created_at=now,
             updated_at=now,
             name=name,
-            model=model,
+            model=self._asked_model(cwd, model, dangerous),
             requested_model=model,
             context_mode="native" if context == "native" else "summary",
             source=source[:200],
             bypass=dangerous,
-            cost_source=self.cost_source(model),  # type: ignore[arg-type]
         )
+        s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
         s.permissions, unsafe = self.permissions(dangerous)
         s.dangerous = dangerous or unsafe
         return s
+
+    def _asked_model(self, cwd: Path, model: str | None, dangerous: bool) -> str | None:
+        """The model the session's turns ask for (``-m``, or the agent config's own way of
+        choosing one): recorded until the agent reports the model it used."""
+        table = self.config.table(self.name)
+        opts = self.agent.options(table, cwd=str(cwd), model=model, dangerous=dangerous)
+        asked = self.agent.asked_model(opts)
+        return asked[:MODEL_CHARS] if asked else None
 
     def inject(
         self, sid: str, message: str, *, context: str | None = None, timeout: float | None = None
@@ -195,7 +207,11 @@ class BaseSessionManager(abc.ABC):
         prompt = q.message if mode == "native" else self._followup_prompt(s, q.message)
         write_private(self.store.turn_path(s.id, n, "prompt"), prompt.encode("utf-8", "replace"))
         now = self.env.now_iso()
-        t = Turn(n, Status.RUNNING, q.message[:MESSAGE_KEEP_CHARS], mode, now, timeout=q.timeout)
+        # the session's limit (its first turn's: spawn's --timeout or [defaults] timeout)
+        # applies to every turn unless the follow-up gave its own
+        first = s.turns[0].timeout if s.turns else None
+        limit = q.timeout if q.timeout is not None else first
+        t = Turn(n, Status.RUNNING, q.message[:MESSAGE_KEEP_CHARS], mode, now, timeout=limit)
         transitions.begin(s, t)
         return t
 
@@ -249,18 +265,30 @@ class BaseSessionManager(abc.ABC):
 
     # ------------------------------------------------------------------ reading
     def turn_steps(self, sid: str, n: int) -> Iterator[Step]:
+        """Turn ``n``'s steps (none if its log is missing). A log that is not a regular file
+        (a planted link or FIFO) is one error step: never followed, never opened blocking."""
         path = self.store.turn_path(sid, n)
         try:
-            f = open(path, "rb")  # noqa: SIM115 - closed when the iterator ends
+            f = os.fdopen(open_read(path), "rb")
         except FileNotFoundError:
             return iter(())
+        except OSError as e:
+            why = f"turn {n}'s log cannot be read: {e.strerror or e}"
+            return iter([{"kind": "error", "message": why, "fatal": False}])
         return _closing_iter(f, self.iter_steps(f))
 
     def read_outcome(self, sid: str, n: int) -> TurnOutcome:
-        """The outcome of turn ``n`` from its log: one pass, any JSON layout, bounded memory."""
+        """The outcome of turn ``n`` from its log: one pass, any JSON layout, bounded memory.
+        A turn that ended without a result (killed, timed out) keeps the usage its agent had
+        reported so far (a second pass, only then)."""
+        path = self.store.turn_path(sid, n)
         try:
-            with open(self.store.turn_path(sid, n), "rb") as f:
-                return self.scan_outcome(f)
+            with open(path, "rb") as f:
+                o = self.scan_outcome(f)
+            if o.status is None and o.usage is None:
+                with open(path, "rb") as f:
+                    o.usage = self.agent.partial_usage(f)
+            return o
         except FileNotFoundError:
             return TurnOutcome()
 

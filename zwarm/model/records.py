@@ -37,6 +37,12 @@ AbsPath = Annotated[str, Meta(pattern=r"^/[^\x00]*\Z", max_length=4096)]
 AgentSessionId = Annotated[str, Meta(pattern=AGENT_SESSION_ID)]
 Context = Literal["task", "summary", "native"]
 Pid = Annotated[int, Meta(ge=1, le=2**31 - 1)]
+Sha = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")]  # a git object id
+# a git branch name as ``git check-ref-format --branch`` accepts it (checked again at creation)
+Branch = Annotated[
+    str, Meta(pattern=r"^(?!-)(?!.*\.\.)(?!.*@\{)(?!.*//)[^\x00-\x20\x7f~^:?*\[\\]{1,200}\Z")
+]
+RelPath = Annotated[str, Meta(pattern=r"^(?!/)[^\x00]+\Z", max_length=4096)]  # in a repository
 Handle = Annotated[
     dict[Annotated[str, Meta(max_length=64)], Annotated[str, Meta(max_length=1024)]],
     Meta(max_length=32),
@@ -98,6 +104,41 @@ class QueuedMessage(Struct):
         return msgspec.structs.asdict(self)
 
 
+class Changes(Struct, kw_only=False):
+    """What changed in a working tree: files, lines added, lines removed (git's numstat)."""
+
+    files: Count = 0
+    added: Count = 0
+    removed: Count = 0
+
+
+class Workspace(Struct):
+    """The git repository a session works in (``zwarm.engine.workspace``). In ``worktree``
+    mode ``tree`` is the session's own worktree on ``branch``, made from commit ``base``; in
+    ``shared`` mode ``tree`` is the checkout the session's directory is in. What runs git
+    there comes from the session's launch pin, never from these fields alone."""
+
+    mode: Literal["shared", "worktree"]
+    repo: AbsPath  # the repository's main working tree
+    tree: AbsPath  # the working tree the agent writes (and zwarm snapshots)
+    branch: Branch | None = None
+    base: Sha | None = None
+    removed: bool = False  # the worktree and branch were removed (setup failed, rm)
+    squashed_tip: Sha | None = None  # the branch tip a ``merge --squash`` brought in
+
+
+class Comment(Struct):
+    """A review comment on a session's diff, sent to the agent with the next follow-up."""
+
+    id: Annotated[int, Meta(ge=1, le=1_000_000)]
+    path: RelPath
+    line: Annotated[int, Meta(ge=1, le=2**31)]
+    text: Annotated[str, Meta(max_length=65536)]
+    created_at: When
+    context: Annotated[str, Meta(max_length=16384)] = ""  # diff lines around it, when made
+    sent_turn: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None  # sent with this turn
+
+
 class Turn(Struct):
     """One turn: one agent process run, from prompt to exit."""
 
@@ -122,6 +163,9 @@ class Turn(Struct):
     supervisor: ProcRef | None = None  # the local launcher's supervisor process
     agent: ProcRef | None = None  # the agent process, as its supervisor started it
     handle: Handle | None = None  # other launchers' facts (e.g. a cluster job id); opaque here
+    before: Sha | None = None  # snapshot of the session's tree before the turn (its git repo)
+    after: Sha | None = None  # ... and after it
+    changes: Changes | None = None  # what the turn changed (before -> after)
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
@@ -154,6 +198,11 @@ class Session(Struct):
     queue: Annotated[list[QueuedMessage], Meta(max_length=100_000)] = msgspec.field(
         default_factory=list
     )
+    workspace: Workspace | None = None  # its git repository, worktree and branch, if any
+    changes: Changes | None = None  # what the whole session changed so far (see engine.review)
+    comments: Annotated[list[Comment], Meta(max_length=10_000)] = msgspec.field(
+        default_factory=list
+    )
     # derived (see refresh)
     status: Status = Status.RUNNING
     usage: Usage = msgspec.field(default_factory=Usage)
@@ -172,10 +221,12 @@ class Session(Struct):
         """Recompute the derived fields from ``turns``."""
         last = self.current
         self.status = last.status if last else Status.FAILED
-        total = Usage()
+        i = c = o = r = 0
         for t in self.turns:
-            total = total + t.usage
-        self.usage = total
+            u = t.usage
+            i, c = i + u.input_tokens, c + u.cached_input_tokens
+            o, r = o + u.output_tokens, r + u.reasoning_tokens
+        self.usage = Usage(i, c, o, r)
         finished = [t for t in self.turns if t.status is not Status.RUNNING]
         if finished and all(t.cost_usd is not None for t in finished):
             self.cost_usd = round(sum(t.cost_usd or 0.0 for t in finished), 8)
@@ -190,13 +241,6 @@ class Session(Struct):
     def to_dict(self) -> dict[str, Any]:
         """The JSON view of the record (what ``meta.json`` holds)."""
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Session:
-        """Validate a decoded ``meta.json`` (any schema version); ``ValueError`` if malformed."""
-        from zwarm.model.schema import from_builtins
-
-        return from_builtins(d)
 
 
 class TurnOutcome(Struct):

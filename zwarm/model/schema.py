@@ -166,9 +166,11 @@ def _v1_procref(ref: Any) -> dict[str, Any] | None:
         return None
     if not 0 < ct < 1e11:  # also refuses NaN: every comparison with it is false
         return None
-    from zwarm.runtime.procs import legacy_ticks
+    import os
 
-    ticks = legacy_ticks(float(ct))
+    from zwarm.runtime.boot import legacy_ticks
+
+    ticks = legacy_ticks(float(ct), os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
     return None if ticks is None else {"pid": pid, "start_ticks": ticks[0], "boot_id": ticks[1]}
 
 

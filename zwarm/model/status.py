@@ -35,3 +35,4 @@ class Reason(enum.StrEnum):
     KILLED = "killed"  # stopped by the user (zwarm kill, rm --force)
     SUPERVISOR_LOST = "supervisor_lost"  # the process that ran the turn died, or never started
     START_FAILED = "start_failed"  # the agent program could not be started
+    SETUP_FAILED = "setup_failed"  # preparing the session's worktree ([workspace]) failed

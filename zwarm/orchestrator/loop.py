@@ -24,11 +24,12 @@ import contextlib
 import fcntl
 import functools
 import json
+import math
 import os
 import re
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -69,7 +70,9 @@ class Settings:
 
 
 def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = None) -> Settings:
-    """Flags > (when resuming) the run's own model and URL > ZWARM_ORCH_* env > config."""
+    """Flags > (when resuming) the run's own model, URL and budgets > ZWARM_ORCH_* env >
+    config. A run's token and cost budgets are kept in the run: a resumed run keeps them
+    unless a flag sets them anew."""
     cfg = functools.partial(api.setting, "orchestrator")
     env = api.env.environ
     model = _pick(flags.get("model"), run and run.model, env.get("ZWARM_ORCH_MODEL"), cfg("model"))
@@ -96,8 +99,8 @@ def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = Non
         base_url=base_url or None,
         api_key=key or "not-needed",
         max_steps=_limit(flags.get("max_steps"), cfg("max_steps")),
-        max_tokens=_limit(flags.get("max_tokens"), cfg("max_tokens")),
-        max_cost_usd=float(_pick(flags.get("max_cost_usd"), cfg("max_cost_usd")) or 0),
+        max_tokens=_limit(flags.get("max_tokens"), _kept(run, "max_tokens", cfg)),
+        max_cost_usd=float(_pick(flags.get("max_cost_usd"), _kept(run, "max_cost_usd", cfg)) or 0),
         price=cfg("prices").get(model) or list_price(model),
     )
 
@@ -118,6 +121,18 @@ def _limit(flag: int | None, configured: int) -> int:
     return int(flag if flag is not None else configured)
 
 
+def _kept(run: Run | None, key: str, cfg: Callable[[str], Any]) -> Any:
+    """The budget ``key`` the run was started (or last resumed) with, else the configured one.
+    run.json is read back from disk: a value that is not a non-negative number is refused."""
+    value = getattr(run, key, None) if run is not None else None
+    if value is None:
+        return cfg(key)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0:
+        raise OrchestratorError(f"run {run.id if run else '?'} is damaged: {key} is {value!r}")
+    return value
+
+
 # ---------------------------------------------------------------------------- the run on disk
 @dataclass
 class Run:
@@ -136,6 +151,10 @@ class Run:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0  # the orchestrator LLM's own; None once any step is unpriced
+    max_tokens: int | None = None  # the run's budgets (0: none), kept for --resume
+    max_cost_usd: float | None = None
+    total_cost_usd: float | None = None  # orchestrator + sessions, the priced parts (at stop)
+    unpriced_parts: int = 0  # parts of that total whose cost is unknown (it is a lower bound)
     nudged: bool = False
     summary: str | None = None
     stop_reason: str | None = None
@@ -499,12 +518,18 @@ class Orchestrator:
         return None
 
     def total_cost(self) -> float | None:
-        """The orchestrator's cost plus its sessions' (the known parts)."""
-        agents = [r.get("cost_usd") for r in self.own_sessions()]
-        known = [c for c in agents if isinstance(c, (int, float))]
-        if self.run.cost_usd is None and not known:
-            return None
-        return round((self.run.cost_usd or 0.0) + sum(known), 8)
+        """The orchestrator's cost plus its sessions' (the known parts: a lower bound when
+        ``cost_parts`` counts unpriced ones), or None when no part is priced."""
+        return self.cost_parts()[0]
+
+    def cost_parts(self, rows: list[dict[str, Any]] | None = None) -> tuple[float | None, int]:
+        """(the sum of the priced parts or None if none is, how many parts are unpriced): the
+        orchestrator's own tokens and each session it started are one part each."""
+        rows = self.own_sessions() if rows is None else rows
+        costs = [self.run.cost_usd] + [r.get("cost_usd") for r in rows]
+        known = [c for c in costs if isinstance(c, (int, float))]
+        total = round(sum(known), 8) if known else None
+        return total, len(costs) - len(known)
 
     def own_sessions(self, status: str | None = None) -> list[dict[str, Any]]:
         if not self.api.has_sessions():
@@ -513,6 +538,7 @@ class Orchestrator:
 
     def _stop(self, status: str, reason: str | None) -> str:
         self.run.status, self.run.stop_reason = status, reason
+        rows = self.own_sessions()
         self.run.sessions = [
             {
                 "id": r["id"],
@@ -521,8 +547,9 @@ class Orchestrator:
                 "cost_usd": r.get("cost_usd"),
                 "task": short(r.get("task"), 120),
             }
-            for r in self.own_sessions()
+            for r in rows
         ]
+        self.run.total_cost_usd, self.run.unpriced_parts = self.cost_parts(rows)
         self._save()
         return status
 
@@ -551,6 +578,7 @@ def _start(api: Zwarm, task: str | None, resume: str | None, flags: Mapping[str,
         rd = new_run_dir(api)
         now = api.env.now_iso()
         run = Run(rd.run_id, task, s.model, s.base_url, str(api.env.cwd), now, now)
+        _keep_settings(run, s)
         messages = [
             {"role": "system", "content": system_prompt(api)},
             {"role": "user", "content": task},
@@ -564,8 +592,14 @@ def _start(api: Zwarm, task: str | None, resume: str | None, flags: Mapping[str,
             f"run {run.id} already finished; give a TASK to continue it with a new instruction"
         )
     s = resolve_settings(api, flags, run)
-    run.model, run.base_url = s.model, s.base_url
+    _keep_settings(run, s)
     return Prepared(rd, run, messages, s, resumed=True, follow_up=task)
+
+
+def _keep_settings(run: Run, s: Settings) -> None:
+    """What a resumed run keeps unless flags change it: model, endpoint, budgets."""
+    run.model, run.base_url = s.model, s.base_url
+    run.max_tokens, run.max_cost_usd = s.max_tokens, s.max_cost_usd
 
 
 @dataclass
@@ -583,14 +617,14 @@ def execute(api: Zwarm, p: Prepared, llm: ChatLLM, progress: Progress) -> Run:
     with p.rd.lock():
         if p.resumed:
             p.run, p.messages = p.rd.load()  # re-read under the lock
-            p.run.model, p.run.base_url = p.settings.model, p.settings.base_url
+            _keep_settings(p.run, p.settings)
             repair(p.messages)
             if p.follow_up:
                 p.messages.append({"role": "user", "content": p.follow_up})
         progress.start(p.run, p.settings, p.resumed)
         orch = Orchestrator(api, p.rd, p.run, p.messages, llm, p.settings, progress)
         orch.go()
-        progress.end(p.run, orch.total_cost())
+        progress.end(p.run, p.run.total_cost_usd)
         return p.run
 
 
@@ -660,9 +694,33 @@ class RichProgress:
         )
 
     def end(self, run: Run, total_cost: float | None) -> None:
-        cost = "?" if total_cost is None else f"${total_cost:.4f}"
         style = "green" if run.status == "finished" else "yellow"
         self.c.print(
-            f"[{style}]{run.status}[/] after {run.steps} steps · {run.tokens} orchestrator "
-            f"tokens · cost {cost} (orchestrator + agents) · {len(run.sessions)} session(s)"
+            f"[{style}]{_ENDED.get(run.status, run.status)}[/] after {plural(run.steps, 'step')}"
+            f" · {plural(run.tokens, 'orchestrator token')} · cost "
+            f"{self._esc(cost_text(total_cost, run.unpriced_parts))} (orchestrator + agents)"
+            f" · {plural(len(run.sessions), 'session')}"
         )
+
+
+_ENDED = {
+    "finished": "finished",
+    "step_limit": "stopped by the step limit",
+    "budget": "stopped by a budget",
+    "error": "stopped by an error",
+    "interrupted": "interrupted",
+}
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def cost_text(total: float | None, unpriced: int) -> str:
+    """A total that says when it is a lower bound: ``$0.0123``, ``≥ $0.0075, 2 parts unpriced``,
+    or ``? (3 parts unpriced)`` when no part has a price."""
+    if total is None:
+        return f"? ({plural(unpriced, 'part')} unpriced)" if unpriced else "?"
+    if not unpriced:
+        return f"${total:.4f}"
+    return f"≥ ${total:.4f}, {plural(unpriced, 'part')} unpriced"

@@ -111,7 +111,11 @@ class Toolbox:
             args = validate_args(tool.schema, parse_arguments(arguments))
             if self.api.has_sessions():
                 self.looked().start(self.api.env.now_iso())
-            return {"ok": True, **tool.handler(self, args)}
+            self.api.warnings.clear()
+            result = {"ok": True, **tool.handler(self, args)}
+            if self.api.warnings:  # e.g. a native follow-up that gets a summary instead
+                result["warnings"] = list(self.api.warnings)
+            return result
         except ZwarmError as e:
             return {"ok": False, "error": _one_line(str(e))}
         except Exception as e:  # a bug must not kill the server or the loop
@@ -487,7 +491,9 @@ def _delegate(tb: Toolbox, a: dict[str, Any]) -> Result:
 
 
 def _converse(tb: Toolbox, a: dict[str, Any]) -> Result:
-    s, state = tb.api.inject(a["session_id"], a["message"], context=a.get("context"))
+    s, state = tb.api.inject(
+        a["session_id"], a["message"], context=a.get("context"), timeout=a.get("timeout")
+    )
     turn = len(s.turns) + (len(s.queue) if state == "queued" else 0)
     out: Result = {"session_id": s.id, "state": state, "turn": turn}
     if state == "queued":
@@ -802,6 +808,12 @@ TOOLS: tuple[Tool, ...] = (
                     "agent's own session).",
                     enum=["summary", "native"],
                 ),
+                "timeout": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Kill this turn after this many seconds (default: the "
+                    "session's own limit, given when it was delegated).",
+                },
             },
             ["session_id", "message"],
         ),

@@ -41,18 +41,3 @@ class Launcher(abc.ABC):
     @abc.abstractmethod
     def stop(self, sid: str, turn: Turn) -> None:
         """Stop the turn's agent (its whole tree) and what runs it; idempotent."""
-
-
-def get(name: str, store: Store, env: Env) -> Launcher:
-    """The launcher called ``name`` (entry point group ``zwarm.launchers``)."""
-    from zwarm import plugins
-    from zwarm.errors import InvalidInput
-
-    found = plugins.entry_points("zwarm.launchers")
-    if name not in found:
-        known = ", ".join(sorted(found)) or "none installed"
-        raise InvalidInput(f"unknown launcher {name!r} (known: {known})")
-    cls = plugins.load(found[name])
-    if not (isinstance(cls, type) and issubclass(cls, Launcher)):
-        raise InvalidInput(f"launcher {name!r} ({found[name]}) is not a zwarm Launcher")
-    return cls(store, env)

@@ -17,37 +17,23 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 
 from zwarm.model import ProcRef
+from zwarm.runtime import boot
 
 MARKER = "ZWARM_SESSION_ID"  # in the agent's environment (and so its descendants')
 SUPERVISOR_MARKER = "ZWARM_SUPERVISOR_OF"  # in the supervisor's
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_LINUX = sys.platform.startswith("linux")
-_boot: tuple[str, float] | None = None
+_LINUX = boot.LINUX
 
 
 def _boot_facts() -> tuple[str, float]:
-    """(boot id, boot time in epoch seconds); the boot time is used only by a migration."""
-    global _boot
-    if _boot is None:
-        bid = ""
-        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-            bid = f.read().decode("ascii", "replace").strip()
-        btime = 0.0
-        with open("/proc/stat", "rb") as f:
-            for line in f:
-                if line.startswith(b"btime"):
-                    btime = float(line.split()[1])
-                    break
-        _boot = (bid, btime)
-    return _boot
+    return boot.facts()
 
 
 def boot_id() -> str:
-    return _boot_facts()[0] if _LINUX else ""
+    return _boot_facts()[0]
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -82,11 +68,7 @@ def identify(pid: int) -> ProcRef | None:
 
 def legacy_ticks(create_time: float) -> tuple[int, str] | None:
     """(start ticks, boot id) for a version-1 record's epoch ``create_time`` (this boot)."""
-    if not _LINUX:
-        return int(create_time * 100), ""
-    bid, btime = _boot_facts()
-    ticks = round((create_time - btime) * _CLK_TCK)
-    return (ticks, bid) if ticks >= 0 else None
+    return boot.legacy_ticks(create_time, _CLK_TCK)
 
 
 def is_alive(ref: ProcRef | None) -> bool:

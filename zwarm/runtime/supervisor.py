@@ -60,7 +60,7 @@ def run(state_dir: Path, sid: str) -> int:
 
 def _manager(store: Store, adapter: str) -> BaseSessionManager:
     from zwarm import config as config_mod
-    from zwarm.agents import manager_class
+    from zwarm.engine import manager_class
     from zwarm.env import Env
 
     config = config_mod.load(store.root / "config.toml")

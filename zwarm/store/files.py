@@ -43,34 +43,73 @@ class TooLarge(OSError):
     """A state file larger than its reader allows."""
 
 
-def read_file(path: str | Path, limit: int) -> tuple[bytes, os.stat_result]:
+def read_file(path: str | Path, limit: int, follow: bool = False) -> tuple[bytes, os.stat_result]:
     """The bytes of the regular file ``path`` (at most ``limit``) and its stat, read without
-    following a link or blocking. Raises ``OSError`` subclasses; ``NotRegularFile`` and
-    ``TooLarge`` say what was wrong."""
+    blocking, and without following a link unless ``follow``. Raises ``OSError`` subclasses;
+    ``NotRegularFile`` and ``TooLarge`` say what was wrong."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+        flags = os.O_RDONLY | os.O_NONBLOCK | CLOEXEC | (0 if follow else NOFOLLOW)
+        fd = os.open(path, flags)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise NotRegularFile(errno.ELOOP, "is a symbolic link", str(path)) from None
         raise
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, "is not a regular file", str(path))
-        if st.st_size > limit:
-            raise TooLarge(errno.EFBIG, f"is too large ({st.st_size} bytes)", str(path))
-        chunks = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > limit:
-            raise TooLarge(errno.EFBIG, "grew too large while read", str(path))
-        return data, st
+        return _read_fd(fd, str(path), limit)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(errno.EINVAL, "is not a regular file", path)
+    if st.st_size > limit:
+        raise TooLarge(errno.EFBIG, f"is too large ({st.st_size} bytes)", path)
+    chunks = []
+    left = limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise TooLarge(errno.EFBIG, "grew too large while read", path)
+    return data, st
+
+
+def read_dir_file(directory: str, name: str, limit: int) -> bytes:
+    """``name`` (a regular file, at most ``limit`` bytes) in ``directory``, which must be a real
+    directory whose ``turns`` entry, if any, is a real directory too: neither path component
+    may be a link. ``NotADirectoryError`` if ``directory`` (or its ``turns``) is not one."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotADirectoryError(
+                errno.ENOTDIR, "is not a directory (a link?)", directory
+            ) from None
+        raise
+    try:
+        try:
+            st = os.stat("turns", dir_fd=dfd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "turns/ is not a directory (a link?)")
+        except FileNotFoundError:
+            pass
+        flags = os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
+        try:
+            fd = os.open(name, flags, dir_fd=dfd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise NotRegularFile(errno.ELOOP, "is a symbolic link", name) from None
+            raise
+    finally:
+        os.close(dfd)
+    try:
+        return _read_fd(fd, name, limit)[0]
     finally:
         os.close(fd)
 

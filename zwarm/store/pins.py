@@ -2,7 +2,9 @@
 
 Owns ``$XDG_STATE_HOME/zwarm/pins/<id>.json`` (default ``~/.local/state/zwarm/pins``): for each
 session zwarm starts, which state dir it belongs to, which agent runs it, in which directory,
-and whether the user asked for the agent's sandbox to be bypassed. By default the state dir
+whether the user asked for the agent's sandbox to be bypassed, and its git workspace (the
+repository, the worktree zwarm made for it, its branch and base commit: what ``merge`` and
+``rm`` act on). By default the state dir
 lies inside the agent's working directory, so a sandboxed agent can rewrite ``meta.json``; the
 pin lies outside every sandbox's writable roots (unless the user makes their home the agent's
 working directory, which README warns about). Must stay true:
@@ -25,7 +27,7 @@ import msgspec
 from msgspec import Meta
 
 from zwarm.errors import StoreError
-from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath
+from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Workspace
 from zwarm.store.files import atomic_write, read_file
 
 
@@ -35,6 +37,8 @@ class Pin(msgspec.Struct):
     adapter: Annotated[str, Meta(pattern=AGENT_NAME)]
     cwd: AbsPath
     bypass: bool = False
+    # its git workspace (repository, tree, worktree branch and base: ``engine.workspace``)
+    workspace: Workspace | None = None
 
 
 _decoder = msgspec.json.Decoder(Pin)

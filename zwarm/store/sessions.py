@@ -42,6 +42,7 @@ from zwarm.store.files import (
     fsync_dir,
     lock_fd,
     locked,
+    read_dir_file,
     read_file,
     real_dir,
     write_private,
@@ -54,6 +55,9 @@ _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 MIN_PREFIX = 4
+_ID_LAYOUT = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"  # what an id prefix can look like
+_HEX = frozenset("0123456789abcdef")
+_TURN_LOG = re.compile(r"^turn_([1-9][0-9]{0,6})\.jsonl\Z")
 
 __all__ = ["Key", "Store", "atomic_write", "file_key", "write_private"]
 
@@ -78,12 +82,11 @@ class Store:
         """Create the state dir (0700) if needed. Only commands that write call this."""
         for d in (self.root, self.sessions, self.names):
             try:
-                d.mkdir(mode=0o700, exist_ok=True)
+                d.mkdir(mode=0o700)
             except FileExistsError:
-                raise StoreError(f"{d} exists and is not a directory") from None
+                _check_existing(d, is_root=d == self.root)  # not made by us: check it again
             except OSError as e:
                 raise StoreError(f"cannot create {d}: {e.strerror}") from None
-            _check_owned(d)  # another user may have made it first, in a shared parent
         os.chmod(self.root, 0o700)
 
     def session_dir(self, sid: str) -> Path:
@@ -111,12 +114,20 @@ class Store:
                 f"invalid session name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit"
             )
-        if _ID.match(name):
-            raise InvalidInput(f"invalid session name {name!r}: it looks like a session id")
+        if len(name) >= MIN_PREFIX and id_like(name.lower()):
+            raise InvalidInput(
+                f"invalid session name {name!r}: it looks like a session id or id prefix "
+                "(hex digits), which a name must never shadow; add a letter beyond f"
+            )
         return name
 
     def resolve(self, ref: str) -> str:
-        """A full session id for ``ref``: an id, a name, or a unique prefix (>= 4 chars)."""
+        """A full session id for ``ref``: an id, a unique prefix (>= 4 chars), or a name.
+
+        Names that look like ids are refused (``check_name``), but a state dir may hold one
+        from an older zwarm: a ref that names one session and is a prefix of another's id is
+        ambiguous (an error listing both), never silently one of them.
+        """
         if not isinstance(ref, str) or not ref:
             raise InvalidRef(str(ref), "empty")
         if not _REF.match(ref):
@@ -124,16 +135,19 @@ class Store:
         if _ID.match(ref) and (self.sessions / ref).is_dir():
             return ref
         named = self._lookup_name(ref)
-        if named is not None:
-            return named
+        prefix = id_like(ref)
+        found = [i for i in self.list_ids() if i.startswith(ref)] if prefix else []
         if len(ref) < MIN_PREFIX:
+            if named is not None:
+                return named
+            hint = f"an id prefix needs at least {MIN_PREFIX} characters" if found else None
+            raise SessionNotFound(ref, hint)
+        candidates = sorted({*found, *([named] if named else [])})
+        if not candidates:
             raise SessionNotFound(ref)
-        found = sorted(i for i in self.list_ids() if i.startswith(ref))
-        if not found:
-            raise SessionNotFound(ref)
-        if len(found) > 1:
-            raise AmbiguousSession(ref, found)
-        return found[0]
+        if len(candidates) > 1:
+            raise AmbiguousSession(ref, candidates, named=named)
+        return candidates[0]
 
     def _lookup_name(self, name: str) -> str | None:
         try:
@@ -188,6 +202,16 @@ class Store:
         except OSError as e:  # not a directory, no permission
             raise StoreError(f"cannot read {self.sessions}: {e.strerror}") from None
 
+    def turn_logs(self, sid: str) -> list[int]:
+        """The numbers of the turns whose log (``turns/turn_N.jsonl``) exists, in order; read
+        from the directory, not meta.json (for a session whose meta.json is damaged)."""
+        try:
+            names = os.listdir(self.checked_dir(sid) / "turns")
+        except (OSError, SessionNotFound, DamagedSession):
+            return []
+        found = (_TURN_LOG.match(n) for n in names)
+        return sorted(int(m.group(1)) for m in found if m)
+
     # ----- locking and meta.json
     @contextlib.contextmanager
     def lock(self, sid: str) -> Iterator[None]:
@@ -219,15 +243,20 @@ class Store:
 
     def load(self, sid: str) -> Session:
         """The session, validated by the one schema, or ``DamagedSession``/``SessionNotFound``."""
-        d = self.checked_dir(sid)
+        d = f"{self.sessions}/{self.session_dir(sid).name}"  # no Path: ls calls this 50,000 times
         try:
-            data, _ = read_file(d / "meta.json", MAX_META_BYTES)
+            data = read_dir_file(d, "meta.json", MAX_META_BYTES)
         except FileNotFoundError:
+            if not os.path.lexists(d):
+                raise SessionNotFound(sid) from None
             raise DamagedSession(sid, "meta.json is missing") from None
+        except NotADirectoryError as e:
+            what = "turns/" if "turns/" in (e.strerror or "") else "the session directory"
+            raise DamagedSession(sid, f"{what} is not a directory (a link?)") from None
         except (NotRegularFile, TooLarge) as e:
             raise DamagedSession(sid, f"meta.json {e.strerror}") from None
         except OSError as e:
-            raise StoreError(f"cannot read {d / 'meta.json'}: {e.strerror}") from None
+            raise StoreError(f"cannot read {d}/meta.json: {e.strerror}") from None
         try:
             s = decode(data)
         except ValueError as e:
@@ -311,15 +340,23 @@ class Store:
         shutil.rmtree(target, ignore_errors=True)
 
 
-def _check_owned(d: Path) -> None:
-    """``d`` is a real directory of this user's, or ``StoreError``."""
-    import stat
+def id_like(ref: str) -> bool:
+    """Whether ``ref`` could be (a prefix of) a session id: hex digits, with dashes only where
+    an id has them."""
+    if len(ref) > len(_ID_LAYOUT):
+        return False
+    return all((c == "-") if t == "-" else c in _HEX for c, t in zip(ref, _ID_LAYOUT, strict=False))
 
-    try:
-        st = os.lstat(d)
-    except OSError as e:
-        raise StoreError(f"cannot use {d}: {e.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise StoreError(f"{d} is not a directory (a link?)")
-    if st.st_uid != os.geteuid():
-        raise StoreError(f"{d} is owned by uid {st.st_uid}, not you: refusing to use it")
+
+def _check_existing(d: Path, is_root: bool) -> None:
+    """A dir that already existed when we meant to create it: the state dir must pass the
+    trust rules (another user may have made it first, in a shared parent, since they were
+    checked), and every dir in it must be a real directory, not a link."""
+    if is_root:  # a link or another's dir is allowed only if the user trusted it so
+        from zwarm import trust
+
+        trust.check_state_dir(d)
+        if not os.path.isdir(d):
+            raise StoreError(f"{d} exists and is not a directory")
+    elif not real_dir(d):
+        raise StoreError(f"{d} exists and is not a directory (a link?)")

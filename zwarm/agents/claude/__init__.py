@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Setting
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
-
-if TYPE_CHECKING:
-    from zwarm.engine.manager import BaseSessionManager
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan", "auto")
 
@@ -43,6 +40,7 @@ def claude_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
 
 class ClaudeAgent(Agent):
     name: ClassVar[str] = "claude"
+    manager: ClassVar[str | None] = "zwarm.agents.claude.manager:ClaudeSessionManager"
     native_resume: ClassVar[bool] = True
     usage_cumulative_on_resume: ClassVar[bool] = False
     cost_cumulative_on_resume: ClassVar[bool] = True
@@ -73,10 +71,10 @@ class ClaudeAgent(Agent):
 
         return events.scan_outcome(lines)
 
-    def manager_class(self) -> type[BaseSessionManager]:
-        from zwarm.agents.claude.manager import ClaudeSessionManager
+    def usage_so_far(self, lines: Iterable[bytes]) -> Usage | None:
+        from zwarm.agents.claude import events
 
-        return ClaudeSessionManager
+        return events.usage_so_far(lines)
 
     def conformance_samples(self) -> ConformanceSamples:
         def read(name: str) -> bytes:

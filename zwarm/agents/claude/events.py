@@ -436,6 +436,32 @@ def _usage(raw: Any) -> Usage | None:
     )
 
 
+def usage_so_far(lines: Iterable[bytes]) -> Usage | None:
+    """What a run that ended without a ``result`` line (killed, timed out) had used: the
+    usage of each model call (assistant message) so far, summed. Claude repeats a message's
+    usage on every content-block line of it, so each message id counts once, with its latest
+    figures; output tokens are as streamed so far (a lower bound). None if it reported none."""
+    by_message: dict[str, Usage] = {}
+    for line in lines:
+        if type(line) is not bytes:
+            line = _as_bytes(line)
+        if b'"assistant"' not in line or b'"usage"' not in line:
+            continue  # cheap: tool results, the bulk of a log, never match
+        event = _decode(line)
+        if event is None or event.get("type") != "assistant":
+            continue
+        message = _dict(event.get("message"))
+        used = _usage(message.get("usage"))
+        if used is not None:
+            by_message[_str(message.get("id")) or f"#{len(by_message)}"] = used
+    if not by_message:
+        return None
+    total = Usage()
+    for used in by_message.values():
+        total = total + used
+    return total
+
+
 def _main_model(model_usage: Any) -> str | None:
     """The model that cost the most (claude may also bill a small helper model)."""
 

@@ -13,19 +13,43 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Price, Setting
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
 
-if TYPE_CHECKING:
-    from zwarm.engine.manager import BaseSessionManager
-
 SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 
 # USD per 1M tokens. Shipped defaults (public list prices); override under [codex.prices.MODEL].
+# Standard tier, requests up to 272K input tokens (longer ones and the Fast tier cost more).
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
+    # The models the pinned codex (0.169.0) offers: `codex debug models`, visibility "list".
+    # gpt-6-astra: OpenAI's price table as quoted by apidog.com/blog/what-is-gpt-6-1-terra
+    # (Oct 2026): $10 / $1.00 cached / $50.
+    "gpt-6-astra": {"input": 10.0, "cached_input": 1.0, "output": 50.0},
+    # gpt-6.1-sol: docs.litellm.ai/blog/gpt_6_1_sol and the release notes citing
+    # developers.openai.com/api/docs/models/gpt-6.1-sol (Sep 29 2026): $2 / $0.10 / $10.
+    "gpt-6.1-sol": {"input": 2.0, "cached_input": 0.1, "output": 10.0},
+    # gpt-6.1-terra: docs.litellm.ai/blog/gpt-6-1-terra (Oct 26 2026): $1 / $0.05 / $5.
+    "gpt-6.1-terra": {"input": 1.0, "cached_input": 0.05, "output": 5.0},
+    # gpt-6-sol, gpt-6-luna: OpenAI's Sep 22 2026 pricing as quoted in codexometer v0.18.4's
+    # release notes (github.com/merefield/codexometer): $2 / $0.20 / $10, $0.10 / $0.01 / $0.50.
+    "gpt-6-sol": {"input": 2.0, "cached_input": 0.2, "output": 10.0},
+    "gpt-6-luna": {"input": 0.1, "cached_input": 0.01, "output": 0.5},
+    # gpt-5.6-*: OpenAI's GPT-5.6 preview (Jun 26 2026) as quoted by apimaster.ai and
+    # calcaas.com: Sol $5 / $30, Luna $1 / $6, cached input at the stated 90% discount.
+    "gpt-5.6-sol": {"input": 5.0, "cached_input": 0.5, "output": 30.0},
+    "gpt-5.6-luna": {"input": 1.0, "cached_input": 0.1, "output": 6.0},
+    # gpt-5.6-terra: $2.50 / $15 at the preview; $2 / $12 since (docs.litellm.ai/blog/
+    # gpt-6-1-terra, Oct 2026, the later figure used), cached input at the 90% discount.
+    "gpt-5.6-terra": {"input": 2.0, "cached_input": 0.2, "output": 12.0},
+    # gpt-5.5: $5 / $30 on developers.openai.com/pricing as re-read by benchr.org/pricing/
+    # gpt-5-6 (Jun 28 2026); cached input at the 90% discount.
+    "gpt-5.5": {"input": 5.0, "cached_input": 0.5, "output": 30.0},
+    # Hidden models it also knows (gpt-daybreak-blue-latest, gpt-daybreak-red-latest,
+    # codex-auto-review) have no public price: they stay unpriced ("?"), never guessed.
+    # Earlier models, still accepted by the API: OpenAI's list prices of their time.
     "gpt-5": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
     "gpt-5-codex": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
     "gpt-5-mini": {"input": 0.25, "cached_input": 0.025, "output": 2.0},
@@ -88,6 +112,7 @@ def codex_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
 
 class CodexAgent(Agent):
     name: ClassVar[str] = "codex"
+    manager: ClassVar[str | None] = "zwarm.agents.codex.manager:CodexSessionManager"
     native_resume: ClassVar[bool] = True
     usage_cumulative_on_resume: ClassVar[bool] = True
     reports_cost: ClassVar[bool] = False
@@ -107,6 +132,13 @@ class CodexAgent(Agent):
         sandbox = table["sandbox"]
         return f"-s {sandbox}", sandbox == "danger-full-access"
 
+    def asked_model(self, opts: AgentOptions) -> str | None:
+        """``--model``/``-m``, else a ``model`` override in ``[codex.config]`` (``-c``): codex
+        never reports the model it used, so this is what the session shows and is priced at."""
+        flagged = super().asked_model(opts)
+        configured = dict(opts.settings.get("config") or {}).get("model")
+        return flagged or (configured if isinstance(configured, str) and configured else None)
+
     def iter_steps(self, lines: Iterable[bytes]) -> Iterator[Step]:
         from zwarm.agents.codex import events
 
@@ -116,11 +148,6 @@ class CodexAgent(Agent):
         from zwarm.agents.codex import events
 
         return events.scan_outcome(lines)
-
-    def manager_class(self) -> type[BaseSessionManager]:
-        from zwarm.agents.codex.manager import CodexSessionManager
-
-        return CodexSessionManager
 
     def conformance_samples(self) -> ConformanceSamples:
         def read(name: str) -> bytes:

@@ -1,0 +1,132 @@
+"""Making text safe and short for a terminal: control characters, one-line cells, widths.
+
+Owns the one rule for printing text zwarm did not write itself (a task, a name, an agent's
+message or command output, an error quoting either): ``clean`` removes terminal escape
+sequences and control characters, so nothing an agent or a user wrote can recolour, move the
+cursor in, retitle or otherwise drive the terminal. Must stay true:
+- every human-readable output path passes such text through ``clean`` (or ``oneline`` /
+  ``cut``, which use it) before printing; ``--json`` output is JSON-escaped instead;
+- ``clean`` keeps newlines (and tabs) only where asked and removes: ANSI/VT escape sequences
+  (CSI, OSC, DCS/PM/APC/SOS strings, two-character escapes), the C0 and C1 control characters,
+  DEL, and the Unicode bidirectional overrides and isolates (which reorder what is shown);
+- widths are terminal cells (wide East Asian characters count 2, combining marks 0);
+- stdlib only, cheap to import: ``zwarm ls`` imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import unicodedata
+
+# ESC-introduced sequences, and the 8-bit CSI/OSC/DCS forms. A string sequence (OSC, DCS...)
+# runs to BEL or ST (ESC \), or to the end of the text if unterminated.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"  # CSI ... final byte
+    r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, SOS, PM, APC strings
+    r"|\x1b[ -/]*[0-~]?"  # two-character (and nF) escapes; a lone ESC
+    r"|\x9b[0-?]*[ -/]*[@-~]?"  # 8-bit CSI
+    r"|[\x90\x9d\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?",  # 8-bit string sequences
+)
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_BREAKS = re.compile("\r\n|[\t\n\r\x0b\x0c]")  # become one space in one-line text
+_NEEDS_CLEANING = re.compile(f"[{_CONTROLS}]")
+
+
+def clean(text: object, newlines: bool = True) -> str:
+    """``text`` as a string with escape sequences and control characters removed; newlines
+    and tabs are kept if ``newlines``, else each line break or tab becomes a space."""
+    s = text if isinstance(text, str) else str(text)
+    if s.isprintable():
+        return s
+    if not newlines:
+        s = _BREAKS.sub(" ", s)
+    elif "\r\n" in s:
+        s = s.replace("\r\n", "\n")
+    if not _NEEDS_CLEANING.search(s):
+        return s
+    return _CONTROL.sub("", _ESCAPES.sub("", s))
+
+
+def oneline(text: object, width: int | None = None) -> str:
+    """``text`` cleaned, its whitespace runs collapsed to one space, cut to ``width`` cells."""
+    if text is None:
+        return ""
+    s = " ".join(clean(text, newlines=False).split())
+    return s if width is None else cut(s, width)
+
+
+def cells(s: str) -> int:
+    """How many terminal cells ``s`` takes (no control characters: see ``clean``)."""
+    if s.isascii():
+        return len(s)
+    return sum(_char_cells(c) for c in s)
+
+
+def _char_cells(c: str) -> int:
+    if unicodedata.combining(c) or c in "\u200b\u200c\u200d\ufeff":
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in "WF" else 1
+
+
+def cut(s: str, width: int) -> str:
+    """``s`` cut to at most ``width`` cells, ending in … when cut."""
+    if cells(s) <= width:
+        return s
+    if width <= 0:
+        return ""
+    out, used = [], 0
+    for c in s:
+        w = _char_cells(c)
+        if used + w > width - 1:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + "…"
+
+
+def pad(s: str, width: int) -> str:
+    """``s`` padded with spaces to ``width`` cells."""
+    return s + " " * max(0, width - cells(s))
+
+
+def terminal_width(stream: object = None) -> int | None:
+    """The width to fit output to: ``$COLUMNS`` if set, else the terminal's (of ``stream``,
+    default stdout), else None (not a terminal: do not fit)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    out = stream if stream is not None else sys.stdout
+    try:
+        if out.isatty():  # type: ignore[attr-defined]
+            return os.get_terminal_size(out.fileno()).columns  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        pass
+    return None
+
+
+class ByteCleaner:
+    """``clean`` for a byte stream cut into arbitrary chunks (``zwarm logs`` on a terminal):
+    UTF-8 and escape sequences split across chunks are handled; newlines are kept."""
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._held = ""  # an escape sequence that may continue in the next chunk
+
+    def feed(self, data: bytes, final: bool = False) -> bytes:
+        text = self._held + self._decoder.decode(data, final)
+        self._held = ""
+        esc = max(text.rfind("\x1b"), text.rfind("\x9b"))
+        if not final and esc >= 0 and len(text) - esc < 256 and not _complete(text[esc:]):
+            text, self._held = text[:esc], text[esc:]
+        return clean(text).encode("utf-8", "replace")
+
+
+def _complete(tail: str) -> bool:
+    """Whether the escape sequence starting ``tail`` ends inside it."""
+    m = _ESCAPES.match(tail)
+    return m is not None and m.end() < len(tail)

@@ -1,0 +1,418 @@
+"""Workspaces: the git repository a session works in, and the worktree zwarm makes for it.
+
+Owns detecting a session's repository at spawn (``detect``), planning and creating its
+worktree on a new branch (``plan``, ``create``), preparing it before the first turn (copying
+or linking git-ignored files, running the ``[workspace] setup`` commands: ``prepare``), taking
+the snapshots around each turn (``snapshot``), deciding whether removing it would lose work
+(``losses``) and removing it (``remove``). Worktrees live in ``[workspace] root`` (default
+``$XDG_DATA_HOME/zwarm/worktrees``), one folder per repository (``<name>-<hash of its path>``),
+one worktree per session. Must stay true:
+- a worktree is never inside the state dir, the repository, or another session's working
+  directory, and no session's working directory contains the worktrees root (``check_*``): an
+  agent's writable tree never holds zwarm's state or another session's worktree;
+- two sessions never share a worktree or a branch: the branch is new (``-b``), the folder is
+  new, and worktree changes in one repository are serialized by a lock (git's own locks also
+  collide, and are retried: ``engine.git``);
+- what ``merge``, ``rm`` and turns act on comes from the session's launch pin (``pinned``):
+  a ``meta.json`` naming another folder or branch is refused, never followed;
+- a failed creation or preparation leaves nothing behind (worktree and branch removed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from zwarm.engine import git
+from zwarm.errors import GitError, WorkspaceError, WouldLoseWork
+from zwarm.model.records import Session, Workspace
+
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+# ---------------------------------------------------------------------------- where
+def default_root(environ: Mapping[str, str]) -> Path:
+    base = environ.get("XDG_DATA_HOME") or ""
+    if not os.path.isabs(base):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".local", "share")
+    return Path(base) / "zwarm" / "worktrees"
+
+
+def root_of(configured: str, environ: Mapping[str, str]) -> Path:
+    """The worktrees root: ``[workspace] root`` (``~`` expanded) or the default; resolved."""
+    if not configured:
+        return _real(default_root(environ))
+    if configured == "~" or configured.startswith("~/"):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        configured = home + configured[1:]
+    return _real(Path(configured))
+
+
+def _real(p: Path) -> Path:
+    return Path(os.path.realpath(p))
+
+
+def repo_dir(root: Path, repo: Path) -> Path:
+    """The folder holding ``repo``'s worktrees: its name and a hash of its path."""
+    digest = hashlib.sha1(str(repo).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    name = _SLUG.sub("_", repo.name)[:40] or "repo"
+    return root / f"{name}-{digest}"
+
+
+def _inside(p: Path, parent: Path) -> bool:
+    return p == parent or p.is_relative_to(parent)
+
+
+# ---------------------------------------------------------------------------- detect, plan
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """The repository a directory is in: its main worktree, the tree itself, the directory
+    relative to the tree's top."""
+
+    repo: Path
+    tree: Path
+    rel: str
+
+
+def detect(cwd: Path, environ: Mapping[str, str]) -> Found | None:
+    """The repository ``cwd`` is in, or None (not in a git work tree, or no git)."""
+    if not git.find_repo(cwd):
+        return None
+    tree = git.toplevel(cwd, environ)
+    if tree is None:
+        return None
+    try:
+        repo = _real(git.main_worktree(tree, environ))
+    except GitError:
+        repo = tree
+    rel = os.path.relpath(os.path.realpath(cwd), tree)
+    return Found(repo, tree, "" if rel == "." else rel)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A worktree to make at spawn: from ``base`` of ``found.repo``, on ``branch`` (None: the
+    default, ``zwarm/<name or id>``), under ``root``."""
+
+    found: Found
+    base: str
+    branch: str | None
+    root: Path
+
+
+def plan(
+    cwd: Path,
+    environ: Mapping[str, str],
+    *,
+    branch: str | None,
+    base: str | None,
+    root: Path,
+    state_dir: Path,
+) -> Plan:
+    """Check everything a worktree spawn needs, before anything is made."""
+    found = detect(cwd, environ)
+    if found is None:
+        raise WorkspaceError(f"{cwd} is not in a git repository: --worktree needs one")
+    if branch is not None:
+        git.check_branch(branch, found.repo, environ)
+        if git.branch_exists(branch, found.repo, environ):
+            raise WorkspaceError(f"branch {branch!r} already exists: choose another --branch")
+    try:
+        commit = git.resolve_commit(base or "HEAD", found.repo, environ)
+    except GitError:
+        if base is None:
+            raise WorkspaceError(
+                f"the repository {found.repo} has no commit yet: --worktree needs a base commit"
+            ) from None
+        raise
+    check_root(root, found, _real(state_dir))
+    return Plan(found, commit, branch, root)
+
+
+def check_root(root: Path, found: Found, state_dir: Path) -> None:
+    """The worktrees root must be outside the state dir and outside the repository."""
+    if _inside(root, state_dir) or _inside(state_dir, root):
+        raise WorkspaceError(
+            f"worktrees root {root} and the state dir {state_dir} overlap: a worktree there "
+            "would give its agent zwarm's state; set [workspace] root elsewhere"
+        )
+    for tree in {found.repo, found.tree}:
+        if _inside(root, tree):
+            raise WorkspaceError(
+                f"worktrees root {root} is inside the repository {tree}; set [workspace] root "
+                "outside it"
+            )
+
+
+def check_clear(cwd: Path, root: Path) -> None:
+    """A session's working directory must not contain zwarm's worktrees (once there are any):
+    its agent could then write into other sessions' worktrees."""
+    real = _real(cwd)
+    if _inside(root, real) and os.path.isdir(root):
+        raise WorkspaceError(
+            f"the working directory {real} contains zwarm's worktrees ({root}): an agent "
+            "there could change other sessions' work; use a directory below it"
+        )
+
+
+def check_apart(tree: Path, others: Sequence[str]) -> None:
+    """``tree`` (a new worktree) must not lie in another session's working directory."""
+    for cwd in others:
+        if _inside(tree, _real(Path(cwd))):
+            raise WorkspaceError(
+                f"the new worktree {tree} would be inside another session's working "
+                f"directory {cwd}; set [workspace] root elsewhere"
+            )
+
+
+# ---------------------------------------------------------------------------- create
+def create(p: Plan, sid: str, name: str | None, environ: Mapping[str, str]) -> Workspace:
+    """Make the worktree of session ``sid`` (new folder, new branch); nothing is left behind
+    if it fails."""
+    label = name or sid[:8]
+    branch = p.branch or git.check_branch(f"zwarm/{label}", p.found.repo, environ)
+    folder = repo_dir(p.root, p.found.repo)
+    with _repo_lock(folder):
+        if git.branch_exists(branch, p.found.repo, environ):
+            raise WorkspaceError(f"branch {branch!r} already exists: choose another --branch")
+        tree = folder / label
+        if os.path.lexists(tree):
+            tree = folder / f"{label}-{sid[:8]}"
+        args = ["worktree", "add", "--no-track", "-b", branch, "--", str(tree), p.base]
+        try:
+            git.run(args, p.found.repo, environ, hardened=True)
+        except GitError:
+            _undo(p.found.repo, tree, branch, environ)
+            raise
+    return Workspace("worktree", str(p.found.repo), str(tree), branch, p.base)
+
+
+@contextlib.contextmanager
+def _repo_lock(folder: Path) -> Iterator[None]:
+    from zwarm.store.files import locked
+
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise WorkspaceError(f"cannot create {folder}: {e.strerror}") from None
+    with locked(folder / ".lock"):
+        yield
+
+
+def _undo(repo: Path | str, tree: Path, branch: str, environ: Mapping[str, str]) -> None:
+    """Remove a worktree and branch that were (maybe) made; best effort, never raises."""
+    with contextlib.suppress(GitError):
+        if os.path.isdir(tree):
+            git.run(["worktree", "remove", "--force", "--force", "--", str(tree)], repo, environ,
+                    hardened=True)  # fmt: skip
+        git.run(["worktree", "prune"], repo, environ, hardened=True)
+    with contextlib.suppress(GitError):
+        if git.branch_exists(branch, repo, environ):
+            git.run(["branch", "-D", "--", branch], repo, environ, hardened=True)
+
+
+def remove(ws: Workspace, environ: Mapping[str, str]) -> None:
+    """Remove the worktree (tolerating a folder deleted by hand) and its branch."""
+    assert ws.mode == "worktree" and ws.branch is not None
+    if not os.path.isdir(ws.repo):
+        raise WorkspaceError(f"the repository {ws.repo} is gone; cannot remove the worktree")
+    with _repo_lock(Path(ws.tree).parent):
+        if os.path.isdir(ws.tree):
+            git.run(["worktree", "remove", "--force", "--force", "--", ws.tree], ws.repo, environ,
+                    hardened=True)  # fmt: skip
+        git.run(["worktree", "prune"], ws.repo, environ, hardened=True)
+        if git.branch_exists(ws.branch, ws.repo, environ):
+            git.run(["branch", "-D", "--", ws.branch], ws.repo, environ, hardened=True)
+
+
+def session_cwd(ws: Workspace, rel: str) -> Path:
+    """Where the agent runs in worktree ``ws``: the same place relative to the top as the
+    directory asked for, if the worktree has it, else the worktree's top."""
+    top = Path(ws.tree)
+    inner = top / rel if rel else top
+    return inner if rel and inner.is_dir() and _inside(_real(inner), top) else top
+
+
+# ---------------------------------------------------------------------------- trust
+SECURITY_FIELDS = ("mode", "repo", "tree", "branch", "base")
+
+
+def same(a: Workspace | None, b: Workspace | None) -> bool:
+    """Whether two records name the same workspace (the fields that decide what git acts on)."""
+    if a is None or b is None:
+        return a is b
+    return all(getattr(a, f) == getattr(b, f) for f in SECURITY_FIELDS)
+
+
+def pinned(s: Session, environ: Mapping[str, str], state_dir: Path) -> Workspace | None:
+    """``s``'s workspace, if its launch pin agrees with meta.json; ``WorkspaceError`` if not."""
+    from zwarm.store import pins
+
+    pin = pins.read(environ, s.id, _real(state_dir))
+    if pin is None:
+        if s.workspace is None:
+            return None
+        raise WorkspaceError(
+            f"session {s.id} has no launch record (not started by you with this zwarm and "
+            "state dir): its workspace is not trusted"
+        )
+    if not same(pin.workspace, s.workspace):
+        raise WorkspaceError(
+            f"session {s.id}'s meta.json disagrees with its launch record about its workspace: "
+            "refused"
+        )
+    return s.workspace
+
+
+# ---------------------------------------------------------------------------- prepare
+def prepare(
+    ws: Workspace,
+    table: Mapping[str, Any],
+    environ: Mapping[str, str],
+    log_fd: int,
+    timeout: float | None,
+) -> str | None:
+    """Copy/link the configured git-ignored files into the new worktree, then run the setup
+    commands there, their output on ``log_fd``. Returns why it failed, or None."""
+    try:
+        for path in table["copy"]:
+            _bring(ws, path, environ, log_fd, link=False)
+        for path in table["link"]:
+            _bring(ws, path, environ, log_fd, link=True)
+    except (OSError, GitError) as e:
+        return f"setup failed: copying into the worktree: {e}"
+    for i, cmd in enumerate(table["setup"], 1):
+        why = _run_setup(cmd, ws.tree, environ, log_fd, timeout)
+        if why:
+            return f"setup command {i} ({_shown(cmd)}) {why}"
+    return None
+
+
+def _shown(cmd: str | list[str]) -> str:
+    text = cmd if isinstance(cmd, str) else " ".join(cmd)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _note(fd: int, text: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, f"zwarm: {text}\n".encode("utf-8", "replace"))
+
+
+def _bring(ws: Workspace, path: str, environ: Mapping[str, str], fd: int, link: bool) -> None:
+    repo, tree = Path(ws.repo), Path(ws.tree)
+    src, dst = repo / path, tree / path
+    if not os.path.lexists(src) or not _inside(_real(src), repo):
+        _note(fd, f"{path}: not in {repo}, not {'linked' if link else 'copied'}")
+        return
+    ignored = git.run(["check-ignore", "-q", "--", path], repo, environ, check=False,
+                      hardened=True).returncode == 0  # fmt: skip
+    if not ignored:
+        _note(fd, f"{path}: not ignored by git, not {'linked' if link else 'copied'}")
+        return
+    if os.path.lexists(dst) or not _inside(_real(dst.parent), tree):
+        _note(fd, f"{path}: already in the worktree, left as it is")
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if link:
+        os.symlink(_real(src), dst)
+        return
+    import shutil
+
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True)
+    else:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _run_setup(
+    cmd: str | list[str], cwd: str, environ: Mapping[str, str], fd: int, timeout: float | None
+) -> str | None:
+    import signal
+    import subprocess
+
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    _note(fd, f"setup: {_shown(cmd)}")
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=dict(environ), stdin=subprocess.DEVNULL,
+                                stdout=fd, stderr=fd, start_new_session=True, close_fds=True)  # fmt: skip
+    except OSError as e:
+        return f"could not start: {e.strerror or e}"
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return f"timed out after {timeout:g} s"
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running in its group
+    if code < 0:
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}" if code else None
+
+
+# ---------------------------------------------------------------------------- snapshots
+def snapshot(ws: Workspace, environ: Mapping[str, str], sid: str, n: int, which: str) -> str:
+    """Snapshot ``ws``'s tree for turn ``n`` (kept under ``refs/zwarm/<sid>/<n>/<which>``)."""
+    from zwarm.engine import snapshots
+
+    if not os.path.isdir(ws.tree):
+        raise WorkspaceError(f"the working tree {ws.tree} is gone")
+    label = f"session {sid} turn {n} {which}"
+    return snapshots.take(ws.tree, environ, label, keep=snapshots.ref(sid, n, which))
+
+
+def git_dir_tree(ws: Workspace) -> str:
+    """Where to run git to read ``ws``'s objects: its tree, or the repository if it is gone."""
+    return ws.tree if os.path.isdir(ws.tree) else ws.repo
+
+
+# ---------------------------------------------------------------------------- removal
+def losses(ws: Workspace, environ: Mapping[str, str], sid: str) -> WouldLoseWork | None:
+    """What removing worktree ``ws`` and its branch would lose (None: nothing): files changed
+    but not committed, and commits on the branch that no other branch contains (a squash
+    merge zwarm made counts as merged)."""
+    assert ws.branch is not None
+    files = dirty(ws.tree, environ) if os.path.isdir(ws.tree) else []
+    commits: list[str] = []
+    ref = f"refs/heads/{ws.branch}"
+    proc = git.run(["rev-parse", "--verify", "--quiet", ref], ws.repo, environ, check=False,
+                   hardened=True)  # fmt: skip
+    tip = proc.stdout.decode("ascii", "replace").strip()
+    if proc.returncode == 0 and git.SHA.match(tip) and tip not in (ws.base, ws.squashed_tip):
+        holders = git.out(["for-each-ref", "--format=%(refname)", "--contains", tip,
+                           "refs/heads/"], ws.repo, environ, hardened=True).splitlines()  # fmt: skip
+        if not [h for h in holders if h != ref]:
+            since = [f"^{ws.base}"] if ws.base else []
+            log = git.out(["log", "--no-decorate", "--format=%h %s", "-n", "20", tip, *since,
+                           "--"], ws.repo, environ, hardened=True)  # fmt: skip
+            commits = log.splitlines() or [tip[:12]]
+    return WouldLoseWork(sid, commits, files) if commits or files else None
+
+
+def dirty(tree: str | Path, environ: Mapping[str, str]) -> list[str]:
+    """Files of ``tree`` that differ from its HEAD: staged, unstaged or untracked (not
+    ignored); both names of a rename. Never writes the index (no optional locks)."""
+    raw = git.run(["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"], tree,
+                  environ, hardened=True).stdout  # fmt: skip
+    out: list[str] = []
+    fields = raw.split(b"\0")
+    i = 0
+    while i < len(fields):
+        f = fields[i]
+        i += 1
+        if len(f) < 4:
+            continue
+        out.append(f[3:].decode("utf-8", "replace"))
+        if f[:1] in (b"R", b"C"):
+            out.append(fields[i].decode("utf-8", "replace"))
+            i += 1
+    return out
