@@ -4,8 +4,8 @@ Owns the ``zw`` fixture (state dir, environment with the fake agents first on PA
 the installed ``zwarm`` as a real subprocess, building a ``zwarm.api.Zwarm`` on the same state
 dir), ``wait_until``, the ``SAMPLES``/``FAKE_BIN`` paths, and the autouse ``private_trust``:
 every test gets its own zwarm trust file and launch pins (``XDG_CONFIG_HOME`` and
-``XDG_STATE_HOME`` under ``tmp_path``, set in ``os.environ`` so every zwarm subprocess inherits
-them). Must stay true: nothing here touches anything outside ``tmp_path`` (HOME, TMPDIR, the
+``XDG_STATE_HOME`` under ``tmp_path``, and ``XDG_DATA_HOME``, where worktrees go, set in
+``os.environ`` so every zwarm subprocess inherits them). Must stay true: nothing here touches anything outside ``tmp_path`` (HOME, TMPDIR, the
 trust file and pins are isolated too); every wait is on a condition with a generous deadline,
 never on elapsed time; a test's config.toml is trusted only by writing it through
 ``ZW.write_config`` (or ``zwarm.trust.trust_config``): there is no switch that trusts every
@@ -254,6 +254,7 @@ def private_trust(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     xdg = tmp_path / "xdg-config"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))  # zwarm's worktrees
     return xdg / "zwarm" / "trust.json"
 
 

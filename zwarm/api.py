@@ -6,7 +6,12 @@ and their stable JSON shapes. Must stay true:
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
   session (never a turn log), each decoded by the one schema (``zwarm.model.schema``);
   running ones are checked with their launcher, and only a lost one is reconciled;
-- a damaged session is listed as damaged, never hidden, rewritten or deleted;
+- a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
+  be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
+  said (``Stream.problems``);
+- an operation on several sessions does every one it can and then reports each failure
+  (``PartlyFailed``); references naming one session count once;
+- what a caller should know but is not an error goes through ``warn`` (never printed here);
 - it knows no agent's argv or event format: that is the adapters' (``zwarm.agents``).
 """
 
@@ -16,9 +21,11 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from zwarm import agents
 from zwarm.agents import agent_for_model
@@ -31,14 +38,17 @@ from zwarm.errors import (
     SessionNotFound,
     SessionStateError,
     StoreError,
+    WorkspaceError,
     ZwarmError,
 )
-from zwarm.model import Session, Status
+from zwarm.model import ACTIVE, FINISHED, RUNS, Session, Status
+from zwarm.model.records import Workspace
 from zwarm.model.steps import Step
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
     from zwarm import config as config_mod
+    from zwarm.engine import limits
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.runtime.launcher import Launcher
 
@@ -46,6 +56,7 @@ T = TypeVar("T")
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
 LOG_CHUNK = 1 << 20  # logs streams a turn log in pieces this size: memory stays bounded
 CONTEXT_MODES = ("summary", "native")
+TICK_EVERY_S = 1.0  # a long-lived Zwarm (wait, the MCP server) runs a scheduler pass this often
 
 
 class Zwarm:
@@ -57,6 +68,7 @@ class Zwarm:
         self._config: config_mod.Config | None = None
         self._managers: dict[str, BaseSessionManager] = {}
         self._launchers: dict[str, Launcher] = {}
+        self._ticked = -TICK_EVERY_S  # when the last scheduler pass ran (see ``tick``)
         self.warnings: list[str] = []  # see ``warn``
         self.on_warning: Callable[[str], None] | None = None
 
@@ -105,13 +117,16 @@ class Zwarm:
         return self.manager(adapter)
 
     def init(self, force: bool = False) -> Path:
-        """Write ``config.toml`` with every default; refuses to overwrite unless ``force``."""
+        """Write ``config.toml``: every key, each under a comment saying what it does, at its
+        default (with ``force``, an existing file's values are kept); refuses to overwrite
+        unless ``force``."""
         path = self.config_path
         if path.exists() and not force:
             raise InvalidInput(f"{path} already exists (use --force to overwrite)")
         from zwarm import config as config_mod
+        from zwarm.config_text import commented
 
-        text = config_mod.dumps(self.config if path.exists() else config_mod.defaults())
+        text = commented(self.config if path.exists() else config_mod.defaults())
         self.store.ensure()
         from zwarm.store import atomic_write
 
@@ -131,8 +146,26 @@ class Zwarm:
         context: str | None = None,
         source: str = "cli",
         dangerous: bool | None = None,
+        worktree: bool | None = None,
+        branch: str | None = None,
+        base: str | None = None,
+        notify: bool = False,
+        after: Sequence[str] | str | None = None,
+        after_any: bool = False,
+        group: str | None = None,
+        priority: int = 0,
+        max_cost: float | None = None,
+        max_tokens: int | None = None,
+        stall: float | None = None,
     ) -> Session:
-        """Start a session; returns once its supervisor is running (the turn runs on)."""
+        """Start a session; returns once its supervisor is running (the turn runs on). With
+        ``worktree`` (default: ``[defaults] workspace``) it runs in a new git worktree of the
+        repository ``cwd`` is in, on a new ``branch`` made from ``base`` (default HEAD).
+        Fleet control (``engine.scheduler``, ``engine.limits``): with caps configured, or
+        ``after`` (session refs: start once they finished; only if all completed unless
+        ``after_any``), it is created ``queued`` and started when it may, by ``priority``
+        then first come; ``max_cost``/``max_tokens`` are its budget, ``stall`` its stall
+        time (defaults from ``[groups.<group>]`` and ``[limits]``)."""
         check_prompt(task)
         adapter, model = self.route(adapter, model)
         mgr = self.manager(adapter)
@@ -143,6 +176,8 @@ class Zwarm:
             self.store.check_name(name)
         self._check_agent(mgr)
         cfg = self.config
+        fleet = self._fleet(after, after_any, group, priority, max_cost, max_tokens, stall)
+        ws = self._workspace_for(workdir, worktree, branch, base)
         return mgr.spawn(
             task,
             cwd=workdir,
@@ -152,7 +187,51 @@ class Zwarm:
             context=check_context(context) or cfg.get("defaults", "context"),
             source=source,
             dangerous=cfg.get(adapter, "dangerous") if dangerous is None else dangerous,
+            workspace=ws,
+            notify=notify,
+            fleet=fleet,
         )
+
+    def _fleet(
+        self,
+        after: Sequence[str] | str | None,
+        after_any: bool,
+        group: str | None,
+        priority: int,
+        max_cost: float | None,
+        max_tokens: int | None,
+        stall: float | None,
+    ) -> limits.Fleet:
+        """Spawn's fleet options, checked; ``after`` resolved to session ids."""
+        from zwarm.engine import limits
+
+        refs = [after] if isinstance(after, str) else list(after or [])
+        refs = [r.strip() for ref in refs for r in ref.split(",") if r.strip()]
+        if len(refs) > 100:
+            raise InvalidInput("--after names more than 100 sessions")
+        ids = tuple(self.store.resolve(r) for r in refs)
+        f = limits.Fleet(ids, after_any, group, priority, max_cost, max_tokens, stall)
+        return limits.check(f)
+
+    def _workspace_for(
+        self, workdir: Path, worktree: bool | None, branch: str | None, base: str | None
+    ) -> Any:
+        """The workspace a spawn in ``workdir`` gets (``engine.workspace.choose``)."""
+        from zwarm.engine import workspace
+
+        cfg = self.config
+        mode = cfg.get("defaults", "workspace") if worktree is None else "shared"
+        mode = "worktree" if worktree else mode
+        if mode == "worktree":
+            cfg.require("workspace")  # its setup runs in the supervisor: refuse now, not there
+        root = workspace.root_of(cfg.get("workspace", "root"), self.env.environ)
+
+        def others() -> list[str]:
+            rows = self.sessions() if self.store.exists() else []
+            return [r["cwd"] for r in rows if r.get("cwd")]
+
+        return workspace.choose(workdir, self.env.environ, mode=mode, branch=branch, base=base,
+                                root=root, state_dir=self.store.root, others=others)  # fmt: skip
 
     def route(self, adapter: str | None, model: str | None) -> tuple[str, str | None]:
         """Pick (adapter, model): explicit > implied by the model > configured defaults."""
@@ -202,11 +281,32 @@ class Zwarm:
         s = self.get(ref)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
+        _check_tree(s)
+        _check_budget(s)
         mode, limit = check_context(context), check_timeout(timeout)
         s, state = mgr.inject(s.id, message, context=mode, timeout=limit)
         if (mode or s.context_mode) == "native":
             self._warn_no_resume(s, state)
         return s, state
+
+    def retry(self, ref: str) -> Session:
+        """Run a session's failed or killed last turn again as a new turn: the same prompt,
+        natively resumed where the agent reported its session (e.g. after its machine or
+        supervisor died). Queued like any start while caps are configured."""
+        return self._rerun(ref, "retry")
+
+    def resume(self, ref: str) -> Session:
+        """Resume a parked session now (without waiting for its usage or rate limit's reset
+        time): its parked turn runs again as a new turn."""
+        return self._rerun(ref, "resume")
+
+    def _rerun(self, ref: str, kind: str) -> Session:
+        s = self.get(ref)
+        mgr = self.manager(s.adapter)
+        self._check_agent(mgr)
+        _check_tree(s)
+        s, _ = mgr.rerun(s.id, kind)
+        return s
 
     def _warn_no_resume(self, s: Session, state: str) -> None:
         """A native follow-up needs the agent's own session id; without one it gets a
@@ -238,20 +338,38 @@ class Zwarm:
     def get(self, ref: str) -> Session:
         """The session (reconciled), or ``DamagedSession``/``SessionNotFound``."""
         sid = self.store.resolve(ref)
+        self.tick()
         s = self.store.load(sid)
-        if s.status is not Status.RUNNING or self._alive(s):
+        if s.status not in RUNS or self._alive(s):
             return s
         return self.reader(s.adapter).reconcile(s)
+
+    def tick(self, force: bool = False) -> None:
+        """The scheduler's pass, if a session waits (``engine.scheduler``): what every command
+        does first, so no queued session is stranded by a process that died. At most once a
+        second per ``Zwarm`` unless ``force``; never fails a reading command (an invalid
+        config skips it)."""
+        now = time.monotonic()
+        if not force and now - self._ticked < TICK_EVERY_S:
+            return
+        self._ticked = now
+        from zwarm.engine import scheduler
+
+        try:
+            sched = scheduler.Scheduler(self.store, self.config, self.env)
+            if sched.pending():
+                sched.run(scheduler.TICK_WAIT_S)
+        except ZwarmError:
+            pass
 
     def sessions(self, status: str | None = None) -> list[dict[str, Any]]:
         """Every session as a compact row (see ``row``), oldest first; damaged ones included."""
         if status is not None and status not in {*(s.value for s in Status), "damaged"}:
             raise InvalidInput(f"unknown status {status!r}")
-        rows = []
-        for sid in self.store.list_ids():
-            r = self._listed(sid)
-            if status is None or r["status"] == status:
-                rows.append(r)
+        self.tick()
+        every = [self._listed(sid) for sid in self.store.list_ids()]
+        _queue_places(every)
+        rows = [r for r in every if status is None or r["status"] == status]
         rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]))
         return rows
 
@@ -261,7 +379,7 @@ class Zwarm:
         got = self.store.read(sid)
         if isinstance(got, DamagedSession):
             return damaged_row(sid, got.problem)
-        if got.status is Status.RUNNING and not self._alive(got):
+        if got.status in RUNS and not self._alive(got):
             try:
                 got = self.reader(got.adapter).reconcile(got)
             except ZwarmError as e:
@@ -285,8 +403,19 @@ class Zwarm:
         d["context_mode"] = s.context_mode
         d["requested_model"] = s.requested_model
         d["permissions"] = s.permissions
+        d["workspace"] = msgspec.to_builtins(s.workspace) if s.workspace else None
+        d["comments"] = [msgspec.to_builtins(c) for c in s.comments]
         d["turns_detail"] = [turn_json(self.store, s, t.to_dict()) for t in s.turns]
+        if d["status"] == "queued":
+            d.update(self.queue_place(s.id))
         return d
+
+    def queue_place(self, sid: str) -> dict[str, Any]:
+        """A queued session's ``queue_position`` and ``waiting_for`` (reads every session)."""
+        for r in self.sessions():
+            if r["id"] == sid:
+                return {k: r[k] for k in ("queue_position", "waiting_for")}
+        return {}
 
     def trajectory(self, ref: str, turn: int | None = None) -> Trajectory:
         """Normalized steps, streamed, each with ``turn`` and ``index``. What cannot be read is
@@ -297,46 +426,58 @@ class Zwarm:
             s = self.get(ref)
         except DamagedSession as e:
             return self._salvaged(e, turn)
-        running = {t.n: t.status is Status.RUNNING for t in s.turns}  # may have no log yet
+        # a turn that runs may have no log yet; one that never started has none
+        running = {t.n: t.status in ACTIVE or not t.started for t in s.turns}
         numbers = _pick_turn(s.id, list(running), turn)
         return Trajectory(self.reader(s.adapter), s.id, [(n, running[n]) for n in numbers])
 
     def _salvaged(self, e: DamagedSession, turn: int | None) -> Trajectory:
         """The turn logs of a session whose meta.json is damaged, or ``e`` if there are none
         or no launch pin says which agent wrote them."""
-        from zwarm.store import pins
-
-        sid = e.session_id
-        pin = pins.read(self.env.environ, sid, Path(os.path.realpath(self.store.root)))
-        found = self.store.turn_logs(sid)
-        if pin is None or not found or pin.adapter not in agents.names():
+        sid, found = e.session_id, self._salvageable(e)
+        adapter = self._pinned_adapter(sid)
+        if adapter is None:
             raise e
         numbers = _pick_turn(sid, found, turn)
         note = f"{e}: showing the turn logs found ({_count(len(found), 'turn')})"
-        return Trajectory(self.reader(pin.adapter), sid, [(n, False) for n in numbers], note)
+        return Trajectory(self.reader(adapter), sid, [(n, False) for n in numbers], note)
 
-    def logs(self, ref: str, turn: int | None = None, follow: bool = False) -> Iterator[bytes]:
+    def _salvageable(self, e: DamagedSession) -> list[int]:
+        """The turn logs of a damaged session that this user's zwarm started (it has a
+        launch pin here), or ``e`` raised: a planted session's files are never read as its."""
+        found = self.store.turn_logs(e.session_id)
+        if not found or self._pinned_adapter(e.session_id) is None:
+            raise e
+        return found
+
+    def _pinned_adapter(self, sid: str) -> str | None:
+        from zwarm.store import pins
+
+        pin = pins.read(self.env.environ, sid, Path(os.path.realpath(self.store.root)))
+        return pin.adapter if pin is not None and pin.adapter in agents.names() else None
+
+    def logs(self, ref: str, turn: int | None = None, follow: bool = False) -> Stream[bytes]:
         """Raw JSONL of a turn (default the latest); with ``follow``, tail until it ends.
-        A finished turn whose log is missing is an error; a damaged meta.json is a warning
-        (the log is shown as found)."""
+        A finished turn whose log is missing is an error; for a session whose meta.json is
+        damaged, the log is shown as found, with the damage in ``problems``."""
         try:
             s = self.get(ref)
         except DamagedSession as e:
-            found = self.store.turn_logs(e.session_id)
-            if not found:
-                raise
-            n = _pick_turn(e.session_id, found, turn)[0] if turn is not None else found[-1]
-            self.warn(f"{e}: showing turn {n}'s log as found")
-            return self._tail(e.session_id, n, False)
+            sid, found = e.session_id, self._salvageable(e)
+            n = _pick_turn(sid, found, turn)[0] if turn is not None else found[-1]
+            return Stream(self._tail(sid, n, False), [f"{e}: showing turn {n}'s log as found"])
         n = turn if turn is not None else len(s.turns)
         if not 1 <= n <= len(s.turns):
             raise InvalidInput(f"session {s.id} has no turn {n}")
         path = self.store.turn_path(s.id, n)
-        if s.turns[n - 1].status is not Status.RUNNING and not os.path.lexists(path):
+        t = s.turns[n - 1]
+        if t.status not in ACTIVE and t.started and not os.path.lexists(path):
             raise StoreError(f"session {s.id}: turn {n}'s log is missing ({path})")
-        return self._tail(s.id, n, follow)
+        return Stream(self._tail(s.id, n, follow))
 
     def _tail(self, sid: str, n: int, follow: bool) -> Iterator[bytes]:
+        """Turn ``n``'s log; with ``follow``, until it ends, then each queued turn's that
+        starts after it (a finished turn and the start of the next are one transaction)."""
         path = self.store.turn_path(sid, n)
         pos = 0
         while True:
@@ -345,10 +486,18 @@ class Zwarm:
                 pos += len(chunk)
                 yield chunk
                 continue
-            if not follow or self.get(sid).turns[n - 1].status is not Status.RUNNING:
-                if follow and self._has_more(path, pos):
-                    continue
+            if not follow:
                 return
+            s = self.get(sid)
+            if s.turns[n - 1].status.finished:
+                if self._has_more(path, pos):
+                    continue
+                if len(s.turns) > n:
+                    n, pos = n + 1, 0  # the next queued turn has begun: follow it too
+                    path = self.store.turn_path(sid, n)
+                    continue
+                if s.status.finished:
+                    return  # idle: no turn active, none to come
             time.sleep(0.1)
 
     @staticmethod
@@ -373,13 +522,14 @@ class Zwarm:
         timeout = check_timeout(timeout) if timeout != 0 else 0.0
         ids = [self.store.resolve(r) for r in refs or []]
         if all_running:
-            ids += [r["id"] for r in self.sessions("running")] if self.store.exists() else []
+            rows = self.sessions() if self.store.exists() else []
+            ids += [r["id"] for r in rows if r["status"] in _ACTIVE]
         ids = list(dict.fromkeys(ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.05
         while True:
             states = {sid: self.get(sid).status.value for sid in ids}
-            done = [sid for sid, st in states.items() if st != "running"]
+            done = [sid for sid, st in states.items() if st not in _ACTIVE]
             if (any_ and done) or len(done) == len(ids):
                 return {"timed_out": False, "statuses": states, "finished": done}
             if deadline is not None and time.monotonic() >= deadline:
@@ -411,13 +561,20 @@ class Zwarm:
             delay = min(delay * 1.5, 0.5)
 
     def kill(self, refs: list[str] | None = None, all_: bool = False) -> list[dict[str, Any]]:
-        """Kill running sessions (whole process trees). With ``all_``, every running one."""
+        """Kill running sessions (whole process trees), and queued or parked ones (they never
+        start). With ``all_``, every one of them: the waiting first, so none starts in a slot
+        a kill frees. A kill that frees a slot lets the next queued session start."""
         if not all_:
-            return self._each(refs or [], self._kill_one)
+            try:
+                return self._each(refs or [], self._kill_one)
+            finally:
+                self.tick(force=True)
         out = []
-        for r in self.sessions("running"):
-            with contextlib.suppress(SessionStateError):  # finished between listing and killing
-                out.append(self._kill_one(r["id"]))
+        rows = self.sessions()
+        for r in sorted(rows, key=lambda r: r["status"] in ("running", "stalled")):
+            if r["status"] in _ACTIVE:
+                with contextlib.suppress(SessionStateError):  # finished meanwhile
+                    out.append(self._kill_one(r["id"]))
         return out
 
     def _kill_one(self, sid: str) -> dict[str, Any]:
@@ -458,7 +615,17 @@ class Zwarm:
         if not finished:
             return self._each(refs or [], lambda sid: self._rm_one(sid, force, skip_busy=False))
         targets = [r["id"] for r in self.sessions() if r["status"] in _FINISHED]
-        return [sid for sid in targets if self._rm_one(sid, force, skip_busy=True)]
+        done: list[str] = []
+        kept: list[tuple[str, ZwarmError]] = []
+        for sid in targets:
+            try:
+                if self._rm_one(sid, force, skip_busy=True):
+                    done.append(sid)
+            except WorkspaceError as e:  # its worktree holds work: kept, and said
+                kept.append((sid, e))
+        if kept:
+            raise PartlyFailed(list(done), kept)
+        return done
 
     def _rm_one(self, sid: str, force: bool, skip_busy: bool) -> str | None:
         """Remove one session (its id; None if ``skip_busy`` skipped it). Whether it runs is
@@ -475,17 +642,18 @@ class Zwarm:
                     ) from None
                 self._remove(sid, None)
                 return sid
-            if s.status is Status.RUNNING:
+            if s.status in ACTIVE:
                 if skip_busy:
                     return None
                 if not force:
                     raise SessionStateError(
-                        f"session {sid} is running (kill it first, or use --force)"
+                        f"session {sid} is {s.status.value} (kill it first, or use --force)"
                     )
                 with contextlib.suppress(SessionStateError):
                     self.reader(s.adapter).kill(sid)
             with self.store.lock(sid):
-                if self.store.load(sid).status is not Status.RUNNING:
+                if self.store.load(sid).status not in ACTIVE:
+                    self._release_workspace(sid, force)
                     self._remove(sid, s.name)
                     return sid
             if skip_busy:
@@ -493,6 +661,18 @@ class Zwarm:
             if not force:
                 raise SessionStateError(f"session {sid} is running (kill it first, or use --force)")
         raise SessionStateError(f"session {sid} keeps being restarted; not removed")
+
+    def _release_workspace(self, sid: str, force: bool) -> None:
+        """Remove the session's worktree, branch and snapshot refs (lock held), unless that
+        would lose work and not ``force`` (``WouldLoseWork``)."""
+        s = self.store.load(sid)
+        if s.workspace is None and not self.store.exists():
+            return
+        from zwarm.engine import workspace
+
+        ws = workspace.for_removal(s, self.env.environ, self.store.root)
+        if ws is not None:
+            workspace.release(ws, self.env.environ, sid, force)
 
     def _remove(self, sid: str, name: str | None) -> None:
         from zwarm.store import pins
@@ -527,8 +707,150 @@ class Zwarm:
 
         return copy.deepcopy(self.config.get(table, key))
 
+    # ------------------------------------------------------------------ workspaces and review
+    def workspace(self, s: Session) -> Workspace:
+        """``s``'s git workspace as its launch pin confirms it; ``WorkspaceError`` if none."""
+        from zwarm.engine import workspace
 
-_FINISHED = ("completed", "failed", "killed")
+        ws = workspace.pinned(s, self.env.environ, self.store.root)
+        if ws is None:
+            raise WorkspaceError(
+                f"session {s.id} has no git workspace (it was not started in a git repository)"
+            )
+        return ws
+
+    def diff(
+        self, ref: str, turn: int | None = None, *, hunks: bool = True, text: bool = False
+    ) -> dict[str, Any]:
+        """What turn ``turn`` (default: the whole session) changed: files with status,
+        added/removed lines and hunks, totals, and the other sessions that wrote the same
+        tree meanwhile (``overlaps``, with a ``note``); with ``text``, the unified diff too."""
+        from zwarm.engine import diffs, review, workspace
+
+        s = self.get(ref)
+        ws = self.workspace(s)
+        sp = review.span(s, ws, turn, self.env.environ)
+        tree = workspace.git_dir_tree(ws)
+        d = review.diff_json(tree, self.env.environ, sp, hunks)
+        if text:
+            d["text"] = diffs.text(tree, self.env.environ, sp.a, sp.b).decode("utf-8", "replace")
+        found = review.overlaps(s, self._same_tree(ws), turn)
+        out = {"session_id": s.id, "branch": ws.branch, **d, "overlaps": found}
+        note = review.overlap_note(found)
+        if note:
+            out["note"] = note
+        return out
+
+    def diff_text(
+        self, ref: str, turn: int | None = None, *, color: bool = False, stat: bool = False
+    ) -> tuple[bytes, str | None]:
+        """The unified diff (or its ``--stat``) as git prints it, and the overlap note."""
+        from zwarm.engine import diffs, review, workspace
+
+        s = self.get(ref)
+        ws = self.workspace(s)
+        sp = review.span(s, ws, turn, self.env.environ)
+        tree = workspace.git_dir_tree(ws)
+        text = diffs.text(tree, self.env.environ, sp.a, sp.b, color=color, stat=stat)
+        return text, review.overlap_note(review.overlaps(s, self._same_tree(ws), turn))
+
+    def _same_tree(self, ws: Workspace) -> list[Session]:
+        """The sessions that work in ``ws``'s tree (shared mode only: a worktree is its own)."""
+        if ws.mode != "shared":
+            return []
+        found = []
+        for sid in self.store.list_ids():
+            got = self.store.read(sid)
+            if isinstance(got, Session) and got.workspace and got.workspace.tree == ws.tree:
+                found.append(got)
+        return found
+
+    def comment(
+        self,
+        ref: str,
+        items: list[tuple[str, int, str]],
+        *,
+        send: bool = False,
+        message: str | None = None,
+    ) -> dict[str, Any]:
+        """Attach review comments ``(path, line, text)`` to the session's current diff; with
+        ``send``, send every open one to the agent now (``inject``), else with the next."""
+        from zwarm.engine import review
+
+        if not items and not send:
+            raise InvalidInput("give at least one comment (PATH:LINE TEXT)")
+        s = self.get(ref)
+        ws = self.workspace(s)
+        with self.store.transaction(s.id) as fresh:
+            new = review.make_comments(fresh, ws, items, self.env.environ, self.env.now_iso())
+            if len(fresh.comments) + len(new) > 10_000:
+                raise InvalidInput(f"session {s.id} has too many comments already")
+            fresh.comments.extend(new)
+        made = [msgspec.to_builtins(c) for c in new]
+        out: dict[str, Any] = {"session_id": s.id, "comments": made}
+        if send:
+            after, state = self.inject(s.id, message or review.COMMENT_PROMPT)
+            turn = len(after.turns) + (len(after.queue) if state == "queued" else 0)
+            out["sent"] = {"state": state, "turn": turn}
+        return out
+
+    def merge(
+        self,
+        ref: str,
+        *,
+        into: str | None = None,
+        squash: bool = False,
+        message: str | None = None,
+    ) -> dict[str, Any]:
+        """Commit what the agent left uncommitted in its worktree and merge its branch into
+        ``into`` (default: the main worktree's branch); never while the session runs."""
+        from zwarm.engine import review, workspace
+
+        s = self.get(ref)
+        ws = self.workspace(s)
+        with self.store.transaction(s.id) as fresh:  # no turn starts while we merge
+            if fresh.workspace is None or not workspace.same(fresh.workspace, ws):
+                raise WorkspaceError(f"session {s.id}'s workspace changed meanwhile: refused")
+            return review.merge(fresh, fresh.workspace, self.env.environ, into=into,
+                                squash=squash, message=message)  # fmt: skip
+
+    def apply(
+        self, ref: str, turn: int | None = None, cwd: str | Path | None = None
+    ) -> dict[str, Any]:
+        """Apply the session's (or turn ``turn``'s) diff to the checkout ``cwd`` (default:
+        where zwarm runs) is in, without committing; all or nothing."""
+        from zwarm.engine import review
+
+        s = self.get(ref)
+        ws = self.workspace(s)
+        sp = review.span(s, ws, turn, self.env.environ)
+        where = Path(cwd) if cwd is not None else self.env.cwd
+        return {"session_id": s.id, "turn": turn, **review.apply(ws, sp, self.env.environ, where)}
+
+
+_FINISHED = tuple(s.value for s in FINISHED)
+_ACTIVE = frozenset(s.value for s in ACTIVE)
+
+
+def _check_budget(s: Session) -> None:
+    """A session past its budget takes no new turn (spawn a new one)."""
+    from zwarm.engine import limits
+
+    over = limits.over_budget(s)
+    if over is not None:
+        raise SessionStateError(f"session {s.id}: {over}; it takes no new turn")
+
+
+def _check_tree(s: Session) -> None:
+    """A session whose own worktree is gone cannot run another turn."""
+    ws = s.workspace
+    if ws is not None and ws.mode == "worktree" and (ws.removed or not os.path.isdir(ws.tree)):
+        from zwarm.errors import WorkspaceError
+
+        raise WorkspaceError(
+            f"session {s.id}'s worktree {ws.tree} was removed: it cannot run again "
+            "(start a new session)"
+        )
 
 
 def _read_at(path: Path, pos: int, size: int) -> bytes:
@@ -559,9 +881,22 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-class Trajectory(Iterator[Step]):
-    """A session's steps, streamed (see ``Zwarm.trajectory``). ``problems``: what could not
-    be read, each also yielded as an error step where it belongs (complete once iterated)."""
+class Stream(Iterator[T]):
+    """An iterator over what a session's files hold, and ``problems``: what could not be read
+    or was damaged (complete once the iterator is exhausted). Callers show what they get,
+    then say what is missing."""
+
+    def __init__(self, items: Iterator[T], problems: list[str] | None = None) -> None:
+        self.problems: list[str] = problems or []
+        self._items = items
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+
+class Trajectory(Stream[Step]):
+    """A session's steps (see ``Zwarm.trajectory``); each problem is also an error step
+    where it belongs."""
 
     def __init__(
         self,
@@ -570,11 +905,7 @@ class Trajectory(Iterator[Step]):
         turns: list[tuple[int, bool]],  # (turn number, running: its log may not exist yet)
         note: str | None = None,
     ) -> None:
-        self.problems: list[str] = []
-        self._steps = self._numbered(mgr, sid, turns, note)
-
-    def __next__(self) -> Step:
-        return next(self._steps)
+        super().__init__(self._numbered(mgr, sid, turns, note))
 
     def _numbered(
         self, mgr: BaseSessionManager, sid: str, turns: list[tuple[int, bool]], note: str | None
@@ -630,8 +961,59 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
         "queued": [q.get("message") for q in m.get("queue") or []],
         "source": m.get("source"),
         "dangerous": bool(m.get("dangerous")),
+        "branch": (m.get("workspace") or {}).get("branch"),
+        "worktree": _worktree(m.get("workspace")),
+        "changes": m.get("changes"),
+        **_fleet_row(m, turns),
         "damaged": False,
     }
+
+
+def _fleet_row(m: dict[str, Any], turns: list[Any]) -> dict[str, Any]:
+    """A row's fleet fields (``engine.scheduler``): its group, priority, budget, what it runs
+    after; of its latest turn why it waits (queued), until when it is parked, since when it
+    is silent (stalled). ``queue_position`` and ``waiting_for`` are filled in by a listing."""
+    cur = turns[-1] if turns else None
+
+    def of(key: str) -> Any:
+        return cur.get(key) if isinstance(cur, dict) else getattr(cur, key, None)
+
+    return {
+        "group": m.get("group"),
+        "priority": m.get("priority") or 0,
+        "after": list(m.get("after") or []),
+        "max_cost_usd": m.get("max_cost_usd"),
+        "max_tokens": m.get("max_tokens"),
+        "queued_at": of("queued_at") or of("started_at") if m.get("status") == "queued" else None,
+        "queue_position": None,
+        "waiting_for": [],
+        "wait": of("wait"),
+        "parked_until": of("parked_until"),
+        "quiet_since": of("quiet_since"),
+    }
+
+
+_NO_FLEET = _fleet_row({}, [])
+
+
+def _queue_places(rows: list[dict[str, Any]]) -> None:
+    """Fill in each queued row's place in the queue (1 starts first: priority, then first
+    queued) and the sessions it still waits for (``--after``), from every row."""
+    status = {r["id"]: r["status"] for r in rows}
+    queued = [r for r in rows if r["status"] == "queued"]
+    queued.sort(key=lambda r: (-(r.get("priority") or 0), r.get("queued_at") or "", r["id"]))
+    for place, r in enumerate(queued, 1):
+        r["queue_position"] = place
+        if r["turns"] == 1:
+            r["waiting_for"] = [a for a in r["after"] if status.get(a) not in _FINISHED]
+
+
+def _worktree(ws: dict[str, Any] | None) -> str | None:
+    """The session's own worktree (worktree mode; None once removed or in shared mode)."""
+    if not ws or ws.get("mode") != "worktree" or ws.get("removed"):
+        return None
+    tree: str | None = ws.get("tree")
+    return tree
 
 
 def _summary(s: Session) -> dict[str, Any]:
@@ -640,10 +1022,13 @@ def _summary(s: Session) -> dict[str, Any]:
 
     return {
         **{f: getattr(s, f) for f in _ROW_FIELDS},
+        **{f: getattr(s, f) for f in _FLEET_FIELDS},
         "status": s.status.value,
         "usage": msgspec.structs.asdict(s.usage),
         "turns": s.turns,
         "queue": [{"message": q.message} for q in s.queue],
+        "workspace": msgspec.to_builtins(s.workspace) if s.workspace else None,
+        "changes": msgspec.structs.asdict(s.changes) if s.changes else None,
     }
 
 
@@ -661,9 +1046,11 @@ _ROW_FIELDS = (
     "agent_session_id",
     "last_message",
     "error",
+    "reason",
     "source",
     "dangerous",
 )
+_FLEET_FIELDS = ("group", "priority", "after", "max_cost_usd", "max_tokens")
 
 
 def damaged_row(sid: str, problem: str) -> dict[str, Any]:
@@ -688,6 +1075,10 @@ def damaged_row(sid: str, problem: str) -> dict[str, Any]:
         "queued": [],
         "source": None,
         "dangerous": False,
+        "branch": None,
+        "worktree": None,
+        "changes": None,
+        **_NO_FLEET,
         "damaged": True,
     }
 

@@ -60,14 +60,38 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "bash_timeout_s": ((int, float), 60),
         "prices": ((dict,), {}),
     },
+    # fleet control (zwarm.engine.scheduler, zwarm.engine.limits); 0 = no limit
+    "limits": {
+        "max_running": ((int,), 0),  # sessions running at once in this state dir
+        "max_cost": ((int, float), 0),  # default budget of a session, USD
+        "max_tokens": ((int,), 0),  # default budget of a session, total tokens
+        "max_cost_per_day": ((int, float), 0),  # new sessions queue once today's spend is this
+        "stall_s": ((int, float), 0),  # a turn whose agent writes nothing this long is stalled
+        "on_stall": ((str,), "mark"),  # "mark": show it stalled; "kill": stop it, failed
+        "on_usage_limit": ((str,), "fail"),  # "wait": park it until the limit resets
+        "max_auto_resumes": ((int,), 3),  # times a parked session is resumed by itself
+        "resume_backoff_s": ((int, float), 60),  # first wait when the agent gives no reset time
+    },
+    # [groups.NAME]: max_running, max_cost, max_tokens for the sessions spawned --group NAME
+    "groups": {},
+    # commands run when a session ends (zwarm.runtime.hooks): "" = none; a string runs with
+    # /bin/sh -c, a list is an argv
+    "hooks": {
+        "on_finish": ((str, list), ""),
+        "on_fail": ((str, list), ""),
+        "timeout_s": ((int, float), 30),
+    },
 }
 
 CHOICES = {
     ("defaults", "context"): ("summary", "native"),
     ("defaults", "workspace"): ("shared", "worktree"),
+    ("limits", "on_stall"): ("mark", "kill"),
+    ("limits", "on_usage_limit"): ("fail", "wait"),
 }
 
 _PRICE_KEYS = ("input", "cached_input", "output")
+_HOOKS = ("on_finish", "on_fail")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailing newline
 
 
@@ -147,7 +171,7 @@ def _copy(v: Any) -> Any:
 # environment or sandbox (command, env, extra_args, config, sandbox, permission_mode,
 # dangerous, and any key a plugin adds) except these: default-deny, so a plugin's new key is
 # protected without declaring anything.
-AGENT_HARMLESS_KEYS = frozenset({"model", "prices"})
+AGENT_HARMLESS_KEYS = frozenset({"model", "prices", "max_running"})
 # In zwarm's own tables: where the orchestrator sends its prompts (and which API key with
 # them), which directories an orchestrator LLM may start agents in, and for worktrees: where
 # zwarm makes (and deletes) them, the commands run in each, and the files copied into an
@@ -161,6 +185,8 @@ SECURITY_KEYS = frozenset(
         ("workspace", "setup"),
         ("workspace", "copy"),
         ("workspace", "link"),
+        ("hooks", "on_finish"),  # commands zwarm runs when a session ends
+        ("hooks", "on_fail"),
     }
 )
 
@@ -230,6 +256,8 @@ def validate(doc: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
 
 
 def _check(table: str, key: str, value: Any, where: str) -> Any:
+    if table == "groups":
+        return _check_group(key, value, where)
     spec = schema()[table].get(key)
     if spec is None:
         raise ConfigError(where, f"unknown key {key!r} in [{table}]")
@@ -247,7 +275,7 @@ def _check(table: str, key: str, value: Any, where: str) -> Any:
 
 def _check_shape(table: str, key: str, value: Any, where: str) -> None:
     name = f"{table}.{key}"
-    if key in ("command", "extra_args", "allowed_roots") and isinstance(value, list):
+    if key in ("command", "extra_args", "allowed_roots", *_HOOKS) and isinstance(value, list):
         if not all(isinstance(x, str) for x in value):
             raise ConfigError(where, f"{name} must be a list of strings")
         if key == "command" and not value:
@@ -285,6 +313,27 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
             parts = p.split("/") if isinstance(p, str) else [".."]
             if not p or p.startswith("/") or ".." in parts or "\x00" in p:
                 raise ConfigError(where, f"{name}: {p!r} must be a path inside the repository")
+
+
+GROUP_KEYS = {"max_running": (int,), "max_cost": (int, float), "max_tokens": (int,)}
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+
+
+def _check_group(name: str, value: Any, where: str) -> dict[str, Any]:
+    """``[groups.NAME]``: a session name's characters; only ``GROUP_KEYS``, each >= 0."""
+    if not _GROUP_NAME.match(name):
+        raise ConfigError(where, f"group name {name!r}: use letters, digits, '.', '_', '-'")
+    if not isinstance(value, dict):
+        raise ConfigError(where, f"groups.{name} must be a table")
+    for key, v in value.items():
+        types = GROUP_KEYS.get(key)
+        if types is None:
+            keys = ", ".join(GROUP_KEYS)
+            raise ConfigError(where, f"unknown key {key!r} in [groups.{name}] (use {keys})")
+        ok = isinstance(v, types) and not isinstance(v, bool)
+        if not ok or not math.isfinite(v) or v < 0:
+            raise ConfigError(where, f"groups.{name}.{key} must be a non-negative number")
+    return dict(value)
 
 
 def _check_prices(name: str, value: dict[str, Any], where: str) -> None:

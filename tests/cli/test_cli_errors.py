@@ -108,7 +108,7 @@ def test_missing_agent_binary(zw) -> None:
     ("text", "expect"),
     [
         ("[defaults\n", "invalid TOML"),
-        ("[defaults]\nadapter = 'gemini'\n", "defaults.adapter must be one of"),
+        ("[defaults]\nadapter = 'grok'\n", "defaults.adapter must be one of"),
         ("[codex]\nbogus = 1\n", "unknown key 'bogus' in [codex]"),
     ],
 )
@@ -190,7 +190,7 @@ def test_state_dir_is_a_file(zw) -> None:
         (["kill"], "give session ids or --all"),
         (["rm"], "give session ids or --finished"),
         (["nosuchcommand"], "No such command"),
-        (["spawn", "x", "--adapter", "gemini"], "Invalid value for '--adapter'"),
+        (["spawn", "x", "--adapter", "grok"], "Invalid value for '--adapter'"),
         (["ls", "--status", "sleeping"], "Invalid value for '--status'"),
     ],
 )

@@ -56,7 +56,7 @@ def _bad_turn(p: Path) -> None:
 # name -> (how to damage meta.json, words the damaged row's message must contain)
 DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "empty": (lambda p: p.write_bytes(b""), "meta.json is empty"),
-    "truncated": (_truncate, "not valid JSON (truncated?)"),
+    "truncated": (_truncate, "not valid JSON: it ends early (truncated?)"),
     "unknown-status": (_rewrite(status="paused"), "unknown status 'paused'"),
     "newer-schema": (_rewrite(schema_version=99), "schema_version 99, newer than this zwarm"),
     "missing": (lambda p: p.unlink(), "meta.json is missing"),

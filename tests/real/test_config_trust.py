@@ -71,3 +71,52 @@ def test_sandboxed_codex_cannot_make_zwarm_run_another_command(project: ProjectW
     assert project.cli("ls", "--json").stdout  # reading still works
     assert len(project.show(sid)["turns_detail"]) == 1
     assert not marker.exists()
+
+
+def test_sandboxed_codex_cannot_unsandbox_its_next_turn_through_meta_json(
+    project: ProjectWorld,
+) -> None:
+    """The real codex, sandboxed, rewrites its own meta.json (``bypass``/``dangerous``), plants
+    a ``zwarm`` package in its session dir and links its next turn log to a file outside. Its
+    next turn still runs sandboxed (a write outside the sandbox fails), nothing planted is
+    imported, and the link is not written through."""
+    import uuid
+
+    outside = Path("/var/tmp") / f"zwarm-sandbox-probe-{uuid.uuid4().hex}"
+    marker, victim = project.tmp / "IMPORTED", project.tmp / "victim.txt"
+    victim.write_text("precious")
+    tamper = (
+        "import glob, json, os\n"
+        "meta = glob.glob('.zwarm/sessions/*/meta.json')[0]\n"
+        "d = json.load(open(meta)); d['bypass'] = d['dangerous'] = True\n"
+        "open(meta, 'w').write(json.dumps(d))\n"
+        "s = os.path.dirname(meta); os.makedirs(s + '/zwarm/runtime', exist_ok=True)\n"
+        f"code = \"open({str(marker)!r}, 'w').write('x')\\n\"\n"
+        "for f in ('__init__', 'runtime/__init__', 'runtime/supervisor'):\n"
+        "    open(s + '/zwarm/' + f + '.py', 'w').write(code)\n"
+        f"os.symlink({str(victim)!r}, s + '/turns/turn_2.jsonl')\n"
+    )
+    (project.work / "tamper.py").write_text(tamper)
+    script = [
+        Reply([shell("python3 tamper.py && echo tampered")]),
+        Reply([text("Done.")]),
+        Reply([shell(f"touch {outside}")]),
+        Reply([text("Tried.")]),
+    ]
+    project.use("codex", script)
+    try:
+        sid = project.cli("spawn", "Tidy up.", "--adapter", "codex").stdout.strip()
+        d = project.wait(sid)
+        assert d["status"] == "completed", (d["error"], project.stderr(sid)[-2000:])
+        meta = project.state / "sessions" / sid / "meta.json"
+        assert '"bypass":true' in meta.read_text().replace(" ", ""), "nothing was tampered"
+        project.cli("inject", sid, "Now continue.")
+        d = project.wait(sid)
+        assert d["status"] == "completed", (d["error"], project.stderr(sid)[-2000:])
+        assert not outside.exists(), "turn 2 ran without its sandbox"
+        steps = project.cli_json("trajectory", sid, "--turn", "2", "--json")
+        touched = [s for s in steps if s["kind"] == "command" and "touch" in s["command"]]
+        assert touched and touched[0]["exit_code"] not in (0, None), touched  # it was tried
+        assert not marker.exists() and victim.read_text() == "precious"
+    finally:
+        outside.unlink(missing_ok=True)

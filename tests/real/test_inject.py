@@ -101,7 +101,9 @@ def test_inject_native_resumes_the_agents_session(real: RealWorld, adapter: str)
         assert t2["reported_usage"] == usage(760, 450, 38)
         assert (t1["usage"], t2["usage"]) == (usage(460, 200, 30), usage(300, 250, 8))
         assert d["usage"] == usage(760, 450, 38)  # not 460 + 760
-        assert d["cost_usd"] is None
+        # estimated per turn at gpt-5.5's price, on each turn's own usage
+        assert (t1["cost_usd"], t2["cost_usd"]) == (pytest.approx(0.0023), pytest.approx(0.000615))
+        assert d["cost_usd"] == pytest.approx(0.002915)
     else:
         # claude reports this run's usage (input includes cache reads: 460+200, 300+250)...
         assert (t1["usage"], t2["usage"]) == (usage(660, 200, 30), usage(550, 250, 8))

@@ -65,8 +65,11 @@ def test_plain_answer(real: RealWorld, adapter: str) -> None:
         expected = {"input_tokens": 460, "cached_input_tokens": 200, "output_tokens": 30,
                     "reasoning_tokens": 7, "total_tokens": 490}  # fmt: skip
         assert d["agent_session_id"] == real.events(sid)[0]["thread_id"]
-        # codex reports no money and gpt-5.5 has no configured price: unknown, never zero
-        assert (d["cost_usd"], d["cost_source"]) == (None, "unknown")
+        # codex reports no money and no model: the model is the one zwarm passed it
+        # ([codex.config] model), and the cost is estimated at its list price: 260 fresh
+        # input at $5/M, 200 cached at $0.50/M, 30 output at $30/M
+        assert d["model"] == srv.requests[0].body["model"] == "gpt-5.5"
+        assert (d["cost_usd"], d["cost_source"]) == (pytest.approx(0.0023), "estimated")
     else:
         # zwarm's input_tokens include cached ones: 460 fresh + 5 cache write + 200 cache read;
         # the Messages API carries no reasoning-token count

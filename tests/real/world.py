@@ -9,6 +9,9 @@ under ``tmp_path``:
   at 0: ``request_max_retries``/``stream_max_retries`` for codex, CLAUDE_CODE_MAX_RETRIES for
   claude), ``extra_args`` and ``[codex.config]`` (``-c`` overrides: provider, model);
 - ``work/``: the sessions' working directory;
+- ``[gemini]`` (when used) holds only the binary, the fake's URL and a dummy key in ``env``, the
+  model and one attempt per request: zwarm writes gemini's settings itself, in the session's
+  own home;
 - zwarm itself runs with a minimal environment (PATH, locale, an isolated HOME and TMPDIR):
   nothing from the caller's environment (real API keys, proxies) reaches an agent.
 
@@ -42,6 +45,7 @@ import psutil
 import pytest
 import tomli_w
 
+from tests.fakes.gemini_api import FAKE_KEY, GEMINI_MODEL, FakeGeminiServer
 from tests.fakes.llm import (
     NO_PROXY,
     FakeLLMServer,
@@ -134,7 +138,11 @@ class GatedMessagesServer(_Gates, FakeMessagesServer):
     """The fake Anthropic Messages API (claude), with gates."""
 
 
-Fake = GatedResponsesServer | GatedMessagesServer
+class GatedGeminiServer(_Gates, FakeGeminiServer):
+    """The fake Gemini API (gemini), with gates."""
+
+
+Fake = GatedResponsesServer | GatedMessagesServer | GatedGeminiServer
 
 
 # --------------------------------------------------------------------------- the world
@@ -210,6 +218,24 @@ class RealWorld:
             env, overrides = codex_setup(srv.base_url, home)
             extra = ["--disable", "plugins", *extra_args]  # no outbound plugin lookups
             cfg = {"command": [exe], "env": env, "extra_args": extra, "config": _nested(overrides)}
+        elif adapter == "gemini":
+            # zwarm writes gemini's settings itself (a home of its own per session): the
+            # table only points it at the fake, with the key in the environment, one attempt
+            srv = self.stack.enter_context(GatedGeminiServer(script))
+            env = {
+                "GOOGLE_GEMINI_BASE_URL": srv.url,
+                "GEMINI_API_KEY": FAKE_KEY,
+                "TMPDIR": str(_made(home / "tmp")),
+                "NO_PROXY": NO_PROXY,
+                "no_proxy": NO_PROXY,
+            }
+            cfg = {
+                "command": [exe],
+                "env": env,
+                "extra_args": list(extra_args),
+                "model": GEMINI_MODEL,
+                "max_attempts": 1,
+            }
         else:
             srv = self.stack.enter_context(GatedMessagesServer(script))
             env = claude_setup(srv.url, home)
@@ -312,6 +338,11 @@ class RealWorld:
         kill_strays(self.tmp)
 
 
+def _made(d: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) pids whose process group is ``pgid``."""
     found = []
@@ -340,7 +371,7 @@ def processes_under(root: Path) -> list[psutil.Process]:
 
 def kill_strays(root: Path) -> None:
     for p in processes_under(root):
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):  # it may exit meanwhile
             os.kill(p.pid, signal.SIGKILL)
 
 

@@ -24,6 +24,9 @@ NAMES = {
     "get_trajectory",
     "wait",
     "end_session",
+    "get_diff",
+    "comment",
+    "merge",
 }
 
 
@@ -89,7 +92,7 @@ def test_python_surface_is_schemas_and_dispatch_over_an_api(zw) -> None:
         ({}, "missing required argument 'task'"),
         ({"task": ""}, "argument 'task' must not be empty"),
         ({"task": 5}, "argument 'task' must be a string, not 5"),
-        ({"task": "x", "adapter": "gemini"}, "argument 'adapter' must be one of claude, codex"),
+        ({"task": "x", "adapter": "grok"}, "argument 'adapter' must be one of claude, codex"),
         ({"task": "x", "timeout": "soon"}, "argument 'timeout' must be a number"),
         ({"task": "x", "timeout": 0}, "argument 'timeout' must be more than 0"),
         ({"task": "x", "timeout": True}, "argument 'timeout' must be a number"),

@@ -22,7 +22,7 @@ import pytest
 from zwarm.agents import jsonl
 from zwarm.agents.claude import events as claude_events
 from zwarm.agents.claude.events import iter_steps, scan_outcome
-from zwarm.model import Status, TurnOutcome, Usage
+from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import KINDS
 
 SAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "samples"
@@ -203,6 +203,7 @@ EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
             model=MODEL,
             usage=Usage(0, 0, 0, 0),
             cost_usd=0.0,
+            reason=Reason.OVERLOADED,  # api_error_status 500
         ),
     ),
     "claude_max_turns.jsonl": (
@@ -757,7 +758,9 @@ RECORDED_EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
     # is_error with subtype "success"; the synthetic API-error text is no final message
     "claude_error_500.jsonl": (
         [msg(REC_500), error(REC_500, True)],
-        rec_outcome(Status.FAILED, None, REC_500, usage=Usage(), cost_usd=0.0),
+        rec_outcome(
+            Status.FAILED, None, REC_500, usage=Usage(), cost_usd=0.0, reason=Reason.OVERLOADED
+        ),
     ),
     # the stream broke, then claude's one non-streaming retry broke too
     "claude_broken_stream.jsonl": (

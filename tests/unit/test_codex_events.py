@@ -21,7 +21,7 @@ import pytest
 from zwarm.agents import jsonl
 from zwarm.agents.codex import events as codex_events
 from zwarm.agents.codex.events import iter_steps, scan_outcome
-from zwarm.model import Status, TurnOutcome, Usage
+from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import KINDS
 
 SAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "samples"
@@ -119,6 +119,7 @@ EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
             status=Status.FAILED,
             error=HIGH_DEMAND,
             agent_session_id="01a1ffe6-6165-7fa3-918c-80d4871f4d92",
+            reason=Reason.OVERLOADED,  # codex's text for a 5xx
         ),
     ),
     "codex_err500_then_ok_with_retries.jsonl": (
@@ -574,7 +575,7 @@ RECORDED_EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
     # a 5xx: codex shows its own text, not the server's; it also printed a non-fatal error event
     "codex_error_500.jsonl": (
         [error(HIGH_DEMAND, False), error(HIGH_DEMAND, True)],
-        TurnOutcome(Status.FAILED, error=HIGH_DEMAND),
+        TurnOutcome(Status.FAILED, error=HIGH_DEMAND, reason=Reason.OVERLOADED),
     ),
     # the text streamed before the cut stays the turn's last message
     "codex_broken_stream.jsonl": (

@@ -123,7 +123,7 @@ def test_bool_is_not_a_number(tmp_path: Path, table: str, key: str) -> None:
         ("[nope]\nx = 1\n", "unknown table [nope]"),
         ("[defaults]\nadaptr = 'codex'\n", "unknown key 'adaptr' in [defaults]"),
         ("defaults = 3\n", "[defaults] must be a table"),
-        ("[defaults]\nadapter = 'gemini'\n", "defaults.adapter must be one of claude, codex"),
+        ("[defaults]\nadapter = 'grok'\n", "defaults.adapter must be one of claude, codex, gemini"),
         ("[defaults]\ncontext = 'full'\n", "defaults.context must be one of"),
         ("[codex]\nsandbox = 'none'\n", "codex.sandbox must be one of"),
         ("[claude]\npermission_mode = 'yolo'\n", "claude.permission_mode must be one of"),

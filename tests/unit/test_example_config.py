@@ -21,7 +21,7 @@ def _shipped(table: str) -> bool:
 def test_example_documents_every_key():
     doc = tomllib.loads(EXAMPLE.read_text())
     tables = {t: keys for t, keys in config.schema().items() if _shipped(t)}
-    assert set(tables) - set(config.SCHEMA) == {"codex", "claude"}
+    assert set(tables) - set(config.SCHEMA) == {"codex", "claude", "gemini"}
     missing = [
         f"{table}.{key}"
         for table, keys in tables.items()

@@ -51,7 +51,7 @@ def test_codex_models(model: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "model", [None, "", "llama3", "mistral-large", "gemini-2.5-pro", "sonnetish", "opus2", "demo"]
+    "model", [None, "", "llama3", "mistral-large", "grok-4", "gemini", "sonnetish", "opus2", "demo"]
 )
 def test_unknown_models_imply_nothing(model: str | None) -> None:
     assert agent_for_model(model) is None
@@ -109,5 +109,5 @@ def test_default_model_picks_adapter(tmp_path: Path) -> None:
 
 
 def test_unknown_adapter(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInput, match="unknown adapter 'gemini'"):
-        api(tmp_path).route("gemini", None)
+    with pytest.raises(InvalidInput, match="unknown adapter 'grok'"):
+        api(tmp_path).route("grok", None)

@@ -24,11 +24,11 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 from zwarm.agents import jsonl
 from zwarm.errors import InvalidInput
-from zwarm.model import TurnOutcome, Usage
+from zwarm.model import Reason, TurnOutcome, Usage
 from zwarm.model.records import AGENT_NAME, AGENT_SESSION_ID
 from zwarm.model.steps import Step
 
@@ -77,11 +77,13 @@ def check_resume_id(value: object) -> str:
 
 
 class Setting(NamedTuple):
-    """One key of an agent's config table: accepted TOML types, default, allowed values."""
+    """One key of an agent's config table: accepted TOML types, default, allowed values, and
+    one line saying what it does (the comment ``zwarm init`` writes above it)."""
 
     types: tuple[type, ...]
     default: Any
     choices: tuple[str, ...] = ()
+    doc: str = ""
 
 
 # Every agent's table has these; ``command`` defaults to the agent's name.
@@ -93,6 +95,7 @@ COMMON_SETTINGS: Mapping[str, Setting] = MappingProxyType(
         "extra_args": Setting((list,), []),
         "env": Setting((dict,), {}),
         "prices": Setting((dict,), {}),
+        "max_running": Setting((int,), 0),  # this agent's sessions running at once; 0 = any
     }
 )
 
@@ -126,6 +129,17 @@ class ConformanceSamples(NamedTuple):
     resumed: tuple[bytes, bytes] | None = None
     resumed_usage: Usage | None = None
     resumed_cost: float | None = None
+
+
+class UsageFeed(Protocol):
+    """Reads a turn's usage while it streams (``Agent.live_usage``): ``feed`` each output line
+    as it is written; ``usage`` is what the turn has used so far, as the agent reports it."""
+
+    usage: Usage | None
+
+    def feed(self, line: bytes) -> bool:
+        """Take one output line; True if ``usage`` changed."""
+        ...
 
 
 class Agent(abc.ABC):
@@ -252,6 +266,12 @@ class Agent(abc.ABC):
         for an agent that reports usage only at the end. One pass, like ``scan_outcome``."""
         return None
 
+    def live_usage(self) -> UsageFeed | None:
+        """A reader of the usage a turn reports while it streams, or None (the default) for an
+        agent that reports usage only when the turn ends: a budget is then enforced at the end
+        of each turn (``zwarm.runtime.watch``)."""
+        return None
+
     def partial_usage(self, source: Any) -> Usage | None:
         """``usage_so_far`` over a turn log in bounded memory, never raising, fit to store."""
 
@@ -286,6 +306,9 @@ class Agent(abc.ABC):
             o.cost_usd = None
         if o.usage is not None:
             o.usage = Usage(*(min(n, _MAX_COUNT) for n in _counts(o.usage)))
+        o.reason = o.reason if isinstance(o.reason, Reason) else None
+        o.retry_after_s = _finite(o.retry_after_s, 7 * 86400)
+        o.reset_at = _finite(o.reset_at, 1e11)
         return o
 
     # ------------------------------------------------------------------ cost
@@ -339,6 +362,12 @@ def _flag_value(args: Iterable[str], flags: tuple[str, ...]) -> str | None:
         elif arg.startswith(tuple(f"{f}=" for f in flags if f.startswith("--"))):
             found = arg.split("=", 1)[1]
     return found or None
+
+
+def _finite(value: Any, most: float) -> float | None:
+    """``value`` if it is a number in (0, ``most``], else None (a plugin's, or a parse's)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) and 0 < value <= most else None
 
 
 def _counts(u: Usage) -> tuple[int, int, int, int]:

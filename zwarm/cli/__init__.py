@@ -9,9 +9,11 @@ Owns argument parsing, exit codes and choosing JSON or human output. Must stay t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -19,6 +21,7 @@ import click
 
 from zwarm.cli.common import get_api as _api
 from zwarm.cli.common import read_task as _read_task
+from zwarm.cli.fleet import fleet_options
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -34,6 +37,13 @@ LAZY_COMMANDS = {
         "Run the built-in orchestrator.",
     ),
     "trust": ("zwarm.cli.trust", "trust_command", "Review and trust this state dir's config."),
+    "resume": ("zwarm.cli.fleet", "resume_command", "Resume a parked session now."),
+    "retry": ("zwarm.cli.fleet", "retry_command", "Run a failed or killed last turn again."),
+    "top": ("zwarm.cli.live", "top_command", "A live table of sessions and what each does now."),
+    "diff": ("zwarm.cli.review", "diff_command", "What a session (or one turn) changed."),
+    "comment": ("zwarm.cli.review", "comment_command", "Review comments for a session's agent."),
+    "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
+    "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
 }
 
 
@@ -52,10 +62,18 @@ class _Group(click.Group):
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(n, c.get_short_help_str(60)) for n, c in self.commands.items()]
+        # the first sentence of each, whole: never cut mid-sentence
+        rows = [(n, c.get_short_help_str(1000)) for n, c in self.commands.items() if not c.hidden]
         rows += [(n, help_) for n, (_, _, help_) in LAZY_COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(sorted(rows))
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:  # --help and --version print here, before invoke
+            return super().parse_args(ctx, args)
+        except BrokenPipeError:
+            _reader_gone()
+            ctx.exit(0)
 
     def invoke(self, ctx: click.Context) -> Any:
         from zwarm.errors import ZwarmError
@@ -63,18 +81,42 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except ZwarmError as e:
-            raise click.ClickException(str(e)) from None
+            from zwarm.cli.text import clean
+
+            raise click.ClickException(clean(str(e), newlines=False)) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except BrokenPipeError:
-            sys.stderr = open("/dev/null", "w")  # noqa: SIM115 - output closed by the reader
+            _reader_gone()
             ctx.exit(0)
         except OSError as e:  # out of fds, inodes or memory for a pipe: one line, no traceback
             where = f" ({e.filename})" if e.filename else ""
             raise click.ClickException(f"{e.strerror or e}{where}") from None
         except MemoryError:
             raise click.ClickException("out of memory") from None
+
+
+def _reader_gone() -> None:
+    """The reader of stdout went away (``| head``): whatever is still buffered, and the flush
+    at exit, go to /dev/null, so the command ends quietly instead of with an error."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    os.close(devnull)
+
+
+@contextlib.contextmanager
+def _reader_may_go() -> Iterator[None]:
+    """Around the output of a command whose exit status is its answer (``wait``): a reader
+    that went away ends the output, not the command, which still exits by its result."""
+    try:
+        yield
+    except BrokenPipeError:
+        _reader_gone()
 
 
 def _emit_json(data: Any) -> None:
@@ -112,7 +154,14 @@ def cli(ctx: click.Context, state_dir: Path | None) -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing config.toml.")
 @click.pass_context
 def init(ctx: click.Context, yes: bool, force: bool) -> None:
-    """Write .zwarm/config.toml with every default (documented in .zwarm.example/)."""
+    """Write .zwarm/config.toml, every key explained in a comment.
+
+    Every key is at its default; with --force an existing file's values are kept.
+
+    \b
+    Example:
+      zwarm init -y
+    """
     api = _api(ctx)
     path = api.config_path
     if not yes and sys.stdin.isatty() and not click.confirm(f"Write {path}?", default=True):
@@ -142,13 +191,34 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
 @click.option("--dangerous", is_flag=True, help="Run the agent with its sandbox/permission bypass.")
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@click.option("--notify", is_flag=True, help="A desktop notification when the session ends.")
+@click.option(
+    "--worktree/--shared",
+    default=None,
+    help="Run in a new git worktree and branch of the repository (default: [defaults] workspace).",
+)
+@click.option("--branch", help="The worktree's new branch (default zwarm/<name or id>).")
+@click.option("--base", help="What the worktree starts from (default: HEAD).")
+@fleet_options
 @json_option
 @click.pass_context
 def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerous: bool,
           **opts: Any) -> None:  # fmt: skip
-    """Start a session with TASK (use - to read it from stdin); prints its id."""
+    """Start a session with TASK in the background; prints its id.
+
+    TASK - reads the task from stdin. With --wait the id is printed first, then the command
+    blocks (showing progress on a terminal) and exits 0 if the turn completed, 1 if not.
+
+    \b
+    Examples:
+      zwarm spawn "add a --verbose flag to cli.py" --name verbose
+      zwarm spawn "write tests for parser.py" -m sonnet -C ~/proj --wait
+      echo "a very long prompt..." | zwarm spawn - --timeout 1800 --notify
+    """
     api = _api(ctx)
     s = api.spawn(_read_task(task), dangerous=dangerous or None, **opts)
+    if wait_ and not as_json:
+        click.echo(s.id)  # first: the wait may be long, and may be interrupted
     _after_start(ctx, api, s.id, 1, wait_, as_json, argv_task=task != "-")
 
 
@@ -183,17 +253,25 @@ def turn_result(ctx: click.Context, session: str, turn: int, as_json: bool) -> N
 
 def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool) -> None:
     from zwarm.api import WAIT_EXIT, row
+    from zwarm.cli import live
 
-    s, _ = api.wait_turn(sid, n)
+    sid = api.resolve(sid)
+    try:
+        with live.progress(api, lambda: [sid]):
+            s, _ = api.wait_turn(sid, n)
+    except KeyboardInterrupt:
+        live.still_running(api, [sid])
+        ctx.exit(130)
     t = s.turns[n - 1]
     r = {**row(s.to_dict()), "turn": n, "status": t.status.value, "error": t.error}
     r["last_message"] = t.final_message if t.final_message is not None else r["last_message"]
-    if as_json:
-        _emit_json(r)
-    else:
-        from zwarm.cli import render
+    with _reader_may_go():
+        if as_json:
+            _emit_json(r)
+        else:
+            from zwarm.cli import render
 
-        render.session_result(r)
+            render.session_result(r)
     ctx.exit(WAIT_EXIT["completed" if t.status.value == "completed" else "failed"])
 
 
@@ -207,33 +285,90 @@ def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool
 @click.pass_context
 def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_: bool,
            context: str | None, timeout: float | None) -> None:  # fmt: skip
-    """Continue SESSION with MESSAGE (- reads stdin); queued if a turn is running."""
+    """Continue SESSION with MESSAGE; queued if a turn is running.
+
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name; MESSAGE -
+    reads the message from stdin. With --wait the command blocks until this turn ends and
+    exits 0 if it completed, 1 if not.
+
+    \b
+    Examples:
+      zwarm inject verbose "also update the README"
+      zwarm inject 3f2a "now fix the tests" --context native --wait
+    """
     api = _api(ctx)
     s, state = api.inject(session, _read_task(message), context=context, timeout=timeout)
     turn = len(s.turns) + (len(s.queue) if state == "queued" else 0)  # queue holds ours
-    if not as_json and not wait_:
-        click.echo(f"{s.id} {state} (turn {turn})")
+    if not as_json:
+        click.echo(f"{s.id} {state} (turn {turn})")  # with --wait: first
+    if not wait_:
         return
     _after_start(ctx, api, s.id, turn, wait_, as_json, argv_task=message != "-")
 
 
-_STATUSES = ["running", "completed", "failed", "killed", "damaged"]
+_STATUSES = ["running", "stalled", "queued", "parked", "completed", "failed", "killed", "damaged"]
 
 
 @cli.command(name="ls")
 @click.option("--status", type=click.Choice(_STATUSES), help="Only sessions in this state.")
+@click.option("--name", "name_", metavar="PATTERN", help="Only names matching (* ? wildcards).")
+@click.option("--adapter", "adapter_", metavar="AGENT", help="Only this agent's sessions.")
+@click.option("--source", metavar="PATTERN", help="Only sessions started by (cli, 'mcp:*'...).")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the N newest.")
+@click.option("--watch", "-w", is_flag=True, help="Refresh live (as zwarm top does).")
 @json_option
 @click.pass_context
-def ls_cmd(ctx: click.Context, status: str | None, as_json: bool) -> None:
-    """List sessions: status, adapter, model, turns, tokens, cost, age, task."""
+def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: str | None,
+           source: str | None, limit: int | None, watch: bool, as_json: bool) -> None:  # fmt: skip
+    """List sessions: status, model, turns, tokens, cost, age, task.
+
+    Oldest first. On a terminal the table fits its width: the less useful columns go first, the task
+    is cut last. A failed session shows why in a word (timeout, exit 3, lost...).
+
+    \b
+    Examples:
+      zwarm ls --status running
+      zwarm ls --source 'orchestrate:*' --limit 20 --json
+    """
     api = _api(ctx)
-    rows = api.sessions(status) if api.store.exists() else []
+
+    def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return _select(rows, name_, adapter_, source, limit)
+
+    if watch:
+        from zwarm.cli import live
+
+        live.top(api, select=select, status=status)
+        return
+    rows = select(api.sessions(status) if api.store.exists() else [])
     if as_json:
         _emit_json(rows)
         return
     from zwarm.cli import render
+    from zwarm.cli.text import terminal_width
 
-    render.session_table(rows, api.env.clock(), color=sys.stdout.isatty())
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    render.session_table(rows, api.env.clock(), color=color, width=terminal_width())
+
+
+def _select(
+    rows: list[dict[str, Any]],
+    name: str | None,
+    adapter: str | None,
+    source: str | None,
+    limit: int | None,
+) -> list[dict[str, Any]]:
+    """The rows matching every filter given (names and sources by glob), the newest
+    ``limit`` of them, still oldest first."""
+    from fnmatch import fnmatchcase
+
+    if name is not None:
+        rows = [r for r in rows if r.get("name") and fnmatchcase(r["name"], name)]
+    if adapter is not None:
+        rows = [r for r in rows if r.get("adapter") == adapter]
+    if source is not None:
+        rows = [r for r in rows if r.get("source") and fnmatchcase(r["source"], source)]
+    return rows[-limit:] if limit else rows
 
 
 @cli.command()
@@ -241,35 +376,80 @@ def ls_cmd(ctx: click.Context, status: str | None, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def show(ctx: click.Context, session: str, as_json: bool) -> None:
-    """A session and each of its turns."""
-    data = _api(ctx).show(session)
+    """A session and each of its turns, in detail.
+
+    Each turn's prompt, times, exit code, usage, error and final answer. SESSION is a session id, a
+    unique prefix of it (4+ characters), or its name. Times are local (ISO 8601 with --json).
+
+    \b
+    Example:
+      zwarm show verbose
+    """
+    api = _api(ctx)
+    data = api.show(session)
     if as_json:
         _emit_json(data)
         return
     from zwarm.cli import render
 
-    render.session_detail(data)
+    render.session_detail(data, api.env.clock())
 
 
 @cli.command()
 @click.argument("session")
 @click.option("--turn", type=int, help="Only this turn.")
 @click.option("--full", is_flag=True, help="Do not shorten long texts and outputs.")
+@click.option("--follow", "-f", is_flag=True, help="Live, across queued turns, until idle.")
 @json_option
 @click.pass_context
-def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool,
+def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool, follow: bool,
                as_json: bool) -> None:  # fmt: skip
-    """What the agent did, step by step."""
-    steps = _api(ctx).trajectory(session, turn)
+    """What the agent did, step by step.
+
+    Messages, reasoning, commands with their exit codes, file changes, tool calls. SESSION is a
+    session id, a unique prefix of it (4+ characters), or its name. With -f the steps are printed as
+    the agent takes them, turn after turn (queued ones too), until the session is idle; Ctrl-C stops
+    following and leaves the session running.
+
+    \b
+    Examples:
+      zwarm trajectory verbose --turn 2 --full
+      zwarm trajectory 3f2a -f
+    """
+    from zwarm.cli import live
+
+    api = _api(ctx)
+    if follow and as_json:
+        sid = api.resolve(session)
+        try:
+            _stream_json_array(live.follow_steps(api, sid, turn), flush=True)
+        except KeyboardInterrupt:
+            live.still_running(api, [sid], "stopped following")
+            ctx.exit(130)
+        return
+    if follow:
+        ctx.exit(live.follow_trajectory(api, session, turn, full))
+    steps = api.trajectory(session, turn)
     if as_json:
         _stream_json_array(steps)
-        return
-    from zwarm.cli import render
+    else:
+        from zwarm.cli import render
 
-    render.steps(steps, full=full)
+        render.steps(steps, full=full, header=live.header(api, session))
+    _exit_problems(ctx, steps.problems)
 
 
-def _stream_json_array(items: Any) -> None:
+def _exit_problems(ctx: click.Context, problems: list[str]) -> None:
+    """After showing what could be read: what could not, one line each on stderr; exit 1."""
+    sys.stdout.flush()
+    for problem in problems:
+        click.echo(f"Error: {problem}", err=True)
+    if problems:
+        ctx.exit(1)
+
+
+def _stream_json_array(items: Any, flush: bool = False) -> None:
+    """A JSON array, one item per line, written as ``items`` come (``flush``: each at once)."""
     out = sys.stdout
     dumps = _compact_dumps()
     out.write("[")
@@ -277,6 +457,8 @@ def _stream_json_array(items: Any) -> None:
     for item in items:
         out.write(dumps(item) if first else "," + dumps(item))
         out.write("\n")
+        if flush:
+            out.flush()
         first = False
     out.write("]\n")
 
@@ -303,14 +485,33 @@ def _compact_dumps() -> Any:
 @cli.command()
 @click.argument("session")
 @click.option("--turn", type=int, help="Turn number (default: the latest).")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing until the turn ends.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing, into queued turns, until idle.")
 @click.pass_context
 def logs(ctx: click.Context, session: str, turn: int | None, follow: bool) -> None:
-    """The raw JSONL the agent printed for a turn."""
+    """The raw JSONL an agent printed for a turn.
+
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name. Piped, the log is
+    copied byte for byte; on a terminal, control characters are removed. For a readable live view:
+    trajectory -f.
+
+    \b
+    Examples:
+      zwarm logs verbose --turn 1 > turn1.jsonl
+      zwarm logs 3f2a -f
+    """
     out = sys.stdout.buffer
-    for chunk in _api(ctx).logs(session, turn, follow):
-        out.write(chunk)
+    chunks = _api(ctx).logs(session, turn, follow)
+    cleaner = None
+    if sys.stdout.isatty():
+        from zwarm.cli.text import ByteCleaner
+
+        cleaner = ByteCleaner()
+    for chunk in chunks:
+        out.write(cleaner.feed(chunk) if cleaner else chunk)
         out.flush()
+    if cleaner:
+        out.write(cleaner.feed(b"", final=True))
+    _exit_problems(ctx, chunks.problems)
 
 
 @cli.command()
@@ -322,23 +523,63 @@ def logs(ctx: click.Context, session: str, turn: int | None, follow: bool) -> No
 @click.pass_context
 def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, any_: bool,
          all_: bool, as_json: bool) -> None:  # fmt: skip
-    """Wait for sessions: exit 0 all completed, 1 any failed or killed, 124 timeout."""
+    """Wait for sessions to finish; the exit status says how.
+
+    Exit status 0: all completed; 1: any failed or was killed; 124: timed out. Each SESSION is a
+    session id, a unique prefix of it (4+ characters), or its name. On a terminal, each running
+    session's time and latest step show while waiting; Ctrl-C stops waiting, never the sessions.
+
+    \b
+    Examples:
+      zwarm wait verbose 3f2a --timeout 600
+      zwarm wait --all --any
+    """
     from zwarm.api import WAIT_EXIT
+    from zwarm.cli import live
 
     if not sessions and not all_:
         raise click.UsageError("give session ids or --all")
-    res = _api(ctx).wait(list(sessions), timeout, any_=any_, all_running=all_)
+    api = _api(ctx)
+    ids = _Ids(api, sessions, all_)
+    try:
+        with live.progress(api, ids):
+            res = api.wait(list(sessions), timeout, any_=any_, all_running=all_)
+    except KeyboardInterrupt:
+        live.still_running(api, ids())
+        ctx.exit(130)
     if not res["statuses"] and not as_json:
         click.echo("no session is running", err=True)
-    if as_json:
-        _emit_json(res)
-    else:
-        for sid, st in res["statuses"].items():
-            click.echo(f"{sid} {st}")
+    with _reader_may_go():
+        if as_json:
+            _emit_json(res)
+        else:
+            for sid, st in res["statuses"].items():
+                click.echo(f"{sid} {st}")
     if res["timed_out"]:
         ctx.exit(WAIT_EXIT["timeout"])
     finished = [res["statuses"][s] for s in res["finished"]]
     ctx.exit(0 if all(st == "completed" for st in finished) else 1)
+
+
+class _Ids:
+    """The sessions a ``wait`` waits for, resolved once (for its progress and its Ctrl-C)."""
+
+    def __init__(self, api: Zwarm, refs: tuple[str, ...], all_: bool) -> None:
+        self.api, self.refs, self.all = api, refs, all_
+        self.ids: list[str] | None = None
+
+    def __call__(self) -> list[str]:
+        if self.ids is None:
+            from zwarm.errors import ZwarmError
+
+            ids = []
+            for ref in self.refs:
+                with contextlib.suppress(ZwarmError):
+                    ids.append(self.api.resolve(ref))
+            if self.all and self.api.has_sessions():
+                ids += [r["id"] for r in self.api.sessions("running")]
+            self.ids = list(dict.fromkeys(ids))
+        return self.ids
 
 
 @cli.command()
@@ -347,7 +588,17 @@ def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, a
 @json_option
 @click.pass_context
 def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: bool) -> None:
-    """Kill sessions: the agent's whole process tree; the session ends killed."""
+    """Kill sessions: each agent's whole process tree.
+
+    The session ends killed, its queued messages dropped. Each SESSION is a session id, a unique
+    prefix of it (4+ characters), or its name. Every one given is tried; each outcome is one line,
+    and the exit status is 1 if any failed.
+
+    \b
+    Examples:
+      zwarm kill verbose 3f2a
+      zwarm kill --all
+    """
     if not sessions and not all_:
         raise click.UsageError("give session ids or --all")
     from zwarm.errors import PartlyFailed
@@ -367,8 +618,10 @@ def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: boo
 
 def _exit_failed(ctx: click.Context, failed: list[Any]) -> None:
     """After a command on several sessions did the rest: each failure on its own line, exit 1."""
+    from zwarm.cli.text import clean
+
     for _, err in failed:
-        click.echo(f"Error: {err}", err=True)
+        click.echo(f"Error: {clean(str(err), newlines=False)}", err=True)
     if failed:
         ctx.exit(1)
 
@@ -381,7 +634,15 @@ def _exit_failed(ctx: click.Context, failed: list[Any]) -> None:
 @click.pass_context
 def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: bool,
        as_json: bool) -> None:  # fmt: skip
-    """Delete sessions and their files."""
+    """Delete sessions and their files.
+
+    Each SESSION is a session id, a unique prefix of it (4+ characters), or its name.
+
+    \b
+    Examples:
+      zwarm rm verbose
+      zwarm rm --finished
+    """
     if not sessions and not finished:
         raise click.UsageError("give session ids or --finished")
     api = _api(ctx)
@@ -410,7 +671,15 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
 )
 @click.pass_context
 def demo(ctx: click.Context, keep: Path | None) -> None:
-    """A tour of zwarm on a built-in scripted agent: no agent CLI or API key needed."""
+    """A tour of zwarm on a built-in scripted agent.
+
+    No agent CLI or API key is needed. It runs in a temporary directory, removed at the end, unless
+    --keep DIR.
+
+    \b
+    Example:
+      zwarm demo --keep /tmp/zwarm-tour
+    """
     from zwarm.cli.demo import run_demo
 
     obj = ctx.find_root().obj or {}

@@ -2,17 +2,24 @@
 
 Owns the demo flow only. It works in a new temporary directory (or ``--keep DIR``, or
 ``--state-dir``) with its own config pointing the codex adapter at ``zwarm.cli.demo_agent``,
-then runs spawn, wait, ls, trajectory, inject, show through the same API and supervisor as
-every other session. It never touches the user's own ``.zwarm/`` config, and leaves nothing
-behind in the current directory: a temporary directory is removed at the end.
+then runs the real commands (spawn, wait, ls, trajectory, inject --wait, show), each as its own
+``zwarm`` process in that directory, so the transcript is exactly what they print. It never
+touches the user's own ``.zwarm/`` config, and leaves nothing behind in the current directory:
+a temporary directory is removed at the end.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import click
+
+TASK = "Summarise this directory in NOTES.md"
+FOLLOW_UP = "Now list what you changed"
 
 
 def run_demo(state_dir: Path | None, keep: Path | None = None) -> int:
@@ -31,37 +38,55 @@ def run_demo(state_dir: Path | None, keep: Path | None = None) -> int:
 
 
 def _tour(root: Path, kept: bool) -> int:
-    from zwarm.api import Zwarm, row
-    from zwarm.cli import render
+    from zwarm.api import Zwarm
     from zwarm.env import Env
 
     work = root.parent
     work.mkdir(parents=True, exist_ok=True)
     api = Zwarm(env=Env(state_dir=root))
     _write_config(api, root)
-    say('zwarm spawn "Summarise this directory in NOTES.md"')
-    s = api.spawn("Summarise this directory in NOTES.md", cwd=work, adapter="codex")
-    click.echo(s.id)
-    say(f"zwarm wait {s.id[:8]}")
-    api.wait([s.id], timeout=60)
-    say("zwarm ls")
-    render.session_table(api.sessions(), api.env.clock(), color=sys.stdout.isatty())
-    say(f"zwarm trajectory {s.id[:8]}")
-    render.steps(api.trajectory(s.id))
-    say(f'zwarm inject {s.id[:8]} "Now list what you changed"')
-    api.inject(s.id, "Now list what you changed")
-    api.wait([s.id], timeout=60)
-    say(f"zwarm show {s.id[:8]}")
-    render.session_detail(api.show(s.id))
-    final = row(api.get(s.id).to_dict())
+    zwarm = _Shell(root, work)
+    sid = zwarm.run("spawn", TASK, capture=True).strip()
+    if len(sid) != 36:
+        return 1
+    short = sid[:8]
+    zwarm.run("wait", short)
+    zwarm.run("ls")
+    zwarm.run("trajectory", short)
+    zwarm.run("inject", short, FOLLOW_UP, "--wait")
+    ok = zwarm.run("show", short, capture=False, check=0)
+    status = api.get(sid).status.value
     if kept:
         click.secho(
             f"\nDemo state is in {root}. Explore it: zwarm --state-dir {root} ls", fg="green"
         )
     else:
-        api.rm([s.id], force=True)
+        api.rm([sid], force=True)
         click.secho("\nDone; the demo's temporary directory is removed (--keep DIR keeps it).")
-    return 0 if final["status"] == "completed" else 1
+    return 0 if status == "completed" and ok == "" else 1
+
+
+class _Shell:
+    """Runs ``zwarm ARGS`` in the demo directory as a user would, showing the command first."""
+
+    def __init__(self, root: Path, work: Path) -> None:
+        self.work = work
+        self.env = {**os.environ, "ZWARM_DIR": str(root)}
+
+    def run(self, *args: str, capture: bool = False, check: int | None = None) -> str:
+        say("zwarm " + " ".join(shlex.quote(a) for a in args))
+        sys.stdout.flush()
+        res = subprocess.run(
+            [sys.executable, "-m", "zwarm", *args],
+            cwd=self.work,
+            env=self.env,
+            stdout=subprocess.PIPE if capture else None,
+            text=True,
+        )
+        if capture:
+            click.echo(res.stdout, nl=False)
+            return str(res.stdout)
+        return "" if check is None or res.returncode == check else f"exit {res.returncode}"
 
 
 def _forget_trust(root: Path) -> None:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zwarm.model import Session, Status, Usage
+from zwarm.model import Session, Usage
 
 if TYPE_CHECKING:
+    from zwarm.agents.base import UsageFeed
     from zwarm.api import Zwarm
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.model.steps import Step
@@ -123,12 +124,18 @@ def follow(
     api: Zwarm, sid: str, only_turn: int | None = None, poll_s: float = 0.1
 ) -> Iterator[Step | TurnEnd]:
     """The session's steps (numbered as ``Zwarm.trajectory`` numbers them), live: every turn
-    from the first (or only ``only_turn``), then each queued turn as it starts, until the
-    session is idle (no turn running, none queued). A ``TurnEnd`` follows each turn."""
+    from the first (or only ``only_turn``), then each turn that starts after them, until the
+    session is idle (finished: no turn active, none to come). A ``TurnEnd`` follows each turn."""
     s = api.get(sid)
     mgr = api.reader(s.adapter)
     n, index = only_turn or 1, 0
-    while n <= len(s.turns):
+    while True:
+        if n > len(s.turns):
+            if only_turn is not None or s.status.finished:
+                return
+            time.sleep(poll_s)  # between turns: the next one is about to begin
+            s = api.get(sid)
+            continue
         log = LiveLog(api.store.turn_path(sid, n), _ender(api, sid, n), poll_s)
         try:
             for step in mgr.iter_steps(log):
@@ -147,22 +154,32 @@ def follow(
 def _ender(api: Zwarm, sid: str, n: int) -> Callable[[], bool]:
     def ended() -> bool:
         s = api.get(sid)
-        return n > len(s.turns) or s.turns[n - 1].status is not Status.RUNNING
+        return n > len(s.turns) or s.turns[n - 1].status.finished
 
     return ended
 
 
 class TurnWatch:
     """What a running turn is doing now, read incrementally: the latest step and the tokens
-    its log reported so far. ``poll`` reads what was appended since the last call."""
+    its log reported so far. ``poll`` reads what was appended since the last call; each line
+    goes once to the agent's live usage reader (``Agent.live_usage``), and the turn's final
+    usage is taken from its terminal event when it comes."""
 
     def __init__(self, mgr: BaseSessionManager, path: Path) -> None:
         self.mgr = mgr
         self.path = path
         self.pos: int | None = None  # None: not started (the log may not exist yet)
         self.latest: Step | None = None
-        self.usage: Usage | None = None  # this turn's, as its log reported so far
+        self.final: Usage | None = None  # the terminal event's: the whole turn's
+        self.feed: UsageFeed | None = _live_usage(mgr)
         self._skipping = False
+
+    @property
+    def usage(self) -> Usage | None:
+        """This turn's usage as its log reported it so far (None: nothing reported yet)."""
+        if self.final is not None:
+            return self.final
+        return self.feed.usage if self.feed is not None else None
 
     def poll(self) -> None:
         fd = _open(self.path)
@@ -187,8 +204,9 @@ class TurnWatch:
             tail = os.pread(fd, TAIL_BYTES, start)
             cut = tail.find(b"\n") + 1  # the tail starts at a line boundary
             self.pos = start + cut
-            with os.fdopen(os.dup(fd), "rb") as f:
-                self._usage(self.mgr.scan_outcome(_Bounded(f, self.pos)))
+            if self.feed is not None:
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    self._feed(_Bounded(f, self.pos))
             self._take(tail[cut:])
             return
         self._take(os.pread(fd, size, 0))
@@ -208,20 +226,33 @@ class TurnWatch:
             return
         self.pos += end
         lines = data[:end].splitlines(keepends=True)
-        self._usage(self.mgr.scan_outcome(lines))
+        self._feed(lines)
+        o = self.mgr.scan_outcome(lines)
+        if o.status is not None and o.usage is not None:
+            self.final = o.usage
         for step in self.mgr.iter_steps(_last_bytes(lines, TAIL_BYTES)):
             if step.get("kind") != "reasoning" or self.latest is None:
                 self.latest = step
 
-    def _usage(self, o: Any) -> None:
-        """A terminal event reports the whole turn's usage; other usage a parser reports for
-        a stretch of log is that stretch's own, and adds up."""
-        if o.usage is None:
+    def _feed(self, source: Any) -> None:
+        from zwarm.agents import jsonl
+
+        if self.feed is None:
             return
-        if o.status is not None or self.usage is None:
-            self.usage = o.usage
-        else:
-            self.usage = self.usage + o.usage
+        for line in jsonl.read_lines(source):
+            if isinstance(line, bytes):
+                try:
+                    self.feed.feed(line)
+                except Exception:  # a plugin's reader: the usage shown stays as it was
+                    self.feed = None
+                    return
+
+
+def _live_usage(mgr: BaseSessionManager) -> UsageFeed | None:
+    try:
+        return mgr.agent.live_usage()
+    except Exception:  # a plugin's: no live usage, never a broken view
+        return None
 
 
 def _last_bytes(lines: list[bytes], limit: int) -> list[bytes]:
@@ -252,14 +283,18 @@ class _Bounded:
 
 
 def tokens_so_far(s: Session, watch: TurnWatch | None) -> int:
-    """The session's tokens: its finished turns' (as recorded) plus what the running turn's
-    log reported so far (a native resume's cumulative report made a delta)."""
-    total = sum(t.usage.total_tokens for t in s.turns if t.status is not Status.RUNNING)
-    if watch is None or watch.usage is None:
-        return total
-    live = watch.usage
+    """The session's tokens: every turn's as recorded, but for a turn still active what its
+    log reported so far when that is known (a native resume's cumulative report made a
+    delta)."""
     t = s.current
-    if t is not None and t.context == "native" and watch.mgr.usage_cumulative_on_resume:
+    active = t is not None and not t.status.finished
+    total = sum(x.usage.total_tokens for x in (s.turns[:-1] if active else s.turns))
+    if t is None or not active:
+        return total
+    live = watch.usage if watch is not None else None
+    if live is None:
+        return total + t.usage.total_tokens
+    if t.context == "native" and watch is not None and watch.mgr.usage_cumulative_on_resume:
         prev = [p.reported_usage for p in s.turns[:-1] if p.reported_usage is not None]
         if prev:
             live = live.minus(prev[-1])

@@ -40,6 +40,10 @@ def tools_command(fmt: str) -> None:
     """Print the orchestrator tool schemas (JSON), for your own LLM loop.
 
     Run them with zwarm.orchestrator.tools.dispatch(name, arguments, api=zwarm.api.Zwarm()).
+
+    \b
+    Example:
+      zwarm tools --format anthropic > tools.json
     """
     from zwarm.orchestrator.tools import schemas
 
@@ -58,9 +62,13 @@ def _need(module: str, extra: str, command: str) -> None:
 def mcp_command(ctx: click.Context) -> None:
     """Serve zwarm's orchestrator tools over MCP on stdin/stdout.
 
-    Register it with an MCP client, e.g. `claude mcp add zwarm -- zwarm mcp` or
-    `codex mcp add zwarm -- zwarm mcp`. Sessions it starts are marked with source
+    Register it with an MCP client. Sessions it starts are marked with source
     mcp:<client name>.
+
+    \b
+    Examples:
+      claude mcp add zwarm -- zwarm mcp
+      codex mcp add zwarm -- zwarm mcp
     """
     _need("mcp", "mcp", "mcp")
     api = get_api(ctx)
@@ -104,6 +112,11 @@ def orchestrate_command(
     with TASK as a follow-up instruction if given. TASK - reads stdin.
 
     Exit status: 0 finished, 1 error, 3 stopped by the step limit or a budget, 130 interrupted.
+
+    \b
+    Examples:
+      zwarm orchestrate "add a --verbose flag and tests; verify the suite passes" -m gpt-5
+      zwarm orchestrate --resume last "now also update the changelog"
     """
     _need("openai", "orchestrate", "orchestrate")
     from zwarm.orchestrator import guard
@@ -128,7 +141,9 @@ def _report(run: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(run.to_dict(), ensure_ascii=False, separators=(",", ":")))
     elif run.status == "finished":
-        click.echo(run.summary or "(the orchestrator finished without a summary)")
+        from zwarm.cli.text import clean
+
+        click.echo(clean(run.summary or "(the orchestrator finished without a summary)"))
     lines = [] if run.status == "finished" else [f"stopped: {run.stop_reason}"]
     running = [s["id"] for s in run.sessions if s["status"] == "running"]
     if running:  # finished or not, the user must know what it left running

@@ -24,8 +24,25 @@ from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
 from zwarm.model.steps import Step
 
-_COLORS = {"running": "33", "completed": "32", "failed": "31", "killed": "35", "damaged": "41;37"}
-_STYLES = {"running": "yellow", "completed": "green", "failed": "red", "killed": "magenta"}
+_COLORS = {
+    "running": "33",
+    "stalled": "33;1",
+    "queued": "36",
+    "parked": "36",
+    "completed": "32",
+    "failed": "31",
+    "killed": "35",
+    "damaged": "41;37",
+}
+_STYLES = {
+    "running": "yellow",
+    "stalled": "bold yellow",
+    "queued": "cyan",
+    "parked": "cyan",
+    "completed": "green",
+    "failed": "red",
+    "killed": "magenta",
+}
 _SHORT_LINES = 12
 _SHORT_CHARS = 1200
 
@@ -126,6 +143,15 @@ _REASONS = {
     "timeout": "timeout",
     "supervisor_lost": "lost",
     "start_failed": "no start",
+    "setup_failed": "setup",
+    "rate_limited": "rate limit",
+    "usage_limit": "usage limit",
+    "overloaded": "overloaded",
+    "auth_failed": "auth",
+    "context_overflow": "context full",
+    "budget_exceeded": "budget",
+    "stalled": "stalled",
+    "dependency_failed": "dependency",
 }
 
 
@@ -146,6 +172,7 @@ def short_reason(r: dict[str, Any]) -> str:
 _COLUMNS = (
     ("ID", None),
     ("NAME", 8),
+    ("BRANCH", 1),  # shown only when a session has one (a worktree)
     ("STATUS", None),
     ("ADAPTER", 2),
     ("MODEL", 4),
@@ -158,6 +185,7 @@ _COLUMNS = (
 )
 # What is done, in order, while the table is too wide: (column, shrink to width, or 0: drop).
 _SQUEEZE = (
+    ("BRANCH", 16),
     ("SOURCE", 12),
     ("MODEL", 16),
     ("NAME", 14),
@@ -168,6 +196,7 @@ _SQUEEZE = (
     ("MODEL", 0),
     ("TOKENS", 0),
     ("NAME", 8),
+    ("BRANCH", 0),
     ("AGE", 0),
     ("NAME", 0),
 )
@@ -188,6 +217,8 @@ def session_table(
     header = [h for h, _ in _COLUMNS]
     table = [header] + [_cells(r, now) for r in rows]
     widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
+    if not any(r.get("branch") for r in rows):
+        del widths["BRANCH"]
     shown = _fit(widths, width)
     lines = []
     for k, row in enumerate(table):
@@ -233,6 +264,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
     status = r["status"]
     if status == "failed":
         status += f" ({short_reason(r)})"
+    status += fleet_note(r, now)
     if r.get("queued"):
         status += f" +{len(r['queued'])}q"
     if r.get("dangerous"):
@@ -241,6 +273,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
     return [
         r["id"][:8],
         oneline(r.get("name") or "-", 20),
+        oneline(r.get("branch") or "-", 32),
         status,
         oneline(r.get("adapter") or "-", 16),
         oneline(r.get("model") or "default", 24),
@@ -251,6 +284,26 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         oneline(r.get("source") or "-", 28),
         oneline(task, 400),
     ]
+
+
+def fleet_note(r: dict[str, Any], now: float) -> str:
+    """What a waiting or stalled row adds to its status: ``#2 after 3f2a1b2c`` (its place in
+    the queue, what it waits for), ``until 15:00`` (parked), ``4m`` (stalled: silent since)."""
+    status = r["status"]
+    if status == "queued":
+        place = f" #{r['queue_position']}" if r.get("queue_position") else ""
+        waits = r.get("waiting_for") or []
+        return place + (" after " + ",".join(w[:8] for w in waits) if waits else "")
+    if status == "parked" and r.get("parked_until"):
+        t = _seconds(r["parked_until"])
+        if t is None:
+            return ""
+        same_day = time.localtime(t)[:3] == time.localtime(now)[:3]
+        day = "" if same_day else "%a "
+        return " until " + time.strftime(day + "%H:%M", time.localtime(t))
+    if status == "stalled" and r.get("quiet_since"):
+        return " " + fmt_age(r["quiet_since"], now)
+    return ""
 
 
 # ---------------------------------------------------------------------- rich output
@@ -307,12 +360,61 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         c.print(f"permissions {esc(d['permissions'], False)}")
     if d.get("agent_session_id"):
         c.print(f"agent session {esc(d['agent_session_id'], False)}")
+    _workspace(c, d)
+    _fleet(c, d, now)
     if d.get("error"):
         c.print(f"[red]error:[/] {esc(d['error'])}")
     for q in d.get("queued") or []:
         c.print(f"[yellow]queued:[/] {esc(oneline(q, 100))}")
     for t in d.get("turns_detail", []):
         _turn(c, t, now)
+
+
+def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
+    """Its group, priority, budget and what it runs after; why it waits, if it does."""
+    parts = []
+    if d.get("group"):
+        parts.append(f"group {esc(d['group'], False)}")
+    if d.get("priority"):
+        parts.append(f"priority {d['priority']}")
+    if d.get("max_cost_usd") is not None:
+        parts.append(f"budget {fmt_cost(d['max_cost_usd'], None)}")
+    if d.get("max_tokens") is not None:
+        parts.append(f"budget {fmt_tokens(d['max_tokens'])} tokens")
+    if d.get("after"):
+        parts.append("after " + ", ".join(a[:8] for a in d["after"]))
+    if parts:
+        c.print("  ".join(parts))
+    note = fleet_note(d, now).strip()
+    if d["status"] in ("queued", "parked", "stalled") and (note or d.get("wait")):
+        said = " ".join(filter(None, [note, d.get("wait")]))
+        c.print(f"[cyan]{esc(d['status'])}:[/] {esc(said)}")
+
+
+def fmt_changes(ch: dict[str, Any] | None) -> str:
+    if not ch:
+        return "-"
+    n = ch.get("files", 0)
+    return f"{n} file{'' if n == 1 else 's'} +{ch.get('added', 0)} -{ch.get('removed', 0)}"
+
+
+def _workspace(c: Any, d: dict[str, Any]) -> None:
+    """The session's repository, worktree and branch, what it changed, its open comments."""
+    ws = d.get("workspace")
+    if ws:
+        where = f"repo {esc(ws['repo'], False)}"
+        if ws["mode"] == "worktree":
+            gone = " (removed)" if ws.get("removed") else ""
+            base = (ws.get("base") or "")[:12]
+            where += f"  worktree {esc(ws['tree'], False)}{gone}  branch "
+            where += f"{esc(ws.get('branch'), False)}  base {base}"
+        c.print(where)
+    if d.get("changes"):
+        c.print(f"changes {fmt_changes(d['changes'])}")
+    for k in d.get("comments") or []:
+        if k.get("sent_turn") is None:
+            text = esc(oneline(k.get("text"), 200))
+            c.print(f"[yellow]comment {k['id']}:[/] {esc(k['path'], False)}:{k['line']} {text}")
 
 
 def _turn(c: Any, t: dict[str, Any], now: float) -> None:
@@ -331,6 +433,8 @@ def _turn(c: Any, t: dict[str, Any], now: float) -> None:
         f"cost {fmt_cost(t.get('cost_usd'), None)}[/]"
     )
     c.print(f"[cyan]prompt:[/] {esc(oneline(t.get('message'), 300))}")
+    if t.get("changes"):
+        c.print(f"[blue]changes:[/] {fmt_changes(t['changes'])}")
     if t.get("error"):
         c.print(f"[red]error:[/] {esc(t['error'])}")
     if t.get("final_message"):
@@ -339,30 +443,31 @@ def _turn(c: Any, t: dict[str, Any], now: float) -> None:
 
 # ---------------------------------------------------------------------- trajectories
 def trajectory_header(d: dict[str, Any], live_tokens: int | None = None) -> str:
-    """One line naming the session: id, name, adapter, model, status, turns, tokens."""
+    """Two short lines naming the session: its id and name; then its adapter, model, status,
+    turns and tokens (so far, for an active session: ``live_tokens`` when known)."""
     name = f" ({esc(oneline(d.get('name'), 40))})" if d.get("name") else ""
     total = (d.get("usage") or {}).get("total_tokens")
-    running = d.get("status") == "running"
-    if running and live_tokens is not None:
+    active = d.get("status") not in (None, "completed", "failed", "killed", "damaged")
+    if active and live_tokens is not None:
         total = live_tokens
-    tokens = f"{fmt_tokens(total)} tokens" + (" so far" if running else "")
+    tokens = f"{fmt_tokens(total)} tokens" + (" so far" if active else "")
     n = d.get("turns", 0)
+    queued = len(d.get("queued") or [])
     parts = [
-        f"[bold]session {d['id']}[/]{name}",
         esc(d.get("adapter") or "-"),
         esc(oneline(d.get("model") or "default", 40)),
         status_markup(d.get("status") or "-"),
-        f"{n} turn{'s' if n != 1 else ''}",
+        f"{n} turn{'s' if n != 1 else ''}" + (f" (+{queued} queued)" if queued else ""),
         tokens,
     ]
-    return " · ".join(parts)
+    return f"[bold]session {d['id']}[/]{name}\n" + " · ".join(parts)
 
 
 def steps(items: Iterable[Step], full: bool = False, header: str | None = None) -> None:
     """Print steps as they stream in (a 200 MB log never sits in memory)."""
     c = console()
     if header:
-        c.print(header)
+        c.print(header, soft_wrap=True)
     turn = None
     for s in items:
         if s.get("turn") != turn:

@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import unicodedata
+from typing import TextIO
 
 # ESC-introduced sequences, and the 8-bit CSI/OSC/DCS forms. A string sequence (OSC, DCS...)
 # runs to BEL or ST (ESC \), or to the end of the text if unterminated.
@@ -33,6 +34,7 @@ _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 _CONTROL = re.compile(f"[{_CONTROLS}]")
 _BREAKS = re.compile("\r\n|[\t\n\r\x0b\x0c]")  # become one space in one-line text
 _NEEDS_CLEANING = re.compile(f"[{_CONTROLS}]")
+_SHOWN = re.compile(f"[{_CONTROLS}\t\n]")
 
 
 def clean(text: object, newlines: bool = True) -> str:
@@ -48,6 +50,15 @@ def clean(text: object, newlines: bool = True) -> str:
     if not _NEEDS_CLEANING.search(s):
         return s
     return _CONTROL.sub("", _ESCAPES.sub("", s))
+
+
+def visible(text: object) -> str:
+    """``text`` with every control character, escape and bidi override shown as a ``\\uXXXX``
+    escape instead of removed: for what a user must see exactly (``zwarm trust``'s review)."""
+    s = text if isinstance(text, str) else str(text)
+    if s.isprintable():
+        return s
+    return _SHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
 
 
 def oneline(text: object, width: int | None = None) -> str:
@@ -92,7 +103,7 @@ def pad(s: str, width: int) -> str:
     return s + " " * max(0, width - cells(s))
 
 
-def terminal_width(stream: object = None) -> int | None:
+def terminal_width(stream: TextIO | None = None) -> int | None:
     """The width to fit output to: ``$COLUMNS`` if set, else the terminal's (of ``stream``,
     default stdout), else None (not a terminal: do not fit)."""
     env = os.environ.get("COLUMNS", "")
@@ -100,8 +111,8 @@ def terminal_width(stream: object = None) -> int | None:
         return int(env)
     out = stream if stream is not None else sys.stdout
     try:
-        if out.isatty():  # type: ignore[attr-defined]
-            return os.get_terminal_size(out.fileno()).columns  # type: ignore[attr-defined]
+        if out.isatty():
+            return os.get_terminal_size(out.fileno()).columns
     except (AttributeError, OSError, ValueError):
         pass
     return None

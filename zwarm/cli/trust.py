@@ -36,10 +36,16 @@ def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: b
 
     zwarm uses a security-relevant setting (in an agent's table every key but model and
     prices: command, env, extra_args, config, sandbox, permission_mode, dangerous;
-    [orchestrator] base_url, api_key_env; [tools] allowed_roots) that differs from the
-    default only from a config.toml you trusted, and only until it changes. A state dir that
-    is not yours, is group/world-writable or is a symlink is refused until allowed here.
-    Trust is kept in $XDG_CONFIG_HOME/zwarm/trust.json (default ~/.config/zwarm/trust.json).
+    [orchestrator] base_url, api_key_env; [tools] allowed_roots; [hooks] on_finish, on_fail)
+    that differs from the default only from a config.toml you trusted, and only until it
+    changes. A state dir that is not yours, is group/world-writable or is a symlink is refused
+    until allowed here. Trust is kept in $XDG_CONFIG_HOME/zwarm/trust.json (default
+    ~/.config/zwarm/trust.json).
+
+    \b
+    Examples:
+      zwarm trust            # shows what you would trust, then asks
+      zwarm trust --list
     """
     if list_ and (revoke or state_dir_only or yes):
         raise click.UsageError("--list takes no other option but --json")
@@ -57,7 +63,10 @@ def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: b
     if plan.empty:
         why = "" if state_dir_only else " and has no config.toml"
         raise InvalidInput(f"nothing to trust: {plan.state_dir} is yours and safe{why}")
-    click.echo("\n".join(_describe(plan)), err=as_json)  # --json: stdout is the result only
+    from zwarm.cli.text import visible  # what is trusted is shown exactly, never interpreted
+
+    review = "\n".join(visible(line) for line in _describe(plan))
+    click.echo(review, err=as_json)  # --json: stdout is the result only
     _confirm(yes, env)
     trust_plan.apply(plan, env.environ)
     done = [f"allowed {plan.dir.path}"] if plan.dir is not None else []
@@ -116,4 +125,6 @@ def _emit(as_json: bool, data: Any, lines: list[str]) -> None:
     if as_json:
         click.echo(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
     else:
-        click.echo("\n".join(lines))
+        from zwarm.cli.text import visible
+
+        click.echo("\n".join(visible(line) for line in lines))

@@ -33,14 +33,21 @@ TIMEOUT_S = 600.0
 LOCK_RETRIES = 20
 _LOCKED = re.compile(rb"Unable to create '[^']*\.lock'|cannot lock ref|\.lock': File exists")
 HARDENED = (
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.fsmonitor=false",
-    "-c", "core.untrackedCache=false",
-    "-c", "gc.auto=0",
-    "-c", "maintenance.auto=false",
-    "-c", "core.quotePath=false",
-    "-c", "diff.external=",
-)  # fmt: skip
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.untrackedCache=false",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "core.quotePath=false",
+    "-c",
+    "diff.external=",
+)
 IDENTITY = {
     "GIT_AUTHOR_NAME": "zwarm",
     "GIT_AUTHOR_EMAIL": "zwarm@localhost",
@@ -177,8 +184,11 @@ def resolve_commit(ref: str, cwd: str | Path, env: Mapping[str, str]) -> str:
     """The commit id ``ref`` names in the repository at ``cwd``; ``GitError`` if none."""
     proc = run(
         ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
-        cwd, env, check=False, hardened=True,
-    )  # fmt: skip
+        cwd,
+        env,
+        check=False,
+        hardened=True,
+    )
     sha = proc.stdout.decode("ascii", "replace").strip()
     if proc.returncode != 0 or not SHA.match(sha):
         raise GitError(f"{ref!r} does not name a commit in {cwd}", ["rev-parse"])
@@ -197,9 +207,12 @@ def check_branch(name: str, cwd: str | Path, env: Mapping[str, str]) -> str:
 
 def branch_exists(name: str, cwd: str | Path, env: Mapping[str, str]) -> bool:
     proc = run(
-        ["show-ref", "--verify", "--quiet", f"refs/heads/{name}"], cwd, env, check=False,
+        ["show-ref", "--verify", "--quiet", f"refs/heads/{name}"],
+        cwd,
+        env,
+        check=False,
         hardened=True,
-    )  # fmt: skip
+    )
     return proc.returncode == 0
 
 
@@ -209,8 +222,11 @@ def neutral_filters(cwd: str | Path, env: Mapping[str, str]) -> list[str]:
     a command. (Snapshots then store the files as they are on disk.)"""
     proc = run(
         ["config", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"],
-        cwd, env, check=False, hardened=True,
-    )  # fmt: skip
+        cwd,
+        env,
+        check=False,
+        hardened=True,
+    )
     opts: list[str] = []
     for name in proc.stdout.decode("utf-8", "surrogateescape").splitlines():
         if name.startswith("filter.") and "\n" not in name:

@@ -13,35 +13,57 @@ or signals a process itself. Must stay true:
   launch pin and the trusted config, never from meta.json (``agent_launch``);
 - a turn marked ``running`` whose launcher is not verifiably alive is reconciled to ``failed``
   (``supervisor_lost``) on the next read, and whatever still carries its marker is stopped;
-- per-turn usage and cost are deltas; session totals are sums of turn figures.
+- per-turn usage and cost are deltas; session totals are sums of turn figures;
+- a turn that would make a session run while caps are configured (or that waits for other
+  sessions) is made ``queued`` and started only by the scheduler (``engine.scheduler``), under
+  its lock; a turn that ends past the session's budget ends ``budget_exceeded`` and nothing
+  queued after it starts (``engine.limits``).
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from zwarm.agents.base import Agent, AgentOptions
 from zwarm.config import Config
-from zwarm.engine import transitions
+from zwarm.engine import limits, transitions
+from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
 from zwarm.env import Env, parse_iso
-from zwarm.errors import InvalidInput, SessionStateError, StoreError
-from zwarm.model import QueuedMessage, Reason, Session, Status, Turn, TurnOutcome, Usage
+from zwarm.errors import InvalidInput, SessionStateError, StoreError, ZwarmError
+from zwarm.model import (
+    ACTIVE,
+    RUNS,
+    QueuedMessage,
+    Reason,
+    Session,
+    Status,
+    Turn,
+    TurnOutcome,
+    Usage,
+)
+from zwarm.model.records import Changes, Workspace
 from zwarm.model.steps import Step
 from zwarm.runtime import get_launcher, procs
 from zwarm.runtime.launcher import Launcher
 from zwarm.store import Store, pins, write_private
-from zwarm.store.files import open_read
+from zwarm.store.files import open_append, open_read, read_file
+
+if TYPE_CHECKING:
+    from zwarm.engine import scheduler as scheduler_mod
 
 TASK_PREVIEW_CHARS = 4000
 MESSAGE_KEEP_CHARS = 16000
 MODEL_CHARS = 200
 START_GRACE_S = 15.0
+PROMPT_MAX_BYTES = 64 * 1024 * 1024  # a turn's prompt file read back to run it again
 
 
 class BaseSessionManager(abc.ABC):
@@ -117,22 +139,29 @@ class BaseSessionManager(abc.ABC):
         context: str = "summary",
         source: str = "cli",
         dangerous: bool = False,
+        workspace: ws_mod.Plan | ws_mod.Found | None = None,
+        notify: bool = False,
+        fleet: limits.Fleet | None = None,
     ) -> Session:
-        """Create a session and start its first turn (the launcher runs it detached)."""
+        """Create a session and start its first turn (the launcher runs it detached). With a
+        worktree ``workspace`` plan, its worktree is made first (and removed if this fails)."""
         now = self.env.now_iso()
         sid = self.store.new_id()
-        s = self._new_session(sid, task, cwd, now, model, name, context, source, dangerous)
-        transitions.begin(s, _first_turn(task, now, timeout))
-        self.store.ensure()
-        root = os.path.realpath(self.store.root)
-        pins.write(self.env.environ, pins.Pin(sid, root, self.name, str(cwd), dangerous))
-        self.store.create(s, task.encode("utf-8", "surrogateescape"))
-        if name:  # claimed after create: a claim whose session dir is missing counts as stale
-            try:
-                self.store.claim_name(name, sid)
-            except BaseException:
-                self.store.remove(sid, None)
-                raise
+        ws, cwd = self._workspace(workspace, sid, name, cwd)
+        try:
+            s = self._new_session(sid, task, cwd, now, model, name, context, source, dangerous)
+            s.workspace = ws
+            s.notify = notify  # a desktop notification when it ends (runtime.hooks)
+            transitions.begin(s, _first_turn(task, now, timeout))
+            limits.settle(s, fleet or limits.Fleet(), self.config)
+            if self._must_queue(s):  # created queued; the scheduler starts it (or not yet)
+                return self.scheduler().admit_new(s, lambda: self._create(s, task, name, dangerous))
+            self._create(s, task, name, dangerous)
+        except BaseException:
+            if ws is not None and ws.mode == "worktree":
+                with contextlib.suppress(ZwarmError):
+                    ws_mod.remove(ws, self.env.environ)
+            raise
         try:
             with self.store.transaction(sid) as s:
                 self._start(s, s.turns[0])
@@ -140,6 +169,31 @@ class BaseSessionManager(abc.ABC):
             self.store.release_name(name, sid)
             raise
         return s
+
+    def _workspace(
+        self, plan: ws_mod.Plan | ws_mod.Found | None, sid: str, name: str | None, cwd: Path
+    ) -> tuple[Workspace | None, Path]:
+        """The session's workspace record, and where its agent runs (in a new worktree)."""
+        if isinstance(plan, ws_mod.Plan):
+            ws = ws_mod.create(plan, sid, name, self.env.environ)
+            return ws, ws_mod.session_cwd(ws, plan.found.rel)
+        if isinstance(plan, ws_mod.Found):
+            return Workspace("shared", str(plan.repo), str(plan.tree)), cwd
+        return None, cwd
+
+    def _create(self, s: Session, task: str, name: str | None, dangerous: bool) -> None:
+        """Pin the session's launch facts, then write it (and claim its name)."""
+        self.store.ensure()
+        root = os.path.realpath(self.store.root)
+        pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, workspace=s.workspace)
+        pins.write(self.env.environ, pin)
+        self.store.create(s, task.encode("utf-8", "surrogateescape"))
+        if name:  # claimed after create: a claim whose session dir is missing counts as stale
+            try:
+                self.store.claim_name(name, s.id)
+            except BaseException:
+                self.store.remove(s.id, None)
+                raise
 
     def _new_session(
         self,
@@ -190,12 +244,16 @@ class BaseSessionManager(abc.ABC):
         with self.store.transaction(sid) as s:
             self._reconcile_locked(s)
             now = self.env.now_iso()
+            message = _with_comments(s, message)
             native = (context or s.context_mode) == "native"
             s.queue.append(QueuedMessage(message, "native" if native else "summary", now, timeout))
             s.updated_at = now
-            if s.status is not Status.RUNNING:
-                self._start(s, self._begin_next(s))
-        return s, "queued" if s.queue else "started"
+            waiting = False
+            if s.status not in ACTIVE:
+                waiting = self._admit(s, self._begin_next(s))
+        if waiting:
+            self.scheduler().run()
+        return s, "queued" if s.queue or waiting else "started"
 
     def _begin_next(self, s: Session) -> Turn:
         """Pop the first queued message into a new running turn (prompt written). Lock held."""
@@ -222,6 +280,28 @@ class BaseSessionManager(abc.ABC):
         except OSError as e:
             why = f"could not start the turn's supervisor: {e.strerror or e}"
             transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.START_FAILED, why)
+
+    def _admit(self, s: Session, t: Turn) -> bool:
+        """Start just-begun turn ``t`` of a session that was not running, or, while caps are
+        configured, hold it queued for the scheduler (run a pass once the lock is released).
+        Whether it was queued. Lock held."""
+        if not self._must_queue(s):
+            self._start(s, t)
+            return False
+        transitions.defer(s, t, self.env.now_iso())
+        self.scheduler().mark(s.id)
+        return True
+
+    def _must_queue(self, s: Session) -> bool:
+        from zwarm.engine import scheduler as scheduler_mod
+
+        return scheduler_mod.capped(self.config) or (len(s.turns) == 1 and bool(s.after))
+
+    def scheduler(self) -> scheduler_mod.Scheduler:
+        """The state dir's scheduler (``engine.scheduler``), with this manager's config."""
+        from zwarm.engine import scheduler as scheduler_mod
+
+        return scheduler_mod.Scheduler(self.store, self.config, self.env)
 
     def launcher(self, t: Turn) -> Launcher:
         if t.launcher not in self._launchers:
@@ -305,6 +385,10 @@ class BaseSessionManager(abc.ABC):
             )
         if pin.adapter != s.adapter or pin.cwd != s.cwd:
             raise StartRefused("meta.json disagrees with the session's launch record: refused")
+        if not ws_mod.same(pin.workspace, s.workspace):
+            raise StartRefused(
+                "meta.json disagrees with the session's launch record about its workspace: refused"
+            )
         resume = s.agent_session_id if t.context == "native" else None
         opts = dataclasses.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass)
         env = self.agent_env()
@@ -316,14 +400,122 @@ class BaseSessionManager(abc.ABC):
         """Record that turn ``t``'s agent could not be started (lock held)."""
         transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.START_FAILED, why)
 
-    def finish_turn(self, sid: str, n: int, returncode: int, timed_out: bool) -> Turn | None:
-        """Record turn ``n``'s end; begin the next queued turn and return it, or None."""
+    def prepare_turn(self, sid: str, n: int) -> bool | None:
+        """Before turn ``n``'s agent starts (whatever runs it): prepare a new worktree (turn
+        1: ``[workspace]`` copy, link, setup; its output starts the turn's stderr) and snapshot
+        the session's tree. Returns whether the stderr file was started here, or None if the
+        turn must not run (preparing failed: recorded, the worktree removed; or it ended)."""
+        s = self.store.load(sid)
+        t = s.turns[n - 1]
+        ws = self._pinned(s)
+        if t.status.finished or ws is None:
+            return None if t.status.finished else False
+        wrote = n == 1 and ws.mode == "worktree" and self._needs_setup()
+        if wrote and not self._setup(s, t, ws):
+            return None
+        before = self._snapshot(ws, sid, n, "before")
+        if before is not None:
+            with self.store.transaction(sid) as s:
+                s.turns[n - 1].before = before
+        return wrote
+
+    def _pinned(self, s: Session) -> Workspace | None:
+        """``s``'s workspace as its launch pin has it (None: none, or not trusted: then the
+        turn is refused by ``agent_launch`` anyway)."""
+        if s.workspace is None:
+            return None
+        try:
+            return ws_mod.pinned(s, self.env.environ, self.store.root)
+        except ZwarmError:
+            return None
+
+    def _needs_setup(self) -> bool:
+        table = self.config.data["workspace"]
+        return bool(table["setup"] or table["copy"] or table["link"])
+
+    def _setup(self, s: Session, t: Turn, ws: Workspace) -> bool:
+        """Run turn ``t``'s worktree preparation; on failure end the turn ``setup_failed``,
+        drop its queue and remove the worktree and branch. Whether it succeeded."""
+        path = self.store.turn_path(s.id, t.n, "stderr")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a new turn's file: anything planted there (a link) goes
+        fd = open_append(path)
+        try:
+            env = self.agent_env()
+            env[procs.MARKER] = s.id  # so kill stops the setup commands too
+            try:
+                why = ws_mod.prepare(ws, self.config.table("workspace"), env, fd, t.timeout)
+            except ZwarmError as e:
+                why = f"setup failed: {e}"
+        finally:
+            os.close(fd)
+        if why is None:
+            return True
+        with contextlib.suppress(ZwarmError):
+            ws_mod.remove(ws, self.env.environ)
+        with self.store.transaction(s.id) as s:
+            t = s.turns[t.n - 1]
+            if s.workspace is not None:
+                s.workspace.removed = True
+            if t.status is Status.RUNNING:
+                s.queue.clear()
+                transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.SETUP_FAILED, why)
+        return False
+
+    def _snapshot(self, ws: Workspace, sid: str, n: int, which: str) -> str | None:
+        """A snapshot of the session's tree, or None if it could not be taken (said on
+        stderr: the supervisor's log). A snapshot never decides a turn's outcome."""
+        try:
+            return ws_mod.snapshot(ws, self.env.environ, sid, n, which)
+        except ZwarmError as e:
+            print(f"zwarm: no {which} snapshot of turn {n}: {e}", file=sys.stderr)
+            return None
+
+    def _after_turn(self, sid: str, n: int) -> tuple[str | None, Changes | None, Changes | None]:
+        """Turn ``n``'s after snapshot, what it changed, and what the session changed so far."""
+        s = self.store.load(sid)
+        ws = self._pinned(s)
+        if ws is None or ws.removed:
+            return None, None, None
+        after = self._snapshot(ws, sid, n, "after")
+        if after is None:
+            return None, None, None
+        before = s.turns[n - 1].before
+        start = ws_mod.start_of(s, ws)
+        try:
+            from zwarm.engine import diffs
+
+            turn = diffs.stats(ws.tree, self.env.environ, before, after) if before else None
+            whole = diffs.stats(ws.tree, self.env.environ, start, after) if start else None
+        except ZwarmError as e:
+            print(f"zwarm: no change stats for turn {n}: {e}", file=sys.stderr)
+            return after, None, None
+        return after, turn, whole
+
+    def finish_turn(
+        self,
+        sid: str,
+        n: int,
+        returncode: int,
+        timed_out: bool,
+        stop: tuple[Reason, str] | None = None,
+    ) -> Turn | None:
+        """Record turn ``n``'s end (with its after snapshot and change stats); begin the next
+        queued turn and return it, or None. ``stop``: why its supervisor stopped the agent
+        (a budget passed, a stall), if it did. A turn parked on a limit, or ended past the
+        session's budget (then the queue is dropped), begins nothing."""
         outcome = self.read_outcome(sid, n)
         stderr_tail = _tail(self.store, sid, n)
+        after, changes, whole = self._after_turn(sid, n)
         with self.store.transaction(sid) as s:
             t = s.turns[n - 1]
-            self._record(s, t, outcome, returncode, timed_out, stderr_tail)
-            if t.status is Status.KILLED or not s.queue:
+            t.after, t.changes = after, changes
+            if whole is not None:
+                s.changes = whole
+            self._record(s, t, outcome, returncode, timed_out, stderr_tail, stop)
+            if t.reason is Reason.BUDGET_EXCEEDED:
+                s.queue.clear()
+            if t.status in (Status.KILLED, Status.PARKED) or not s.queue:
                 return None
             return self._begin_next(s)
 
@@ -335,16 +527,24 @@ class BaseSessionManager(abc.ABC):
         returncode: int,
         timed_out: bool,
         stderr_tail: str,
+        stop: tuple[Reason, str] | None = None,
     ) -> None:
         t.exit_code = returncode if returncode >= 0 else None
         t.signal = -returncode if 0 < -returncode <= 128 else None
         self._apply_outcome(s, t, o)
-        if t.status is not Status.RUNNING:
+        if t.status not in RUNS:
             return  # killed meanwhile: keep that, with the facts filled in
         now = self.env.now_iso()
-        if timed_out:
+        over = limits.over_budget(s)
+        if stop is not None:
+            transitions.end(s, t, Status.FAILED, now, *stop)
+        elif timed_out:
             why = f"timeout: killed after {t.timeout or 0:g} s"
             transitions.end(s, t, Status.FAILED, now, Reason.TIMEOUT, why)
+        elif over is not None:
+            why = over + ("; the turn had completed" if o.status is Status.COMPLETED else "")
+            why += f"; the agent reported: {o.error}" if o.error else ""
+            transitions.end(s, t, Status.FAILED, now, Reason.BUDGET_EXCEEDED, why)
         elif o.status is Status.COMPLETED:
             transitions.end(s, t, Status.COMPLETED, now)
         else:
@@ -353,7 +553,22 @@ class BaseSessionManager(abc.ABC):
                 why = o.error or why
             else:
                 why = f"{why}; no turn result in its output" + (f" ({o.error})" if o.error else "")
-            transitions.end(s, t, Status.FAILED, now, Reason.AGENT_ERROR, why)
+            reason = (o.reason if o.status is Status.FAILED else None) or Reason.AGENT_ERROR
+            if not self._park(s, t, o, reason, why):
+                transitions.end(s, t, Status.FAILED, now, reason, why)
+
+    def _park(self, s: Session, t: Turn, o: TurnOutcome, reason: Reason, why: str) -> bool:
+        """Park turn ``t`` (ended on a usage or rate limit) until it may resume, if the
+        config says to wait; its supervisor waits for that time (``runtime.supervisor``)."""
+        from zwarm.env import iso
+
+        now = self.env.clock()
+        until = limits.park_until(self.config, s, reason, o, now)
+        if until is None:
+            return False
+        transitions.park(s, t, iso(now), iso(until), reason, why)
+        self.scheduler().mark(s.id)
+        return True
 
     def _apply_outcome(self, s: Session, t: Turn, o: TurnOutcome) -> None:
         if o.agent_session_id:
@@ -397,7 +612,7 @@ class BaseSessionManager(abc.ABC):
 
     def _looks_lost(self, s: Session) -> bool:
         t = s.current
-        if t is None or t.status is not Status.RUNNING:
+        if t is None or t.status not in RUNS:
             return False
         if t.supervisor is None:
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
@@ -426,16 +641,76 @@ class BaseSessionManager(abc.ABC):
         with self.store.transaction(sid) as s:
             self._reconcile_locked(s)
             t = s.current
-            running = t is not None and t.status is Status.RUNNING
+            running = t is not None and t.status in ACTIVE
             dropped = len(s.queue) if running else 0
             if t is not None and running:
                 now = self.env.now_iso()
-                transitions.end(s, t, Status.KILLED, now, Reason.KILLED, "killed by user")
+                why = _KILLED_WHILE.get(t.status, "killed by user")
+                transitions.end(s, t, Status.KILLED, now, Reason.KILLED, why)
                 s.queue.clear()
         if t is None or not running:
             raise SessionStateError(f"session {sid} is not running ({s.status.value})")
-        self.launcher(t).stop(sid, t)
+        if t.started:  # a queued turn has nothing to stop; a parked one, its waiting supervisor
+            self.launcher(t).stop(sid, t)
         return self.store.load(sid), dropped
+
+    # ------------------------------------------------------------------ retry and resume
+    def rerun(self, sid: str, kind: str, schedule: bool = True) -> tuple[Session, bool]:
+        """Run the session's last turn again as a new turn: ``retry`` one that failed or was
+        killed, ``resume`` (the user) or ``auto`` (the scheduler, at its time) one that is
+        parked, which then ends failed with its reason. Returns (the session, whether the new
+        turn is queued); a queued one is started by a scheduler pass unless ``schedule`` is
+        false (the scheduler's own pass calls this)."""
+        with self.store.transaction(sid) as s:
+            self._reconcile_locked(s)
+            t = s.current
+            self._check_rerun(s, t, kind)
+            assert t is not None
+            if t.status is Status.PARKED:
+                by = "zwarm" if kind == "auto" else "the user"
+                why = f"{t.error or t.reason}; resumed by {by} as turn {len(s.turns) + 1}"
+                transitions.end(s, t, Status.FAILED, self.env.now_iso(), t.reason, why)
+                s.auto_resumes += 1 if kind == "auto" else 0
+            queued = self._admit(s, self._begin_rerun(s, t))
+        if queued and schedule:
+            self.scheduler().run()
+        return (self.store.load(sid) if queued and schedule else s), queued
+
+    def _check_rerun(self, s: Session, t: Turn | None, kind: str) -> None:
+        want = (Status.FAILED, Status.KILLED) if kind == "retry" else (Status.PARKED,)
+        if t is None or t.status not in want:
+            what = "failed or killed" if kind == "retry" else "parked"
+            now = t.status.value if t is not None else "empty"
+            raise SessionStateError(f"session {s.id} is not {what} ({now}): nothing to {kind}")
+        if t.reason is Reason.DEPENDENCY_FAILED and not t.started:
+            raise SessionStateError(
+                f"session {s.id} never started: a session it runs after failed; spawn it again"
+            )
+        over = limits.over_budget(s)
+        if over is not None:
+            raise SessionStateError(f"session {s.id}: {over}")
+
+    def _begin_rerun(self, s: Session, t: Turn) -> Turn:
+        """A new running turn with ``t``'s prompt: natively resumed when ``t``'s own agent
+        session is known (with the prompt's message), else the same prompt file as a fresh
+        run (the task, or the same summary follow-up). Lock held."""
+        n = len(s.turns) + 1
+        try:
+            prompt, _ = read_file(self.store.turn_path(s.id, t.n, "prompt"), PROMPT_MAX_BYTES)
+        except OSError as e:
+            raise SessionStateError(f"turn {t.n}'s prompt cannot be read: {e.strerror}") from None
+        context = t.context
+        if self.agent.native_resume and t.agent_session_id and t.started:
+            if t.context == "summary" and len(t.message) < MESSAGE_KEEP_CHARS:
+                prompt = t.message.encode("utf-8", "surrogateescape")
+                context = "native"
+            elif t.context != "summary":
+                context = "native"
+        write_private(self.store.turn_path(s.id, n, "prompt"), prompt)
+        new = Turn(n, Status.RUNNING, t.message, context, self.env.now_iso(), timeout=t.timeout)
+        new.retry_of = t.retry_of or t.n
+        transitions.begin(s, new)
+        return new
 
 
 class StartRefused(Exception):
@@ -452,6 +727,26 @@ class AgentLaunch:
 
 
 # ---------------------------------------------------------------------- helpers
+def _with_comments(s: Session, message: str) -> str:
+    """``message`` preceded by the session's open review comments, which are marked sent with
+    the turn this message will become (lock held)."""
+    pending = [c for c in s.comments if c.sent_turn is None]
+    if not pending:
+        return message
+    from zwarm.engine.review import render_comments
+
+    n = len(s.turns) + len(s.queue) + 1
+    for c in pending:
+        c.sent_turn = n
+    return f"{render_comments(pending)}\n\n{message}"
+
+
+_KILLED_WHILE = {
+    Status.QUEUED: "killed by user while queued (never started)",
+    Status.PARKED: "killed by user while parked (waiting for a usage or rate limit to reset)",
+}
+
+
 def _first_turn(task: str, now: str, timeout: float | None) -> Turn:
     return Turn(1, Status.RUNNING, task[:MESSAGE_KEEP_CHARS], "task", now, timeout=timeout)
 

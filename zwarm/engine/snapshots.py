@@ -41,16 +41,26 @@ def take(tree: str | Path, env: Mapping[str, str], label: str, keep: str | None 
         private = Path(tmp) / "index"
         _seed(Path(index), private)
         staged = {"GIT_INDEX_FILE": str(private)}
-        proc = git.run(["add", "-A", "--ignore-errors", "--", "."], tree, env, hardened=True,
-                       config=filters, extra_env=staged, check=False)  # fmt: skip
+        proc = git.run(
+            ["add", "-A", "--ignore-errors", "--", "."],
+            tree,
+            env,
+            hardened=True,
+            config=filters,
+            extra_env=staged,
+            check=False,
+        )
         if proc.returncode != 0 and b"fatal:" in proc.stderr:
             raise git.GitError(f"snapshot of {tree} failed: {git.last_line(proc.stderr)}")
         tree_id = git.out(["write-tree"], tree, env, hardened=True, extra_env=staged)
     parents = ["-p", head] if head else []
     commit = git.out(
         ["commit-tree", git.check_sha(tree_id), *parents, "-m", f"zwarm snapshot: {label}"],
-        tree, env, hardened=True, extra_env=git.IDENTITY,
-    )  # fmt: skip
+        tree,
+        env,
+        hardened=True,
+        extra_env=git.IDENTITY,
+    )
     git.check_sha(commit)
     if keep is not None:
         git.run(["update-ref", "-m", "zwarm snapshot", keep, commit], tree, env, hardened=True)
@@ -58,8 +68,9 @@ def take(tree: str | Path, env: Mapping[str, str], label: str, keep: str | None 
 
 
 def _head(tree: str | Path, env: Mapping[str, str]) -> str | None:
-    proc = git.run(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], tree, env,
-                   check=False, hardened=True)  # fmt: skip
+    proc = git.run(
+        ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], tree, env, check=False, hardened=True
+    )
     sha = proc.stdout.decode("ascii", "replace").strip()
     return sha if proc.returncode == 0 and git.SHA.match(sha) else None
 
@@ -84,8 +95,9 @@ def _seed(real: Path, private: Path) -> None:
 
 def drop(tree: str | Path, env: Mapping[str, str], sid: str) -> None:
     """Delete every ``refs/zwarm/<sid>/`` ref (the session's snapshots become garbage)."""
-    listed = git.out(["for-each-ref", "--format=%(refname)", f"refs/zwarm/{sid}/"], tree, env,
-                     hardened=True)  # fmt: skip
+    listed = git.out(
+        ["for-each-ref", "--format=%(refname)", f"refs/zwarm/{sid}/"], tree, env, hardened=True
+    )
     names = [n for n in listed.splitlines() if n.startswith(f"refs/zwarm/{sid}/")]
     if names:
         script = "".join(f"delete {n}\n" for n in names).encode()

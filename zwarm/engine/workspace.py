@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ def plan(
         if git.branch_exists(branch, found.repo, environ):
             raise WorkspaceError(f"branch {branch!r} already exists: choose another --branch")
     try:
-        commit = git.resolve_commit(base or "HEAD", found.repo, environ)
+        commit = git.resolve_commit(base or "HEAD", found.tree, environ)
     except GitError:
         if base is None:
             raise WorkspaceError(
@@ -134,6 +134,30 @@ def plan(
         raise
     check_root(root, found, _real(state_dir))
     return Plan(found, commit, branch, root)
+
+
+def choose(
+    cwd: Path,
+    environ: Mapping[str, str],
+    *,
+    mode: str,
+    branch: str | None,
+    base: str | None,
+    root: Path,
+    state_dir: Path,
+    others: Callable[[], Sequence[str]],
+) -> Plan | Found | None:
+    """What a spawn in ``cwd`` gets: a worktree ``Plan`` (``mode`` worktree), else the
+    repository ``cwd`` is in (shared), or None. ``others``: the other sessions' working
+    directories (asked only for a worktree)."""
+    if mode != "worktree":
+        if branch is not None or base is not None:
+            raise WorkspaceError("--branch and --base need --worktree")
+        check_clear(cwd, root)
+        return detect(cwd, environ)
+    p = plan(cwd, environ, branch=branch, base=base, root=root, state_dir=state_dir)
+    check_apart(repo_dir(root, p.found.repo), others())
+    return p
 
 
 def check_root(root: Path, found: Found, state_dir: Path) -> None:
@@ -152,13 +176,18 @@ def check_root(root: Path, found: Found, state_dir: Path) -> None:
 
 
 def check_clear(cwd: Path, root: Path) -> None:
-    """A session's working directory must not contain zwarm's worktrees (once there are any):
-    its agent could then write into other sessions' worktrees."""
+    """A shared session's working directory must not contain zwarm's worktrees (once there
+    are any), nor lie in one: its agent would write into other sessions' worktrees."""
     real = _real(cwd)
     if _inside(root, real) and os.path.isdir(root):
         raise WorkspaceError(
             f"the working directory {real} contains zwarm's worktrees ({root}): an agent "
             "there could change other sessions' work; use a directory below it"
+        )
+    if _inside(real, root) and real != root:
+        raise WorkspaceError(
+            f"the working directory {real} is in zwarm's worktrees ({root}), another "
+            "session's: continue that session (zwarm inject), or spawn with --worktree"
         )
 
 
@@ -210,8 +239,12 @@ def _undo(repo: Path | str, tree: Path, branch: str, environ: Mapping[str, str])
     """Remove a worktree and branch that were (maybe) made; best effort, never raises."""
     with contextlib.suppress(GitError):
         if os.path.isdir(tree):
-            git.run(["worktree", "remove", "--force", "--force", "--", str(tree)], repo, environ,
-                    hardened=True)  # fmt: skip
+            git.run(
+                ["worktree", "remove", "--force", "--force", "--", str(tree)],
+                repo,
+                environ,
+                hardened=True,
+            )
         git.run(["worktree", "prune"], repo, environ, hardened=True)
     with contextlib.suppress(GitError):
         if git.branch_exists(branch, repo, environ):
@@ -225,8 +258,12 @@ def remove(ws: Workspace, environ: Mapping[str, str]) -> None:
         raise WorkspaceError(f"the repository {ws.repo} is gone; cannot remove the worktree")
     with _repo_lock(Path(ws.tree).parent):
         if os.path.isdir(ws.tree):
-            git.run(["worktree", "remove", "--force", "--force", "--", ws.tree], ws.repo, environ,
-                    hardened=True)  # fmt: skip
+            git.run(
+                ["worktree", "remove", "--force", "--force", "--", ws.tree],
+                ws.repo,
+                environ,
+                hardened=True,
+            )
         git.run(["worktree", "prune"], ws.repo, environ, hardened=True)
         if git.branch_exists(ws.branch, ws.repo, environ):
             git.run(["branch", "-D", "--", ws.branch], ws.repo, environ, hardened=True)
@@ -271,6 +308,47 @@ def pinned(s: Session, environ: Mapping[str, str], state_dir: Path) -> Workspace
     return s.workspace
 
 
+def for_removal(s: Session, environ: Mapping[str, str], state_dir: Path) -> Workspace | None:
+    """The workspace ``rm`` cleans up: the one the launch pin names (what meta.json says is
+    not followed), with meta.json's bookkeeping when it names the same one."""
+    from zwarm.store import pins
+
+    import msgspec
+
+    pin = pins.read(environ, s.id, _real(state_dir))
+    if pin is None or pin.workspace is None:
+        return None
+    ws = pin.workspace
+    if s.workspace is not None and same(s.workspace, ws):
+        ws = msgspec.structs.replace(ws, squashed_tip=s.workspace.squashed_tip)
+    return ws
+
+
+def release(ws: Workspace, environ: Mapping[str, str], sid: str, force: bool) -> None:
+    """Before session ``sid`` is removed: remove its worktree and branch, unless that would
+    lose work (``WouldLoseWork``; ``force`` removes them anyway), and its snapshot refs."""
+    if not os.path.isdir(ws.repo):
+        if ws.mode == "worktree" and os.path.isdir(ws.tree):
+            if not force:
+                raise WorkspaceError(
+                    f"the repository {ws.repo} of session {sid}'s worktree is gone; --force "
+                    f"removes the worktree {ws.tree} too"
+                )
+            import shutil
+
+            shutil.rmtree(ws.tree, ignore_errors=True)
+        return
+    if ws.mode == "worktree":
+        lost = None if force else losses(ws, environ, sid)
+        if lost is not None:
+            raise lost
+        remove(ws, environ)
+    from zwarm.engine import snapshots
+
+    with contextlib.suppress(GitError):
+        snapshots.drop(ws.repo, environ, sid)
+
+
 # ---------------------------------------------------------------------------- prepare
 def prepare(
     ws: Workspace,
@@ -311,8 +389,12 @@ def _bring(ws: Workspace, path: str, environ: Mapping[str, str], fd: int, link: 
     if not os.path.lexists(src) or not _inside(_real(src), repo):
         _note(fd, f"{path}: not in {repo}, not {'linked' if link else 'copied'}")
         return
-    ignored = git.run(["check-ignore", "-q", "--", path], repo, environ, check=False,
-                      hardened=True).returncode == 0  # fmt: skip
+    ignored = (
+        git.run(
+            ["check-ignore", "-q", "--", path], repo, environ, check=False, hardened=True
+        ).returncode
+        == 0
+    )
     if not ignored:
         _note(fd, f"{path}: not ignored by git, not {'linked' if link else 'copied'}")
         return
@@ -340,8 +422,16 @@ def _run_setup(
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     _note(fd, f"setup: {_shown(cmd)}")
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=dict(environ), stdin=subprocess.DEVNULL,
-                                stdout=fd, stderr=fd, start_new_session=True, close_fds=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(environ),
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError as e:
         return f"could not start: {e.strerror or e}"
     try:
@@ -370,6 +460,14 @@ def snapshot(ws: Workspace, environ: Mapping[str, str], sid: str, n: int, which:
     return snapshots.take(ws.tree, environ, label, keep=snapshots.ref(sid, n, which))
 
 
+def start_of(s: Session, ws: Workspace) -> str | None:
+    """What the whole session's diff starts from: the worktree's base commit, or (shared
+    mode) the snapshot taken before its first turn that has one."""
+    if ws.mode == "worktree":
+        return ws.base
+    return next((t.before for t in s.turns if t.before), None)
+
+
 def git_dir_tree(ws: Workspace) -> str:
     """Where to run git to read ``ws``'s objects: its tree, or the repository if it is gone."""
     return ws.tree if os.path.isdir(ws.tree) else ws.repo
@@ -381,19 +479,28 @@ def losses(ws: Workspace, environ: Mapping[str, str], sid: str) -> WouldLoseWork
     but not committed, and commits on the branch that no other branch contains (a squash
     merge zwarm made counts as merged)."""
     assert ws.branch is not None
-    files = dirty(ws.tree, environ) if os.path.isdir(ws.tree) else []
+    files = sorted(dirty(ws.tree, environ)) if os.path.isdir(ws.tree) else []
     commits: list[str] = []
     ref = f"refs/heads/{ws.branch}"
-    proc = git.run(["rev-parse", "--verify", "--quiet", ref], ws.repo, environ, check=False,
-                   hardened=True)  # fmt: skip
+    proc = git.run(
+        ["rev-parse", "--verify", "--quiet", ref], ws.repo, environ, check=False, hardened=True
+    )
     tip = proc.stdout.decode("ascii", "replace").strip()
     if proc.returncode == 0 and git.SHA.match(tip) and tip not in (ws.base, ws.squashed_tip):
-        holders = git.out(["for-each-ref", "--format=%(refname)", "--contains", tip,
-                           "refs/heads/"], ws.repo, environ, hardened=True).splitlines()  # fmt: skip
+        holders = git.out(
+            ["for-each-ref", "--format=%(refname)", "--contains", tip, "refs/heads/"],
+            ws.repo,
+            environ,
+            hardened=True,
+        ).splitlines()
         if not [h for h in holders if h != ref]:
             since = [f"^{ws.base}"] if ws.base else []
-            log = git.out(["log", "--no-decorate", "--format=%h %s", "-n", "20", tip, *since,
-                           "--"], ws.repo, environ, hardened=True)  # fmt: skip
+            log = git.out(
+                ["log", "--no-decorate", "--format=%h %s", "-n", "20", tip, *since, "--"],
+                ws.repo,
+                environ,
+                hardened=True,
+            )
             commits = log.splitlines() or [tip[:12]]
     return WouldLoseWork(sid, commits, files) if commits or files else None
 
@@ -401,8 +508,12 @@ def losses(ws: Workspace, environ: Mapping[str, str], sid: str) -> WouldLoseWork
 def dirty(tree: str | Path, environ: Mapping[str, str]) -> list[str]:
     """Files of ``tree`` that differ from its HEAD: staged, unstaged or untracked (not
     ignored); both names of a rename. Never writes the index (no optional locks)."""
-    raw = git.run(["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"], tree,
-                  environ, hardened=True).stdout  # fmt: skip
+    raw = git.run(
+        ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"],
+        tree,
+        environ,
+        hardened=True,
+    ).stdout
     out: list[str] = []
     fields = raw.split(b"\0")
     i = 0

@@ -9,7 +9,7 @@ anything of zwarm's outside ``zwarm.model`` (but for a lazy import in one migrat
 
 from zwarm.model.records import ProcRef, QueuedMessage, Session, Turn, TurnOutcome, Usage
 from zwarm.model.schema import SCHEMA_VERSION
-from zwarm.model.status import ACTIVE, FINISHED, Reason, Status
+from zwarm.model.status import ACTIVE, FINISHED, RUNS, WAITING, Reason, Status
 
 USAGE_KEYS = (
     "input_tokens",
@@ -26,10 +26,12 @@ __all__ = [
     "USAGE_KEYS",
     "ProcRef",
     "QueuedMessage",
+    "RUNS",
     "Reason",
     "Session",
     "Status",
     "Turn",
     "TurnOutcome",
     "Usage",
+    "WAITING",
 ]

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from zwarm.model.status import Reason, Status
+from zwarm.model.status import RUNS, Reason, Status
 
 ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})?\Z"
 SESSION_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z"
@@ -36,6 +36,8 @@ Short = Annotated[str, Meta(max_length=4096)]
 AbsPath = Annotated[str, Meta(pattern=r"^/[^\x00]*\Z", max_length=4096)]
 AgentSessionId = Annotated[str, Meta(pattern=AGENT_SESSION_ID)]
 Context = Literal["task", "summary", "native"]
+Priority = Annotated[int, Meta(ge=-1_000_000, le=1_000_000)]
+SessionId = Annotated[str, Meta(pattern=SESSION_ID)]
 Pid = Annotated[int, Meta(ge=1, le=2**31 - 1)]
 Sha = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")]  # a git object id
 # a git branch name as ``git check-ref-format --branch`` accepts it (checked again at creation)
@@ -166,6 +168,14 @@ class Turn(Struct):
     before: Sha | None = None  # snapshot of the session's tree before the turn (its git repo)
     after: Sha | None = None  # ... and after it
     changes: Changes | None = None  # what the turn changed (before -> after)
+    # fleet control (zwarm.engine.scheduler); ``started_at`` of a queued turn is when it was
+    # made, and becomes when it started
+    started: bool = True  # its agent was started (False while queued, or ended unstarted)
+    queued_at: When | None = None  # when it was queued (FIFO order among equal priorities)
+    wait: Short | None = None  # why a queued turn waits (written by the scheduler)
+    parked_until: When | None = None  # a parked turn is resumed after this
+    quiet_since: When | None = None  # a stalled turn's agent has written nothing since
+    retry_of: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None  # re-runs that turn
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
@@ -193,6 +203,7 @@ class Session(Struct):
     bypass: bool = False  # as recorded; launches use the trusted grant (``engine``), not this
     permissions: Short = ""  # the sandbox/permission flags the agent runs with, for show
     task_truncated: bool = False
+    notify: bool = False  # a desktop notification when it ends (spawn --notify; runtime.hooks)
     agent_session_id: AgentSessionId | None = None
     turns: Annotated[list[Turn], Meta(max_length=1_000_000)] = msgspec.field(default_factory=list)
     queue: Annotated[list[QueuedMessage], Meta(max_length=100_000)] = msgspec.field(
@@ -203,6 +214,15 @@ class Session(Struct):
     comments: Annotated[list[Comment], Meta(max_length=10_000)] = msgspec.field(
         default_factory=list
     )
+    # fleet control (zwarm.engine.scheduler), fixed at spawn
+    group: Annotated[str, Meta(pattern=NAME)] | None = None  # [groups.NAME] caps and budgets
+    priority: Priority = 0  # higher starts first among queued sessions
+    after: Annotated[list[SessionId], Meta(max_length=100)] = msgspec.field(default_factory=list)
+    after_any: bool = False  # start when ``after`` finish whatever their outcome
+    max_cost_usd: Money | None = None  # budget: the whole session's cost
+    max_tokens: Count | None = None  # budget: the whole session's total tokens
+    stall_s: Seconds | None = None  # a turn silent this long is stalled
+    auto_resumes: Count = 0  # times a parked turn was resumed by zwarm ([limits] wait)
     # derived (see refresh)
     status: Status = Status.RUNNING
     usage: Usage = msgspec.field(default_factory=Usage)
@@ -227,7 +247,7 @@ class Session(Struct):
             i, c = i + u.input_tokens, c + u.cached_input_tokens
             o, r = o + u.output_tokens, r + u.reasoning_tokens
         self.usage = Usage(i, c, o, r)
-        finished = [t for t in self.turns if t.status is not Status.RUNNING]
+        finished = [t for t in self.turns if t.started and t.status not in RUNS]
         if finished and all(t.cost_usd is not None for t in finished):
             self.cost_usd = round(sum(t.cost_usd or 0.0 for t in finished), 8)
         else:
@@ -249,6 +269,9 @@ class TurnOutcome(Struct):
     ``status`` is None when the stream has no terminal event (agent killed, crashed, cut off).
     ``usage`` and ``cost_usd`` are exactly as the agent reported them; whether they are
     cumulative over a resumed session is the agent's knowledge, applied by the engine.
+    ``reason`` types a failure from the agent's own output (rate or usage limit, overload,
+    auth, context overflow; None: an ordinary agent error); ``retry_after_s`` and ``reset_at``
+    (epoch seconds) are when the agent says to try again, if it says.
     """
 
     status: Status | None = None
@@ -259,3 +282,6 @@ class TurnOutcome(Struct):
     usage: Usage | None = None
     cost_usd: float | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    reason: Reason | None = None
+    retry_after_s: float | None = None
+    reset_at: float | None = None

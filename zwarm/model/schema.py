@@ -122,7 +122,13 @@ def _syntax_message(e: msgspec.DecodeError, data: bytes) -> str:
         data.decode("utf-8")
     except UnicodeDecodeError as u:
         return f"meta.json is not valid UTF-8 (byte {u.start})"
-    return f"meta.json is not valid JSON (truncated?): {msg}"
+    if "truncated" in msg:
+        return "meta.json is not valid JSON: it ends early (truncated?)"
+    # msgspec says "JSON is malformed: invalid character (byte 8)": once, in plain words
+    what, _, at = msg.removeprefix("JSON is malformed: ").partition(" (byte ")
+    return f"meta.json is not valid JSON: {what} at byte {at.rstrip(')')}" if at else (
+        f"meta.json is not valid JSON: {what}"
+    )
 
 
 def _validation_message(e: msgspec.DecodeError) -> str:

@@ -3,6 +3,10 @@
 Owns ``Status``, the state groups (defined once, here) and the typed failure ``Reason`` codes.
 Must stay true: this module imports only the standard library; a session's status is the
 status of its latest turn; every finished status is final (``engine.transitions`` enforces it).
+
+The groups: ``RUNS`` (an agent process runs, or is meant to: it holds a slot under the caps
+and its launcher is checked for life), ``WAITING`` (no process: the scheduler starts it later,
+``zwarm.engine.scheduler``), ``ACTIVE`` (either: not finished), ``FINISHED`` (final).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ class Status(enum.StrEnum):
     """State of a turn, and of a session (the state of its latest turn)."""
 
     RUNNING = "running"
+    STALLED = "stalled"  # running, but its agent has written nothing for [limits] stall_s
+    QUEUED = "queued"  # waiting for a slot under a cap, or for the sessions it runs after
+    PARKED = "parked"  # stopped by a usage or rate limit; resumed after ``parked_until``
     COMPLETED = "completed"
     FAILED = "failed"
     KILLED = "killed"
@@ -23,7 +30,9 @@ class Status(enum.StrEnum):
         return self in FINISHED
 
 
-ACTIVE = frozenset({Status.RUNNING})
+RUNS = frozenset({Status.RUNNING, Status.STALLED})
+WAITING = frozenset({Status.QUEUED, Status.PARKED})
+ACTIVE = RUNS | WAITING
 FINISHED = frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED})
 
 
@@ -36,3 +45,18 @@ class Reason(enum.StrEnum):
     SUPERVISOR_LOST = "supervisor_lost"  # the process that ran the turn died, or never started
     START_FAILED = "start_failed"  # the agent program could not be started
     SETUP_FAILED = "setup_failed"  # preparing the session's worktree ([workspace]) failed
+    # read from the agent's own output by its adapter (``zwarm.agents``):
+    RATE_LIMITED = "rate_limited"  # the API refused requests for now (429); retry after a while
+    USAGE_LIMIT = "usage_limit"  # the plan's usage limit, quota or credit is used up
+    OVERLOADED = "overloaded"  # the API was overloaded or failed on its side (529, 5xx)
+    AUTH_FAILED = "auth_failed"  # the API refused the credentials (401, 403, not logged in)
+    CONTEXT_OVERFLOW = "context_overflow"  # the conversation no longer fits the model's context
+    # zwarm's fleet control:
+    BUDGET_EXCEEDED = "budget_exceeded"  # the session used more than its --max-cost/--max-tokens
+    STALLED = "stalled"  # the agent wrote nothing for stall_s and [limits] on_stall = "kill"
+    DEPENDENCY_FAILED = "dependency_failed"  # a session it runs --after did not complete
+
+
+# Failures a later attempt may get past on its own: the turn can be parked until the limit
+# resets ([limits] on_usage_limit = "wait").
+PARKABLE = frozenset({Reason.USAGE_LIMIT, Reason.RATE_LIMITED})

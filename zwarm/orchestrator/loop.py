@@ -9,6 +9,9 @@ chat transcript) that ``--resume`` continues from. Must stay true:
 - both files are rewritten atomically after every LLM reply and every tool result, so a crash
   or Ctrl-C loses at most the call in flight; ``--resume`` answers tool calls left unanswered;
 - one process runs a run at a time (``flock`` on the run's ``.lock``);
+- the run's token and cost budgets are kept in ``run.json`` and apply on ``--resume`` unless a
+  flag sets them anew; a total cost with unpriced parts is a lower bound and says so
+  (``cost_parts``: ``total_cost_usd`` with ``unpriced_parts``), never a partial sum as a total;
 - the API key is read from the environment once, when the run starts (``start``), held only in
   memory (``Settings.api_key``, never in a repr or a file), and ``ZWARM_ORCH_API_KEY`` is then
   removed from the API's environment, so no session or bash command started by the run gets
@@ -360,7 +363,8 @@ once when tasks are independent, check on them, steer them, verify their work, a
 How to work:
 1. Plan. Split the task into self-contained subtasks. An agent sees only the task text you \
 give it: include the goal, the files involved, constraints, and how to check the result.
-2. delegate each subtask; it returns a session_id at once. Start independent subtasks together.
+2. delegate each subtask; it returns a session_id at once. Start independent subtasks together; \
+in a git repository pass worktree=true so parallel agents each get their own worktree and branch.
 3. wait instead of polling: it returns as soon as one of your sessions finishes (call it again \
 while others still run). Never call check_session in a loop to wait.
 4. When a session finishes, look at what it did: check_session for its final message and \
@@ -370,8 +374,11 @@ word for it.
 read-only checks; any change goes to an agent.
 6. If a result is wrong or incomplete, converse with that session (it keeps its context), then \
 wait and verify again.
-7. end_session any session you started that is still running and no longer needed.
-8. Finish: when the work is done and verified (or cannot be done), reply with a final summary \
+7. Review the diff of each finished session (get_diff) before merging: exactly what it \
+changed. Put what must change on the lines concerned (comment) and converse to send the \
+comments back; merge a worktree session's branch only once its diff is right.
+8. end_session any session you started that is still running and no longer needed.
+9. Finish: when the work is done and verified (or cannot be done), reply with a final summary \
 and NO tool call: what was done, by which sessions, how you verified it, what is left open.
 
 Working directory: {cwd}. Agents run there unless you pass cwd, which must be inside: {roots}.
@@ -455,7 +462,7 @@ class Orchestrator:
                 return self._stop("budget", over)
             if self._step():
                 return self._stop("finished", None)
-        return self._stop("step_limit", f"step limit reached ({self.s.max_steps} steps)")
+        return self._stop("step_limit", f"step limit reached ({plural(self.s.max_steps, 'step')})")
 
     def _step(self) -> bool:
         with self.progress.busy(f"step {self.run.steps + 1}: waiting for the model…"):
@@ -668,14 +675,16 @@ class RichProgress:
     def _esc(text: Any) -> str:
         from rich.markup import escape
 
-        return str(escape(str(text)))
+        from zwarm.cli.text import clean  # what an LLM wrote never drives the terminal
+
+        return str(escape(clean(text)))
 
     def start(self, run: Run, s: Settings, resumed: bool) -> None:
         verb = "resuming run" if resumed else "run"
         where = s.base_url or "api.openai.com"
         self.c.print(
             f"[bold]zwarm orchestrate[/] {verb} [cyan]{run.id}[/] · model "
-            f"{self._esc(s.model)} · {self._esc(where)} · up to {s.max_steps} steps"
+            f"{self._esc(s.model)} · {self._esc(where)} · up to {plural(s.max_steps, 'step')}"
         )
 
     def busy(self, what: str) -> contextlib.AbstractContextManager[Any]:

@@ -39,7 +39,7 @@ from zwarm import agents
 from zwarm.api import Zwarm, row
 from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, InvalidInput, SessionStateError, ZwarmError
-from zwarm.model import Session, Status
+from zwarm.model import ACTIVE, Session, Status
 from zwarm.model.steps import Step
 from zwarm.store import atomic_write
 
@@ -388,6 +388,7 @@ class Looked:
 
 
 _FINISHED = ("completed", "failed", "killed")
+_WAITS_ON = frozenset(st.value for st in ACTIVE)  # running, stalled, queued, parked
 
 
 def _seen_key(r: Mapping[str, Any]) -> str:
@@ -444,7 +445,34 @@ def session_view(s: Session, new: bool) -> Result:
         "queued": [short(q.message, 200) for q in s.queue],
         "created_at": s.created_at,
         "updated_at": s.updated_at,
+        **fleet_view(s),
     }
+
+
+def fleet_view(s: Session) -> Result:
+    """The fleet facts worth an LLM's attention, only those that apply: the typed failure
+    ``reason``; why a queued session waits; until when a parked one waits (it resumes by
+    itself then); since when a stalled one's agent is silent; its group, priority, budget."""
+    t = s.current
+    out: Result = {}
+    if s.reason is not None:
+        out["reason"] = s.reason.value
+    if t is not None and t.status is Status.QUEUED and t.wait:
+        out["waiting"] = t.wait
+    if t is not None and t.status is Status.PARKED:
+        out["parked_until"] = t.parked_until
+    if t is not None and t.status is Status.STALLED:
+        out["silent_since"] = t.quiet_since
+    for key, value in (
+        ("group", s.group),
+        ("priority", s.priority or None),
+        ("after", s.after or None),
+        ("max_cost_usd", s.max_cost_usd),
+        ("max_tokens", s.max_tokens),
+    ):
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _list_row(r: Mapping[str, Any], new: bool) -> Result:
@@ -460,6 +488,9 @@ def _list_row(r: Mapping[str, Any], new: bool) -> Result:
         out["error"] = r.get("error")
     if r.get("queued"):
         out["queued"] = len(r["queued"])
+    for key in ("reason", "queue_position", "waiting_for", "parked_until", "quiet_since"):
+        if r.get(key):
+            out[key] = r[key]
     if new:
         out["new"] = True
     return out
@@ -478,8 +509,18 @@ def _delegate(tb: Toolbox, a: dict[str, Any]) -> Result:
         name=a.get("name"),
         timeout=a.get("timeout"),
         source=tb.source,
+        worktree=a.get("worktree"),
+        branch=a.get("branch"),
+        base=a.get("base"),
+        after=a.get("after"),
+        after_any=bool(a.get("after_any")),
+        group=a.get("group"),
+        priority=int(a.get("priority", 0)),
+        max_cost=a.get("max_cost"),
+        max_tokens=a.get("max_tokens"),
+        stall=a.get("stall_s"),
     )
-    return {
+    out: Result = {
         "session_id": s.id,
         "name": s.name,
         "adapter": s.adapter,
@@ -488,6 +529,11 @@ def _delegate(tb: Toolbox, a: dict[str, Any]) -> Result:
         "status": s.status.value,
         "next": "call wait to block until it (or another session) finishes",
     }
+    if s.status is Status.QUEUED:
+        out["next"] = "it is queued and starts when it may (see check_session); call wait"
+    if s.workspace is not None and s.workspace.mode == "worktree":
+        out["branch"] = s.workspace.branch
+    return out
 
 
 def _converse(tb: Toolbox, a: dict[str, Any]) -> Result:
@@ -510,7 +556,10 @@ def _check_session(tb: Toolbox, a: dict[str, Any]) -> Result:
     r = row(s.to_dict())
     new = looked.is_new(looked.load(), r)
     looked.mark([r])
-    return session_view(s, new)
+    view = session_view(s, new)
+    if s.status is Status.QUEUED:
+        view.update(tb.api.queue_place(s.id))
+    return view
 
 
 def _list_sessions(tb: Toolbox, a: dict[str, Any]) -> Result:
@@ -565,7 +614,7 @@ def _end_session(tb: Toolbox, a: dict[str, Any]) -> Result:
 
 
 def _kill_if_running(tb: Toolbox, s: Session) -> tuple[bool, int]:
-    if s.status is not Status.RUNNING:
+    if s.status not in ACTIVE:  # running, stalled, queued or parked: all can be ended
         return False, 0
     try:
         done = tb.api.kill([s.id])
@@ -616,7 +665,7 @@ def _own_pending(tb: Toolbox, looked: Looked, state: Mapping[str, Any]) -> list[
     return [
         r["id"]
         for r in tb.api.sessions()
-        if r.get("source") == tb.source and (r["status"] == "running" or looked.is_new(state, r))
+        if r.get("source") == tb.source and (r["status"] in _WAITS_ON or looked.is_new(state, r))
     ]
 
 
@@ -755,6 +804,67 @@ def compact_step(step: Step, limit: int, shortened: list[int]) -> Result:
     return out
 
 
+# ----- review: diffs, comments, merge
+DIFF_FILES = 200  # files listed by one get_diff call
+
+
+def _get_diff(tb: Toolbox, a: dict[str, Any]) -> Result:
+    stat_only = bool(a.get("stat_only"))
+    d = tb.api.diff(a["session_id"], a.get("turn"), hunks=False, text=not stat_only)
+    files = d["files"]
+    out: Result = {k: d[k] for k in ("session_id", "branch", "turn", "live", "changes")}
+    out["files"] = [{k: f[k] for k in ("path", "status", "added", "removed")} for f in files]
+    notes = [d["note"]] if d.get("note") else []
+    if len(files) > DIFF_FILES:
+        out["files"] = out["files"][:DIFF_FILES]
+        notes.append(f"{len(files) - DIFF_FILES} more files not listed")
+    if not stat_only:
+        out["diff"], cut = _bounded_diff(d["text"], int(tb.api.setting("tools", "diff_chars")))
+        if cut:
+            notes.append(
+                f"diff cut to fit the context; not shown: {', '.join(cut[:20])}"
+                + (f" and {len(cut) - 20} more" if len(cut) > 20 else "")
+                + "; pass turn=N for one turn, or read the files"
+            )
+    if notes:
+        out["note"] = "; ".join(notes)
+    return out
+
+
+def _bounded_diff(text: str, budget: int) -> tuple[str, list[str]]:
+    """``text`` kept file by file within ``budget`` characters; the files left out (a first
+    file larger than the budget is cut inside, and counted as shown)."""
+    blocks = re.split(r"(?m)^(?=diff --git )", text)
+    kept: list[str] = []
+    cut: list[str] = []
+    used = 0
+    for block in (b for b in blocks if b):
+        if used + len(block) <= budget:
+            kept.append(block)
+            used += len(block)
+        elif not kept:
+            kept.append(block[:budget] + f"\n[... {len(block) - budget} chars cut ...]\n")
+            used = budget
+        else:
+            cut.append(block.split("\n", 1)[0].removeprefix("diff --git "))
+    return "".join(kept), cut
+
+
+def _comment(tb: Toolbox, a: dict[str, Any]) -> Result:
+    res = tb.api.comment(a["session_id"], [(a["path"], int(a["line"]), a["text"])])
+    c = res["comments"][0]
+    return {
+        "session_id": res["session_id"],
+        "comment": {k: c[k] for k in ("id", "path", "line")},
+        "next": "it goes to the agent with your next converse on this session",
+    }
+
+
+def _merge(tb: Toolbox, a: dict[str, Any]) -> Result:
+    res = tb.api.merge(a["session_id"], into=a.get("into"), squash=bool(a.get("squash")))
+    return {k: v for k, v in res.items() if k != "worktree"}
+
+
 # ---------------------------------------------------------------------------- the tools
 TOOLS: tuple[Tool, ...] = (
     Tool(
@@ -787,6 +897,44 @@ TOOLS: tuple[Tool, ...] = (
                     "type": "number",
                     "exclusiveMinimum": 0,
                     "description": "Kill the turn after this many seconds.",
+                },
+                "worktree": {
+                    "type": "boolean",
+                    "description": "Run in a new git worktree and branch of cwd's repository, "
+                    "so parallel agents never overwrite each other (default from config).",
+                },
+                "branch": _s("With worktree: the new branch (default zwarm/<name or id>)."),
+                "base": _s("With worktree: the commit or branch to start from (default HEAD)."),
+                "after": {
+                    "type": "array",
+                    "items": _SESSION_ID,
+                    "maxItems": 100,
+                    "description": "Start only once these sessions have finished; if any did "
+                    "not complete it ends failed (dependency_failed) without starting.",
+                },
+                "after_any": {
+                    "type": "boolean",
+                    "description": "With after: start whatever their outcome.",
+                },
+                "group": _s("A group name: its [groups.NAME] caps and budgets apply."),
+                "priority": {
+                    "type": "integer",
+                    "description": "Higher starts first when sessions are queued (default 0).",
+                },
+                "max_cost": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Budget in USD: past it the session is stopped, failed.",
+                },
+                "max_tokens": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Budget in tokens: past it the session is stopped, failed.",
+                },
+                "stall_s": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Mark it stalled when its agent is silent this long.",
                 },
             },
             ["task"],
@@ -821,8 +969,10 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "check_session",
-        "Status of one session: status (running, completed, failed, killed), current turn, "
-        "the agent's last message, error, token usage, cost and queued messages.",
+        "Status of one session: status (running, stalled, queued, parked, completed, failed, "
+        "killed), current turn, the agent's last message, error and its typed reason "
+        "(rate_limited, usage_limit, budget_exceeded...), token usage, cost, queued messages, "
+        "and for a queued session its place in the queue and what it waits for.",
         object_schema({"session_id": _SESSION_ID}, ["session_id"]),
         _check_session,
         read_only=True,
@@ -835,7 +985,16 @@ TOOLS: tuple[Tool, ...] = (
             {
                 "status": _s(
                     "Only sessions with this status.",
-                    enum=["running", "completed", "failed", "killed", "damaged"],
+                    enum=[
+                        "running",
+                        "stalled",
+                        "queued",
+                        "parked",
+                        "completed",
+                        "failed",
+                        "killed",
+                        "damaged",
+                    ],
                 ),
                 "mine": {
                     "type": "boolean",
@@ -921,6 +1080,68 @@ TOOLS: tuple[Tool, ...] = (
         ),
         _end_session,
         destructive=True,
+    ),
+    Tool(
+        "get_diff",
+        "Exactly what a session (or one of its turns) changed in its git working tree: the "
+        "changed files with added/removed line counts and the unified diff, from snapshots "
+        "zwarm takes before and after each turn. Review it before merging. Long diffs are "
+        "cut to fit (a note names the files left out).",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "turn": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Only this turn (default: the whole session).",
+                },
+                "stat_only": {
+                    "type": "boolean",
+                    "description": "Only the files and line counts (default false).",
+                },
+            },
+            ["session_id"],
+        ),
+        _get_diff,
+        read_only=True,
+    ),
+    Tool(
+        "comment",
+        "Attach a review comment to a line of a session's diff. Open comments are sent to "
+        "the agent, with the diff lines around them, at the start of your next converse.",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "path": _s("A changed file, relative to the repository's top.", minLength=1),
+                "line": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "The line (in the file as the session left it).",
+                },
+                "text": _s("What should change there, and why.", minLength=1),
+            },
+            ["session_id", "path", "line", "text"],
+        ),
+        _comment,
+    ),
+    Tool(
+        "merge",
+        "Merge a finished worktree session's branch (its uncommitted work is committed "
+        "first) into the main checkout's branch or another. Refused while it runs or when "
+        "the target has uncommitted changes in the files it touches; a conflict is aborted "
+        "(nothing changes) and the conflicting files are listed.",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "into": _s("The branch to merge into (default: the main worktree's)."),
+                "squash": {
+                    "type": "boolean",
+                    "description": "One commit on the target instead of a merge (default false).",
+                },
+            },
+            ["session_id"],
+        ),
+        _merge,
     ),
 )
 

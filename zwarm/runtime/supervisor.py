@@ -6,9 +6,17 @@ and imports nothing from the state dir. For each turn it starts the agent in its
 group with the prompt file as stdin and the turn log as stdout (the agent writes its output
 straight to disk, byte for byte, as it streams: nothing is buffered here, so nothing is lost
 if this process dies), waits for it (enforcing the turn's timeout), kills whatever the agent
-left behind, then records the outcome and starts the next queued message. Must stay true:
+left behind, then records the outcome and starts the next queued message. Around each agent
+run the engine prepares the session's workspace (``manager.prepare_turn``: a new worktree's
+setup, the snapshot before) and records the snapshot after (``manager.finish_turn``). When
+the session has ended, its hooks are started detached (``runtime.hooks``), never waited for.
+While an agent runs, a watch (``runtime.watch``) marks the turn stalled and enforces the
+session's budget. A turn parked on a usage or rate limit keeps its supervisor, which waits
+for the turn's time; at the end a scheduler pass (``engine.scheduler``) starts what may start.
+Must stay true:
 - it reads its turn under the session lock (its starter holds the lock until that turn is
-  saved) and runs it only if the turn names it as supervisor;
+  saved) and runs it only if the turn names it as supervisor and is running (a turn still
+  queued, left by a scheduler pass that died before recording its start, is never run);
 - the agent is started and recorded inside one transaction (under the session lock), so
   ``kill`` either sees it recorded or prevents it from starting;
 - the agent's exit status is collected before its process group is killed, without reaping
@@ -28,12 +36,16 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from zwarm.model import RUNS
 from zwarm.runtime import procs
 
 if TYPE_CHECKING:
     from zwarm.engine.manager import AgentLaunch, BaseSessionManager
     from zwarm.model import ProcRef
+    from zwarm.runtime.watch import Watch
     from zwarm.store import Store
+
+PARKED_POLL_S = 1.0  # a parked session's supervisor looks whether it was killed or resumed
 
 
 def run(state_dir: Path, sid: str) -> int:
@@ -45,16 +57,29 @@ def run(state_dir: Path, sid: str) -> int:
     manager = _manager(store, s.adapter)
     turn, me = s.current, procs.identify(os.getpid())
     mine = turn is not None and turn.supervisor in (None, me)
-    n = turn.n if turn is not None and mine and not turn.status.finished else None
+    n = turn.n if turn is not None and mine and turn.status in RUNS else None
     while n is not None:
-        started = _start_agent(manager, sid, n)
+        kept = manager.prepare_turn(sid, n)  # the workspace: worktree setup, snapshot
+        if kept is None:  # it ended while being prepared (killed, or its setup failed)
+            break
+        started = _start_agent(manager, sid, n, kept)
         if started is None:  # killed before it started, or it could not start (recorded)
             break
         proc, timeout = started
+        watch = _watch(manager, sid, n, proc.pid)
         timed_out = _wait(proc.pid, sid, timeout)
+        if watch is not None:
+            watch.finish()
         returncode = proc.wait()
-        nxt = manager.finish_turn(sid, n, returncode, timed_out)
+        stop = watch.stopped if watch is not None else None
+        nxt = manager.finish_turn(sid, n, returncode, timed_out, stop)
         n = nxt.n if nxt is not None else None
+    if mine:  # a parked turn: wait for its time; then let the scheduler start what may start
+        _afterwards(manager, sid, me)
+    if mine:  # the session it ran has ended: its hooks run detached (runtime.hooks)
+        from zwarm.runtime import hooks
+
+        hooks.session_ended(store, manager.config, sid)
     return 0
 
 
@@ -68,7 +93,7 @@ def _manager(store: Store, adapter: str) -> BaseSessionManager:
 
 
 def _start_agent(
-    manager: BaseSessionManager, sid: str, n: int
+    manager: BaseSessionManager, sid: str, n: int, keep_stderr: bool = False
 ) -> tuple[subprocess.Popen[bytes], float | None] | None:
     """Start turn ``n``'s agent and record it, in one transaction; None if it must not run."""
     from zwarm.engine.manager import StartRefused
@@ -77,12 +102,12 @@ def _start_agent(
     me = procs.identify(os.getpid())
     with manager.store.transaction(sid) as s:
         t = s.turns[n - 1]
-        if t.status.finished:
+        if t.status not in RUNS:  # ended, or still queued (whoever started us died first)
             return None
         t.supervisor = me
         try:
             launch = manager.agent_launch(s, t)
-            proc = _popen(manager, sid, n, launch)
+            proc = _popen(manager, sid, n, launch, keep_stderr)
         except (StartRefused, ZwarmError, ValueError) as e:
             manager.fail_start(s, t, str(e))
             return None
@@ -94,8 +119,47 @@ def _start_agent(
         return proc, t.timeout
 
 
+def _watch(manager: BaseSessionManager, sid: str, n: int, pid: int) -> Watch | None:
+    """A watch over turn ``n`` (stall, budget: ``runtime.watch``) if its session needs one."""
+    from zwarm.runtime import watch
+
+    s = manager.store.load(sid)
+    if not watch.needed(s):
+        return None
+    w = watch.Watch(manager, sid, n, s.turns[n - 1].agent or procs.identify(pid))
+    w.start()
+    return w
+
+
+def _afterwards(manager: BaseSessionManager, sid: str, me: ProcRef | None) -> None:
+    """After the session's last turn here: if it was parked, wait (checking every second)
+    until its time, then run a scheduler pass, which resumes it; in any case run a pass if a
+    session waits or caps are set, since a slot may have freed (``engine.scheduler``)."""
+    import time
+
+    from zwarm.engine import scheduler
+    from zwarm.env import parse_iso
+    from zwarm.model import Status
+
+    sched = scheduler.Scheduler(manager.store, manager.config, manager.env)
+    while True:
+        s = manager.store.load(sid)
+        t = s.current
+        if t is None or t.status is not Status.PARKED or t.supervisor != me:
+            break
+        left = parse_iso(t.parked_until or s.updated_at) - manager.env.clock()
+        if left <= 0:
+            break
+        time.sleep(min(left, PARKED_POLL_S))
+    try:
+        if sched.pending() or scheduler.capped(manager.config):
+            sched.run()
+    except Exception as e:  # the turn is recorded; the next command's pass starts the rest
+        print(f"zwarm supervisor: scheduler pass failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+
 def _popen(
-    manager: BaseSessionManager, sid: str, n: int, launch: AgentLaunch
+    manager: BaseSessionManager, sid: str, n: int, launch: AgentLaunch, keep_stderr: bool
 ) -> subprocess.Popen[bytes]:
     from zwarm.store.files import open_append, open_read
 
@@ -104,8 +168,9 @@ def _popen(
     try:
         for ext in ("jsonl", "stderr"):
             path = store.turn_path(sid, n, ext)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # a new turn's files: anything planted there (a link) goes
+            if not (ext == "stderr" and keep_stderr):  # kept: it holds the setup's output
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # a new turn's files: anything planted there (a link) goes
             fds.append(open_append(path))
         return subprocess.Popen(
             launch.argv,
@@ -182,7 +247,7 @@ def _fail_current(state_dir: Path, sid: str, why: str) -> None:
     try:
         with Store(state_dir).transaction(sid) as s:
             t = s.current
-            if t is not None and t.status is Status.RUNNING:
+            if t is not None and t.status in RUNS:
                 procs.kill_session(t.agent, sid)
                 now = iso(time.time())
                 transitions.end(s, t, Status.FAILED, now, Reason.SUPERVISOR_LOST, why)

@@ -10,6 +10,9 @@ Owns every path, name, lock and session write under the state directory. Must st
   against strict patterns before any path is built), and a session dir, its ``turns/`` or a
   state file that is a symbolic link, a FIFO or a device is refused, never followed or opened
   blocking (``store.files``);
+- names and ids never shadow each other: a new name that could be an id prefix is refused, and
+  a reference that could mean two sessions (a name from an older zwarm and another's id
+  prefix) is an error listing both, never silently one of them;
 - the state dir is ``0700`` and every file ``0600``: prompts and output hold secrets.
 """
 

@@ -30,7 +30,7 @@ class ToyAgent(Agent):
     settings: ClassVar[Mapping[str, Setting]] = {
         # The package's console script (found on PATH, like any agent CLI).
         "command": Setting((str, list), ["zwarm-toy-agent"]),
-        "mode": Setting((str,), "safe", ("safe", "yolo")),
+        "mode": Setting((str,), "safe", ("safe", "yolo"), "--mode for every turn: safe or yolo."),
     }
     default_prices: ClassVar[Mapping[str, Price]] = {
         "toy-1": {"input": 1.0, "cached_input": 0.1, "output": 2.0},

@@ -15,6 +15,10 @@ Installed on PATH as ``codex`` and ``claude`` (symlinks to this file). Controlle
 - FAKE_IGNORE_TERM: if "1", the agent and its FAKE_CHILDREN shells ignore SIGTERM.
 - FAKE_WAIT_FILE: a path; after FAKE_SLEEP, wait until it exists before going on.
 - FAKE_FAIL_ON: a string; a prompt containing it makes the agent exit 3 with no output.
+- FAKE_SHELL: a shell command the agent runs (/bin/sh -c, in its working directory, its
+  output on stderr) after FAKE_SLEEP/FAKE_WAIT_FILE, before printing: how a test makes the
+  "agent" change files. FAKE_SHELL_N (N = 1, 2 ...) instead, for the agent's Nth run in a
+  FAKE_RECORD directory, if set.
 """
 
 import json
@@ -55,6 +59,14 @@ def _record(argv, prompt):
     os.rename(tmp, os.path.join(rec, f"argv{n}.json"))
 
 
+def _shell():
+    rec = os.environ.get("FAKE_RECORD")
+    calls = len([f for f in os.listdir(rec) if f.startswith(".claim")]) if rec else 0
+    cmd = os.environ.get(f"FAKE_SHELL_{calls}") or os.environ.get("FAKE_SHELL")
+    if cmd:
+        subprocess.run(["/bin/sh", "-c", cmd], stdout=sys.stderr, check=False)
+
+
 def main():
     argv = sys.argv
     prompt = sys.stdin.buffer.read()
@@ -73,6 +85,7 @@ def main():
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     while os.environ.get("FAKE_WAIT_FILE") and not os.path.exists(os.environ["FAKE_WAIT_FILE"]):
         time.sleep(0.02)
+    _shell()
     children = os.environ.get("FAKE_CHILDREN")
     if children == "1":
         subprocess.Popen(["/bin/sh", "-c", trap + "sleep 300 & sleep 301 & wait"])

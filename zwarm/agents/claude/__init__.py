@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Setting
+from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Setting, UsageFeed
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
 
@@ -49,7 +49,12 @@ class ClaudeAgent(Agent):
         r"sonnet|opus|haiku|opusplan|claude-.*|(sonnet|opus|haiku)\[.*\]"
     )
     settings: ClassVar[Mapping[str, Setting]] = {
-        "permission_mode": Setting((str,), "acceptEdits", PERMISSION_MODES),
+        "permission_mode": Setting(
+            (str,),
+            "acceptEdits",
+            PERMISSION_MODES,
+            "Passed as --permission-mode: acceptEdits, default, plan, dontAsk, auto, ...",
+        ),
     }
 
     def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
@@ -70,6 +75,12 @@ class ClaudeAgent(Agent):
         from zwarm.agents.claude import events
 
         return events.scan_outcome(lines)
+
+    def live_usage(self) -> UsageFeed | None:
+        """Claude reports each model call's usage as it streams."""
+        from zwarm.agents.claude import events
+
+        return events.LiveUsage()
 
     def usage_so_far(self, lines: Iterable[bytes]) -> Usage | None:
         from zwarm.agents.claude import events

@@ -25,7 +25,15 @@ Must stay true:
   decoded type is checked again; a cost that is not a finite number is no cost;
 - usage and cost are reported raw: on a resumed session ``total_cost_usd`` is cumulative (usage
   is not); the caller computes deltas. zwarm's ``input_tokens`` includes cached tokens, so it is
-  input + cache creation + cache read.
+  input + cache creation + cache read;
+- a failure is typed (``classify``) from claude's typed fields only, never its text: the
+  result's and the synthetic assistant message's ``api_error_status``, ``api_error_type``,
+  ``error``, ``api_error`` (``usage_limit_reached``) and ``terminal_reason``
+  (``prompt_too_long``); a reset time comes from ``rate_limit_info.resetsAt`` (the assistant
+  line's ``api_error_params``, or a ``rate_limit_event`` that rejected the request), a
+  retry-after from the last ``system/api_retry`` delay (see ``/work/shared/reference/limits.md``);
+- ``LiveUsage`` reads usage while the turn streams (a line at a time, each message once): what
+  ``usage_so_far`` reports at the end, and what a budget is checked against meanwhile.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from zwarm.agents.jsonl import list_ as _list
 from zwarm.agents.jsonl import newest as _newest
 from zwarm.agents.jsonl import obj as _obj
 from zwarm.agents.jsonl import str_ as _str
-from zwarm.model import Status, TurnOutcome, Usage
+from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import Step
 
 # Tools whose successful result changed a file: name -> change kind.
@@ -327,6 +335,9 @@ _M_TEXT = _marker(b"type", b'"text"')
 _M_INIT = _marker(b"subtype", b'"init"')
 _M_API_ERROR = _marker(b"is_api_error_message", b"true")
 _M_SYNTHETIC = _marker(b"model", b'"<synthetic>"')
+_HEAD_RATE_LIMIT = b'{"type":"rate_limit_event"'
+_M_RATE_LIMIT = _marker(b"type", b'"rate_limit_event"')
+_M_API_RETRY = _marker(b"subtype", b'"api_retry"')
 
 # Candidate lines are kept raw and decoded lazily, newest first, only if needed.
 _CANDIDATES = 8
@@ -341,6 +352,8 @@ class _Scan:
         self.init_seen = False
         self.texts: deque[bytes] = deque(maxlen=_CANDIDATES)
         self.api_errors: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.rate_limit: bytes | None = None  # the last rate_limit_event line
+        self.retry: bytes | None = None  # the last system/api_retry line
 
     def typed(self, kind: bytes, line: bytes) -> None:
         """A line whose first key is ``"type"`` (value ``kind``), in any spacing."""
@@ -350,6 +363,8 @@ class _Scan:
             self.system(line)
         elif kind == b"result":
             self.other(line)
+        elif kind == b"rate_limit_event":
+            self.rate_limit = line
         # else: user (tool results), stream_event, tool_use_summary...: never matter
 
     def assistant(self, line: bytes) -> None:
@@ -377,11 +392,15 @@ class _Scan:
     def system(self, line: bytes) -> None:
         if not self.init_seen and _M_INIT.search(line):
             self.take_init(line)
+        elif b"api_retry" in line and _M_API_RETRY.search(line):
+            self.retry = line
 
     def other(self, line: bytes) -> None:
         """The result line, and any line whose first key is not ``"type"``."""
         if _M_RESULT.search(line):
             self.take_result(line)
+        elif _M_RATE_LIMIT.search(line):
+            self.rate_limit = line
         elif _M_ASSISTANT.search(line):
             if _M_TEXT.search(line):
                 self.text(line)
@@ -404,11 +423,26 @@ class _Scan:
     def finish(self) -> TurnOutcome:
         if self.result is not None:
             _apply_result(self.outcome, self.result)
+            if self.outcome.status is Status.FAILED:
+                self.classify(self.result)
         else:
             self.outcome.error = _newest(self.api_errors, _api_error_text)
         if self.outcome.final_message is None:
             self.outcome.final_message = _newest(self.texts, _assistant_text)
         return self.outcome
+
+    def classify(self, result: Event) -> None:
+        """Type the failure from the result and the newest synthetic API-error message."""
+        message: Event = {}
+        for line in reversed(self.api_errors):
+            event = _decode(line)
+            if event is not None and _is_api_error(event):
+                message = event
+                break
+        rate = _dict(_decode(self.rate_limit) if self.rate_limit else None)
+        retry = _dict(_decode(self.retry) if self.retry else None)
+        o = self.outcome
+        o.reason, o.retry_after_s, o.reset_at = classify(result, message, rate, retry)
 
 
 def _apply_result(outcome: TurnOutcome, result: Event) -> None:
@@ -436,30 +470,107 @@ def _usage(raw: Any) -> Usage | None:
     )
 
 
-def usage_so_far(lines: Iterable[bytes]) -> Usage | None:
-    """What a run that ended without a ``result`` line (killed, timed out) had used: the
-    usage of each model call (assistant message) so far, summed. Claude repeats a message's
-    usage on every content-block line of it, so each message id counts once, with its latest
-    figures; output tokens are as streamed so far (a lower bound). None if it reported none."""
-    by_message: dict[str, Usage] = {}
-    for line in lines:
+class LiveUsage:
+    """The usage of a run so far, fed its output a line at a time: the usage of each model
+    call (assistant message), summed. Claude repeats a message's usage on every content-block
+    line of it, so each message id counts once, with its latest figures; output tokens are as
+    streamed so far (a lower bound). ``usage`` is None until a message reported some."""
+
+    def __init__(self) -> None:
+        self._by_message: dict[str, Usage] = {}
+        self.usage: Usage | None = None
+
+    def feed(self, line: bytes) -> bool:
+        """Take one output line; True if the usage so far changed."""
         if type(line) is not bytes:
             line = _as_bytes(line)
         if b'"assistant"' not in line or b'"usage"' not in line:
-            continue  # cheap: tool results, the bulk of a log, never match
+            return False  # cheap: tool results, the bulk of a log, never match
         event = _decode(line)
         if event is None or event.get("type") != "assistant":
-            continue
+            return False
         message = _dict(event.get("message"))
         used = _usage(message.get("usage"))
-        if used is not None:
-            by_message[_str(message.get("id")) or f"#{len(by_message)}"] = used
-    if not by_message:
-        return None
-    total = Usage()
-    for used in by_message.values():
-        total = total + used
-    return total
+        if used is None:
+            return False
+        key = _str(message.get("id")) or f"#{len(self._by_message)}"
+        if self._by_message.get(key) == used:
+            return False
+        self._by_message[key] = used
+        total = Usage()
+        for u in self._by_message.values():
+            total = total + u
+        self.usage = total
+        return True
+
+
+def usage_so_far(lines: Iterable[bytes]) -> Usage | None:
+    """What a run that ended without a ``result`` line (killed, timed out) had used (see
+    ``LiveUsage``). None if it reported none."""
+    live = LiveUsage()
+    for line in lines:
+        live.feed(line)
+    return live.usage
+
+
+# --------------------------------------------------------------------------- failure reasons
+
+_CONTEXT_REASONS = frozenset({"prompt_too_long"})
+_AUTH_ERRORS = frozenset({"authentication_failed", "authentication_error", "permission_error"})
+# api_error_type of a 529 and of a 5xx (claude's own ``error`` says "server_error" for those,
+# and for a lost connection too, which is no overload: the status or the type decides)
+_OVERLOAD_ERRORS = frozenset({"overloaded_error", "api_error"})
+
+
+def classify(
+    result: Event, message: Event, rate_limit: Event, retry: Event
+) -> tuple[Reason | None, float | None, float | None]:
+    """(reason, retry after in seconds, reset at in epoch seconds) of a failed run, from the
+    ``result`` line, the synthetic API-error ``message`` (or {}), the last
+    ``rate_limit_event`` and the last ``system/api_retry`` line (or {})."""
+    status = _int(result.get("api_error_status")) or _int(message.get("api_error_status"))
+    kinds = {
+        _str(x)
+        for x in (
+            result.get("api_error_type"),
+            message.get("api_error_type"),
+            message.get("error"),
+            result.get("api_error"),
+            message.get("api_error"),
+        )
+    }
+    if "usage_limit_reached" in kinds or "billing_error" in kinds:
+        return Reason.USAGE_LIMIT, None, _reset_at(message, rate_limit)
+    if _str(result.get("terminal_reason")) in _CONTEXT_REASONS:
+        return Reason.CONTEXT_OVERFLOW, None, None
+    if status in (401, 403) or kinds & _AUTH_ERRORS:
+        return Reason.AUTH_FAILED, None, None
+    if status == 429 or kinds & {"rate_limit", "rate_limit_error"}:
+        return Reason.RATE_LIMITED, _retry_after(retry), _reset_at(message, rate_limit)
+    if (status is not None and (status == 529 or 500 <= status < 600)) or (
+        kinds & _OVERLOAD_ERRORS
+    ):
+        return Reason.OVERLOADED, _retry_after(retry), None
+    if _str(result.get("result")).startswith("Not logged in"):
+        return Reason.AUTH_FAILED, None, None
+    return None, None, None
+
+
+def _reset_at(message: Event, rate_limit: Event) -> float | None:
+    """``resetsAt`` of the rejecting rate limit (the message's own, else the event's)."""
+    params = _dict(_dict(message.get("api_error_params")).get("rate_limit_info"))
+    info = _dict(rate_limit.get("rate_limit_info"))
+    for source in (params, info):
+        at = _number(source.get("resetsAt"))
+        rejected = source.get("status") == "rejected" and source.get("isUsingOverage") is not True
+        if at is not None and rejected and 0 < at < 1e11:
+            return at
+    return None
+
+
+def _retry_after(retry: Event) -> float | None:
+    delay = _number(retry.get("retry_delay_ms"))
+    return delay / 1000 if delay is not None and 0 < delay <= 7 * 86400 * 1000 else None
 
 
 def _main_model(model_usage: Any) -> str | None:
@@ -512,6 +623,8 @@ def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
             scan.assistant(line)
         elif line.startswith(_HEAD_SYSTEM):
             scan.system(line)
+        elif line.startswith(_HEAD_RATE_LIMIT):
+            scan.rate_limit = line
         else:
             head = _HEAD.match(line)
             if head is None:

@@ -118,8 +118,17 @@ class CodexAgent(Agent):
     reports_cost: ClassVar[bool] = False
     model_pattern: ClassVar[str | None] = r"gpt-.*|o\d.*|codex-.*|.*-codex.*|codex"
     settings: ClassVar[Mapping[str, Setting]] = {
-        "sandbox": Setting((str,), "workspace-write", SANDBOXES),
-        "config": Setting((dict,), {}),  # -c overrides
+        "sandbox": Setting(
+            (str,),
+            "workspace-write",
+            SANDBOXES,
+            "Sandbox passed as -s: read-only, workspace-write or danger-full-access.",
+        ),
+        "config": Setting(
+            (dict,),
+            {},
+            doc="-c key=value overrides, one per key (TOML values; nested tables: dotted keys).",
+        ),
     }
     default_prices: ClassVar[Mapping[str, Price]] = DEFAULT_PRICES
 

@@ -18,13 +18,20 @@ Must stay true:
   ``"type"`` key holds that value; a false hit (a nested object) costs one decode, because the
   decoded type is checked again;
 - usage is reported raw: ``turn.completed.usage`` is cumulative over a resumed thread and the
-  caller computes deltas. Codex reports no cost and no model.
+  caller computes deltas. Codex reports no cost and no model;
+- a failure is typed (``classify``) from the ``turn.failed`` message alone, the only thing
+  codex prints about it (no status code, no retry-after, no reset epoch on stdout: see
+  ``/work/shared/reference/limits.md``): its fixed texts for a rate limit, a usage limit or
+  quota, an overloaded or failing server, a refused key, a full context window. A reset time
+  ("try again at 3:29 PM", codex's local time, no zone) is read as this process's local time,
+  the next such moment after ``now``; "try again in 1.5s" is a retry-after.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -39,7 +46,7 @@ from zwarm.agents.jsonl import list_ as _list
 from zwarm.agents.jsonl import newest as _newest
 from zwarm.agents.jsonl import obj as _obj
 from zwarm.agents.jsonl import str_ as _str
-from zwarm.model import Status, TurnOutcome, Usage
+from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import Step
 
 OpenItems = dict[str, Event]
@@ -313,11 +320,104 @@ class _Scan:
             self.outcome.status = Status.FAILED
             self.outcome.error = _turn_failed_message(event)
 
-    def finish(self) -> TurnOutcome:
+    def finish(self, now: float | None = None) -> TurnOutcome:
         self.outcome.final_message = _newest(self.messages, _agent_message_text)
         if self.outcome.status is None:
             self.outcome.error = _newest(self.errors, _error_event_message)
+        elif self.outcome.status is Status.FAILED and self.outcome.error:
+            typed = classify(self.outcome.error, time.time() if now is None else now)
+            o = self.outcome
+            o.reason, o.retry_after_s, o.reset_at = typed
         return self.outcome
+
+
+# --------------------------------------------------------------------------- failure reasons
+
+Typed = tuple[Reason | None, float | None, float | None]  # reason, retry after (s), reset at
+
+_USAGE_LIMIT = re.compile(
+    r"hit your usage limit|usage limit has been reached|^Quota exceeded\b|"
+    r"To use Codex with your ChatGPT plan, upgrade",
+    re.IGNORECASE,
+)
+_RATE_LIMITED = re.compile(
+    r"last status: 429\b|\b429 Too Many Requests|^rate limit exceeded\b", re.IGNORECASE
+)
+_CONTEXT = re.compile(r"ran out of room in the model's context window", re.IGNORECASE)
+_AUTH = re.compile(r"\b(401 Unauthorized|403 Forbidden)\b|last status: 40[13]\b")
+_OVERLOADED = re.compile(
+    r"Selected model is at capacity|currently experiencing high demand|"
+    r"unexpected status 5\d\d\b|last status: 5\d\d\b",
+    re.IGNORECASE,
+)
+_RETRY_IN = re.compile(
+    r"try again in (?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)(ms|s))?\b", re.IGNORECASE
+)
+_TRY_AT = re.compile(
+    r"try again at (?:([A-Z][a-z]{2,8}) (\d{1,2})(?:st|nd|rd|th)?, (\d{4}) )?"
+    r"(\d{1,2}):(\d{2}) ?([AP]M)",
+    re.IGNORECASE,
+)
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+
+
+def classify(message: str, now: float) -> Typed:
+    """The typed reason of a ``turn.failed`` message, and when codex says to try again."""
+    text = message.replace("\u2019", "'")
+    if _USAGE_LIMIT.search(text):
+        return Reason.USAGE_LIMIT, None, _reset_at(text, now)
+    if _RATE_LIMITED.search(text):
+        return Reason.RATE_LIMITED, _retry_in(text), None
+    if _CONTEXT.search(text):
+        return Reason.CONTEXT_OVERFLOW, None, None
+    if _AUTH.search(text):
+        return Reason.AUTH_FAILED, None, None
+    if _OVERLOADED.search(text):
+        return Reason.OVERLOADED, _retry_in(text), None
+    return None, None, None
+
+
+def _retry_in(text: str) -> float | None:
+    """``try again in 1.5s`` / ``in 20ms`` / ``in 6m0s`` as seconds (None if not said)."""
+    m = _RETRY_IN.search(text)
+    if m is None or not any(m.groups()):
+        return None
+    hours, minutes, number, unit = m.groups()
+    secs = float(int(hours or 0) * 3600 + int(minutes or 0) * 60)
+    if number:
+        secs += float(number) / (1000 if unit.lower() == "ms" else 1)
+    return secs if 0 < secs <= 7 * 86400 else None
+
+
+def _reset_at(text: str, now: float) -> float | None:
+    """``try again at 3:29 PM`` (the next such local time after ``now``) or ``try again at
+    Nov 25th, 2026 10:03 PM``, as epoch seconds; None for ``try again later``."""
+    m = _TRY_AT.search(text)
+    if m is None:
+        return None
+    month, day, year, hour, minute, half = m.groups()
+    h = int(hour) % 12 + (12 if half.upper() == "PM" else 0)
+    if not (0 <= h < 24 and 0 <= int(minute) < 60):
+        return None
+    local = time.localtime(now)
+    if month is not None:
+        mon = month[:3].lower()
+        if mon not in _MONTHS:
+            return None
+        fields = (int(year), _MONTHS.index(mon) + 1, int(day), h, int(minute), 0, 0, 0, -1)
+        return _mktime(fields)
+    fields = (local.tm_year, local.tm_mon, local.tm_mday, h, int(minute), 0, 0, 0, -1)
+    at = _mktime(fields)
+    if at is not None and at <= now - 60:  # a time of day already past: tomorrow's
+        at = _mktime((*fields[:2], fields[2] + 1, *fields[3:]))
+    return at
+
+
+def _mktime(fields: tuple[int, ...]) -> float | None:
+    try:
+        return time.mktime(fields)  # type: ignore[arg-type]
+    except (OverflowError, ValueError):
+        return None
 
 
 def _usage(raw: Any) -> Usage | None:
@@ -342,13 +442,15 @@ def _error_event_message(event: Event) -> str | None:
     return _str(event.get("message")) if event.get("type") == "error" else None
 
 
-def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
+def scan_outcome(lines: Iterable[bytes], now: float | None = None) -> TurnOutcome:
     """The turn's outcome, decoding only the few lines that can change it.
 
     ``status`` is COMPLETED on ``turn.completed``, FAILED on ``turn.failed`` (an ``error`` event
     alone is a retry notice, not failure), None when the stream has neither; then ``error`` is the
-    last ``error`` event's message, if any. ``final_message`` is the last agent message. The
-    same answer whatever the JSON spacing: codex's compact layout only takes a faster path.
+    last ``error`` event's message, if any. ``final_message`` is the last agent message. A
+    failure is typed by ``classify`` (``now``: when to read a reset time of day from; default
+    the clock). The same answer whatever the JSON spacing: codex's compact layout only takes a
+    faster path.
     """
     scan = _Scan()
     for line in lines:
@@ -367,4 +469,4 @@ def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
             scan.other(line)
         else:
             scan.typed(head.group(1), line, head.end())
-    return scan.finish()
+    return scan.finish(now)

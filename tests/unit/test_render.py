@@ -1,0 +1,149 @@
+"""``zwarm.cli.render``: the ls table fits the terminal, figures read as people read them, steps
+show as they are (tool inputs as JSON)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from zwarm.cli import render
+from zwarm.cli.text import cells
+from zwarm.env import iso
+
+NOW = 1_800_000_000.0
+
+
+def row(n: int, **kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": f"{n:08x}-aaaa-4bbb-8ccc-{n:012x}",
+        "name": f"session-name-{n}",
+        "status": "completed",
+        "adapter": "claude",
+        "model": "claude-sonnet-4-5-20250929",
+        "turns": 3,
+        "usage": {"total_tokens": 123_456},
+        "cost_usd": 0.1234,
+        "cost_source": "reported",
+        "created_at": iso(NOW - 3600 * n),
+        "source": "orchestrate:20261123-1620-abcdef",
+        "task": f"task {n}: " + "refactor the parser and add tests for every edge case " * 3,
+        "queued": [],
+        "dangerous": False,
+        "damaged": False,
+        "error": None,
+        "reason": None,
+    }
+    base.update(kw)
+    return base
+
+
+ROWS = [
+    row(1),
+    row(2, status="running", queued=["a", "b"], dangerous=True),
+    row(3, status="failed", reason="timeout", error="timeout: killed after 30 s"),
+    row(4, status="failed", reason="agent_error", error="agent exited with code 3: boom"),
+    row(5, status="killed", name=None),
+    {**row(6), "status": "damaged", "damaged": True, "error": "meta.json is empty", "task": None},
+]
+
+
+def table(capsys: pytest.CaptureFixture[str], width: int | None, rows: list[Any] = ROWS) -> str:
+    render.session_table(rows, NOW, color=False, width=width)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 160, 220])
+def test_every_row_fits_on_one_line(capsys: pytest.CaptureFixture[str], width: int) -> None:
+    out = table(capsys, width)
+    lines = out.splitlines()
+    assert len(lines) == len(ROWS) + 1  # nothing wrapped, nothing lost
+    assert all(cells(line) <= width for line in lines), [cells(x) for x in lines]
+    for r, line in zip(ROWS, lines[1:], strict=True):
+        assert line.startswith(r["id"][:8])
+        assert r["status"] in line  # status is never dropped
+
+
+def test_columns_go_by_priority_and_the_task_is_cut_last(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wide = table(capsys, 220).splitlines()[0].split()
+    assert wide == ["ID", "NAME", "STATUS", "ADAPTER", "MODEL", "TURNS", "TOKENS", "COST", "AGE",
+                    "SOURCE", "TASK"]  # fmt: skip
+    narrow = table(capsys, 80).splitlines()
+    head = narrow[0].split()
+    assert head[:3] == ["ID", "NAME", "STATUS"] and head[-1] == "TASK"
+    assert "SOURCE" not in head and "ADAPTER" not in head  # the least useful go first
+    assert "AGE" in head  # ...and the useful ones stay while they fit
+    task_col = narrow[0].index("TASK")
+    assert all(len(line[task_col:]) >= 10 for line in narrow[1:])  # the task keeps room
+
+
+def test_failed_rows_say_why_in_a_word(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = table(capsys, 160).splitlines()
+    assert "failed (timeout)" in lines[3]
+    assert "failed (exit 3)" in lines[4]
+    assert "running +2q !danger" in lines[2]
+    assert "meta.json is empty" in lines[6]  # a damaged row says what is wrong
+
+
+def test_not_a_terminal_keeps_every_column(capsys: pytest.CaptureFixture[str]) -> None:
+    head = table(capsys, None).splitlines()[0].split()
+    assert len(head) == 11
+
+
+def test_task_text_cannot_recolour_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: a task with escape sequences recoloured the terminal in ``zwarm ls``."""
+    nasty = [row(1, task="hello \x1b[31mRED\x1b[0m \x1b]0;title\x07task", name="n")]
+    for width in (None, 80):
+        out = table(capsys, width, nasty)
+        assert "\x1b" not in out and "\x07" not in out
+        assert "hello RED task" in out
+    render.session_table(nasty, NOW, color=True, width=None)
+    coloured = capsys.readouterr().out
+    assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == table(capsys, None, nasty)
+
+
+def test_figures_read_as_people_read_them() -> None:
+    assert render.fmt_duration(13.14) == "13.1 s"
+    assert render.fmt_duration(245) == "4 min 05 s"
+    assert render.fmt_duration(7620) == "2 h 07 min"
+    assert render.fmt_ago(iso(NOW - 5), NOW) == "just now"
+    assert render.fmt_ago(iso(NOW - 300), NOW) == "5 min ago"
+    assert render.fmt_ago(iso(NOW - 86400 * 3), NOW) == "3 days ago"
+    assert render.fmt_clock(65) == "1:05" and render.fmt_clock(3723) == "1:02:03"
+    assert render.fmt_age(iso(NOW - 7200), NOW) == "2h"
+    local = render.fmt_local(iso(NOW))
+    assert local == time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(NOW))
+    assert render.took(iso(NOW - 13.1), iso(NOW)) == pytest.approx(13.1, abs=0.01)
+
+
+def test_tool_inputs_show_as_json_not_python_reprs() -> None:
+    """Regression: tool arguments were printed as Python reprs ({'k': True, 'n': None})."""
+    step = {"kind": "tool_call", "name": "Read", "arguments": {"path": "a.py", "all": True,
+            "limit": None}}  # fmt: skip
+    line = render.step_line(step, full=False)
+    assert '{"path": "a.py", "all": true, "limit": null}' in line
+    assert "True" not in line and "None" not in line
+    assert render.activity(step) == 'tool Read {"path": "a.py", "all": true, "limit": null}'
+
+
+def test_activity_is_one_clean_line() -> None:
+    step = {"kind": "command", "command": "echo \x1b[2Jhi\nthere", "exit_code": None,
+            "status": "in_progress"}  # fmt: skip
+    assert render.activity(step) == "$ echo hi there (running)"
+    assert render.activity({"kind": "message", "text": "x" * 500}, 20) == "x" * 19 + "…"
+    assert render.activity(None) == ""
+
+
+def test_trajectory_header_names_the_session() -> None:
+    d = row(1, status="running", queued=["x"])
+    head = render.trajectory_header(d, live_tokens=4567)
+    first, second = head.split("\n")
+    assert first == f"[bold]session {d['id']}[/] (session-name-1)"
+    assert "4.6k tokens so far" in second
+    assert "(+1 queued)" in head
+    done = render.trajectory_header(row(2))
+    assert "123k tokens" in done and "so far" not in done

@@ -1,0 +1,87 @@
+"""The orchestrator's review tools: delegate into a worktree, get_diff (bounded), comment,
+merge; and the built-in orchestrator's prompt asks for a review before merging."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.conftest import ZW, wait_until
+from tests.workspace.conftest import Repo, agent
+from zwarm.orchestrator.tools import Toolbox
+
+
+def _ok(res: dict[str, Any]) -> dict[str, Any]:
+    assert res.get("ok") is True, res
+    json.dumps(res)
+    return res
+
+
+def _box(zw: ZW, shell: str) -> Toolbox:
+    return Toolbox(zw.api(env_extra=agent(shell)), "review-test")
+
+
+def _finished(tb: Toolbox, sid: str) -> None:
+    wait_until(lambda: tb.dispatch("check_session", {"session_id": sid})["status"] != "running")
+
+
+def test_delegate_in_a_worktree_then_review_comment_and_merge(zw: ZW, repo: Repo) -> None:
+    tb = _box(zw, "echo 'print(1)' > tool.py")
+    res = _ok(
+        tb.dispatch(
+            "delegate",
+            {"task": "add tool.py", "cwd": "repo", "worktree": True, "branch": "agents/tool"},
+        )
+    )
+    assert res["branch"] == "agents/tool" and res["cwd"] != str(repo.path)
+    sid = res["session_id"]
+    _finished(tb, sid)
+    d = _ok(tb.dispatch("get_diff", {"session_id": sid}))
+    assert d["files"] == [{"path": "tool.py", "status": "added", "added": 1, "removed": 0}]
+    assert "+print(1)" in d["diff"] and "note" not in d
+    st = _ok(tb.dispatch("get_diff", {"session_id": sid, "turn": 1, "stat_only": True}))
+    assert "diff" not in st and st["changes"] == {"files": 1, "added": 1, "removed": 0}
+    c = _ok(
+        tb.dispatch("comment", {"session_id": sid, "path": "tool.py", "line": 1, "text": "print 2"})
+    )
+    assert c["comment"] == {"id": 1, "path": "tool.py", "line": 1}
+    _ok(tb.dispatch("converse", {"session_id": sid, "message": "fix it"}))
+    _finished(tb, sid)
+    assert "1. tool.py:1\n```diff\n+print(1)\n```\nprint 2" in zw.recorded()[1].decode()
+    m = _ok(tb.dispatch("merge", {"session_id": sid}))
+    assert m["merged"] and m["into"] == "main" and "worktree" not in m
+    assert (repo.path / "tool.py").read_text() == "print(1)\n"
+
+
+def test_get_diff_is_bounded_with_a_note_of_what_was_cut(zw: ZW, repo: Repo) -> None:
+    zw.state_dir.mkdir()
+    zw.write_config("[tools]\ndiff_chars = 600\n")
+    shell = "for i in 1 2 3 4 5 6; do seq 1 40 > f$i.txt; done"
+    tb = _box(zw, shell)
+    sid = _ok(tb.dispatch("delegate", {"task": "t", "cwd": "repo"}))["session_id"]
+    _finished(tb, sid)
+    d = _ok(tb.dispatch("get_diff", {"session_id": sid}))
+    assert len(d["diff"]) <= 600 and len(d["files"]) == 6
+    assert "diff cut to fit the context; not shown: a/f" in d["note"]
+    assert "pass turn=N" in d["note"]
+
+
+def test_review_tool_errors_are_one_line(zw: ZW, repo: Repo) -> None:
+    tb = _box(zw, "true")
+    sid = _ok(tb.dispatch("delegate", {"task": "t", "cwd": "repo"}))["session_id"]
+    _finished(tb, sid)
+    for name, args in (
+        ("get_diff", {"session_id": sid, "turn": 9}),
+        ("comment", {"session_id": sid, "path": "x", "line": 1, "text": "y"}),
+        ("merge", {"session_id": sid}),
+        ("delegate", {"task": "t", "cwd": "repo", "worktree": True, "branch": "-bad"}),
+    ):
+        res = tb.dispatch(name, args)
+        assert res["ok"] is False and "\n" not in res["error"], res
+
+
+def test_the_orchestrators_prompt_asks_for_a_review_before_merging(zw: ZW) -> None:
+    from zwarm.orchestrator.loop import system_prompt
+
+    text = system_prompt(zw.api())
+    assert "get_diff" in text and "before merging" in text and "worktree=true" in text

@@ -1,0 +1,130 @@
+"""Google's Gemini CLI agent: ``gemini --output-format stream-json`` argv, config table, prices.
+
+Owns everything Gemini-specific but the event parsing (``events``), the session's home and
+settings (``home``), the tool facts read from gemini's own record (``tools``) and the session
+manager that ties them to the engine (``manager``). Must stay true: the prompt is never in
+argv (gemini reads it from stdin when no ``-p`` is given); ``--yolo`` appears only when the
+session is explicitly dangerous, otherwise ``--approval-mode`` (default ``auto_edit``: file
+edits, no shell; ``yolo`` in the config counts as dangerous); usage is per run, also over
+``--resume`` (not cumulative); gemini reports no cost, so it is estimated from
+``DEFAULT_PRICES`` or ``[gemini.prices]``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Price, Setting
+from zwarm.model import TurnOutcome, Usage
+from zwarm.model.steps import Step
+
+APPROVAL_MODES = ("auto_edit", "default", "plan", "yolo")
+AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
+
+# USD per 1M tokens, prompts up to 200K tokens (longer ones cost more on the Pro models).
+# Google's list prices (ai.google.dev/gemini-api/docs/pricing) as quoted by the gemini-cost
+# crate (docs.rs/gemini-cost, 2.5 family) and the ai-wish-generator v3.2.0 release notes
+# (Apr 2026: 2.5 Flash $0.30/$2.50, Flash-Lite $0.10/$0.40, Pro $1.25/$10, 3 Flash Preview
+# $0.50/$3, 3.1 Pro Preview $2/$12); cached input at Google's 90% caching discount.
+DEFAULT_PRICES: dict[str, dict[str, float]] = {
+    "gemini-2.5-pro": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
+    "gemini-2.5-flash": {"input": 0.30, "cached_input": 0.03, "output": 2.50},
+    "gemini-2.5-flash-lite": {"input": 0.10, "cached_input": 0.01, "output": 0.40},
+    "gemini-3-flash-preview": {"input": 0.50, "cached_input": 0.05, "output": 3.0},
+    "gemini-3-pro-preview": {"input": 2.0, "cached_input": 0.2, "output": 12.0},
+    "gemini-3.1-pro-preview": {"input": 2.0, "cached_input": 0.2, "output": 12.0},
+}
+
+_SAMPLES = Path(__file__).resolve().parent / "samples"
+
+
+def gemini_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
+    """The argv of one headless ``gemini`` turn (the prompt is read from stdin)."""
+    argv = [*opts.command, "--output-format", "stream-json"]
+    if opts.model:
+        argv += ["--model", opts.model]
+    if opts.dangerous:
+        argv.append("--yolo")
+    else:
+        argv += ["--approval-mode", opts.settings.get("approval_mode", "auto_edit")]
+    if resume_id:
+        argv += ["--resume", resume_id]
+    argv += list(opts.extra_args)
+    return argv
+
+
+class GeminiAgent(Agent):
+    name: ClassVar[str] = "gemini"
+    manager: ClassVar[str | None] = "zwarm.agents.gemini.manager:GeminiSessionManager"
+    native_resume: ClassVar[bool] = True
+    usage_cumulative_on_resume: ClassVar[bool] = False
+    reports_cost: ClassVar[bool] = False
+    model_pattern: ClassVar[str | None] = r"gemini-.*"
+    settings: ClassVar[Mapping[str, Setting]] = {
+        "approval_mode": Setting(
+            (str,),
+            "auto_edit",
+            APPROVAL_MODES,
+            "Passed as --approval-mode: auto_edit (file edits, no shell), default, plan, yolo.",
+        ),
+        "auth": Setting(
+            (str,),
+            "",
+            AUTH_TYPES,
+            '"" = from the environment (GEMINI_API_KEY, Vertex AI, ADC); keys never on disk.',
+        ),
+        "max_attempts": Setting(
+            (int,), 0, doc="settings general.maxAttempts (tries per request); 0 = gemini's (10)."
+        ),
+        "user_settings": Setting(
+            (bool,), True, doc="Start the session's settings from your ~/.gemini/settings.json."
+        ),
+        "settings": Setting(
+            (dict,), {}, doc="settings.json overrides for every session, merged last."
+        ),
+    }
+    default_prices: ClassVar[Mapping[str, Price]] = DEFAULT_PRICES
+    # Tool facts from gemini's session record (``tools``), for the turn being read.
+    facts: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
+
+    def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
+        return gemini_argv(opts, resume_id)
+
+    def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
+        if bypass:
+            return "--yolo", True
+        mode = table["approval_mode"]
+        return f"--approval-mode {mode}", mode == "yolo"
+
+    def with_facts(self, facts: Mapping[str, Mapping[str, Any]]) -> GeminiAgent:
+        """This agent reading a turn whose tool facts are ``facts``."""
+        reader = copy.copy(self)
+        reader.facts = facts
+        return reader
+
+    def iter_steps(self, lines: Iterable[bytes]) -> Iterator[Step]:
+        from zwarm.agents.gemini import events
+
+        return events.iter_steps(lines, self.facts)
+
+    def scan_outcome(self, lines: Iterable[bytes]) -> TurnOutcome:
+        from zwarm.agents.gemini import events
+
+        return events.scan_outcome(lines)
+
+    def conformance_samples(self) -> ConformanceSamples:
+        def read(name: str) -> bytes:
+            return (_SAMPLES / f"{name}.jsonl").read_bytes()
+
+        return ConformanceSamples(
+            completed=read("completed"),
+            failed=read("failed"),
+            failed_error="Model stream ended without a finish reason.",
+            models=("gemini-2.5-pro", "gemini-2.5-flash", "gemini-3-pro-preview"),
+            resumed=(read("resume_1"), read("resume_2")),
+            resumed_usage=Usage(300, 0, 6, 0),  # per run: 306 after 497, not cumulative
+        )

@@ -1,0 +1,418 @@
+"""The fleet's scheduler: which waiting session starts next, and never more than the caps.
+
+Owns the state dir's queue of waiting sessions (a ``queued`` or ``parked`` latest turn), the
+scheduler lock, and the *pass* that starts them: caps (``[limits] max_running``, an agent's
+``max_running``, ``[groups.NAME] max_running``, ``[limits] max_cost_per_day``), ``--after``
+dependencies, ``--priority`` then FIFO order, and resuming parked turns at their time. It works
+whatever launcher runs a turn: it starts a turn through its manager (``_start``: the launcher).
+
+How the design guarantees its two promises:
+
+*Never more than a cap running.* A session goes from not running to running only in a pass
+(a queued turn starting), and a pass holds the scheduler lock (``flock`` on
+``scheduler/lock``) from before it counts until after it has started what fits. It counts
+from every session's meta.json, read under that lock, and a turn is recorded running in the
+same transaction that starts it, so the next pass (serialized by the lock) counts it. A
+session stops running without the lock, which only lowers the count, and a follow-up from a
+running session's own queue continues in the slot it holds. Spawns from many processes at
+once each take the lock, create their session queued and run a pass; at most the cap ever
+runs.
+
+*No waiting session is stranded.* Every waiting session has a file ``scheduler/waiting/<id>``:
+it is written before meta.json says the session waits (under the session lock, or under the
+scheduler lock for a new session) and removed only by a pass, under the session lock, once
+meta.json says it no longer waits (a pass also re-creates a missing one). A pass runs after
+every event that can let a waiting session start: a turn's end (its supervisor, which waits
+for the lock), a kill, a spawn, inject, retry or resume that queued, a parked turn's time
+(its supervisor sleeps until then), and at the start of every zwarm command that finds a
+waiting file (``tick``, which waits briefly for the lock). A process killed (SIGKILL) at any
+point between an event and its pass leaves the waiting file, and its lock dies with it, so the
+next zwarm command, or the next supervisor to end a turn, runs the pass; a pass killed
+half-way leaves the rest queued and waiting files in place. A supervisor started by a pass that
+died before recording the start finds its turn still queued and runs nothing (the next pass
+starts it again).
+
+Must stay true: this module starts turns only through ``transitions.start`` plus the
+manager's launcher, under the scheduler lock, and never signals a process; every file it
+reads is untrusted (a waiting file is only a hint: meta.json decides).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from zwarm.engine import limits, transitions
+from zwarm.env import parse_iso
+from zwarm.errors import DamagedSession, SessionNotFound, StoreError, ZwarmError
+from zwarm.model import RUNS, WAITING, Reason, Session, Status
+from zwarm.store.files import CLOEXEC, NOFOLLOW
+
+if TYPE_CHECKING:
+    from zwarm.config import Config
+    from zwarm.engine.manager import BaseSessionManager
+    from zwarm.env import Env
+    from zwarm.store import Store
+
+TICK_WAIT_S = 5.0  # how long a command waits for another pass to end before going on
+_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def capped(config: Config) -> bool:
+    """Whether any cap is configured: then every session or turn that would start running is
+    queued first and started by a pass."""
+    d = config.data
+    if d["limits"]["max_running"] or d["limits"]["max_cost_per_day"]:
+        return True
+    if any(g.get("max_running") for g in d["groups"].values()):
+        return True
+    return any(_agent_cap(config, table) for table in d)
+
+
+def _agent_cap(config: Config, adapter: str) -> int:
+    from zwarm.config import SCHEMA
+
+    if adapter in SCHEMA:
+        return 0
+    value = config.data.get(adapter, {}).get("max_running", 0)
+    return value if isinstance(value, int) else 0
+
+
+@dataclass
+class Report:
+    """What one pass did: sessions started, ended without starting, resumed from parking."""
+
+    started: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Running:
+    """How many sessions run, in all and per agent and group."""
+
+    total: int = 0
+    agents: Counter[str] = field(default_factory=Counter)
+    groups: Counter[str] = field(default_factory=Counter)
+
+    def add(self, s: Session) -> None:
+        self.total += 1
+        self.agents[s.adapter] += 1
+        if s.group:
+            self.groups[s.group] += 1
+
+
+class Scheduler:
+    """The scheduler of one state dir, with one configuration."""
+
+    def __init__(self, store: Store, config: Config, env: Env) -> None:
+        self.store = store
+        self.config = config
+        self.env = env
+        self.dir = store.root / "scheduler"
+        self.waiting = self.dir / "waiting"
+        self._managers: dict[str, BaseSessionManager] = {}
+
+    def manager(self, adapter: str) -> BaseSessionManager:
+        if adapter not in self._managers:
+            from zwarm.engine import manager_class
+
+            self._managers[adapter] = manager_class(adapter)(self.store, self.config, self.env)
+        return self._managers[adapter]
+
+    # ------------------------------------------------------------------ the lock
+    @contextlib.contextmanager
+    def locked(self, timeout: float | None = None) -> Iterator[bool]:
+        """Hold the scheduler lock for the block (True), or yield False if another process
+        held it for ``timeout`` seconds (None: wait as long as it takes)."""
+        self._ensure()
+        flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
+        try:
+            fd = os.open(self.dir / "lock", flags, 0o600)
+        except OSError as e:
+            raise StoreError(f"cannot open the scheduler lock: {e.strerror}") from None
+        try:
+            yield _flock(fd, timeout)
+        finally:
+            os.close(fd)
+
+    def _ensure(self) -> None:
+        for d in (self.dir, self.waiting):
+            try:
+                d.mkdir(mode=0o700)
+            except FileExistsError:
+                if not os.path.isdir(d) or os.path.islink(d):
+                    raise StoreError(f"{d} is not a directory (a link?)") from None
+            except OSError as e:
+                raise StoreError(f"cannot create {d}: {e.strerror}") from None
+
+    # ------------------------------------------------------------------ waiting files
+    def mark(self, sid: str) -> None:
+        """Note that ``sid`` waits (before meta.json says so; see the module docstring)."""
+        self.store.session_dir(sid)  # a session id, never a path
+        self._ensure()
+        try:
+            fd = os.open(self.waiting / sid, os.O_WRONLY | os.O_CREAT | NOFOLLOW | CLOEXEC, 0o600)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise StoreError(f"cannot note session {sid} as waiting: {e.strerror}") from None
+            os.unlink(self.waiting / sid)  # a planted link: replaced, never followed
+            fd = os.open(self.waiting / sid, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+
+    def _marked(self) -> list[str]:
+        try:
+            return [n for n in os.listdir(self.waiting) if _ID.match(n)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def pending(self) -> bool:
+        """Whether any session waits (one directory read: what every command checks)."""
+        return bool(self._marked())
+
+    def _unmark(self, sid: str) -> None:
+        """Drop ``sid``'s waiting file if its meta.json says it no longer waits (decided
+        under the session lock, where a new wait is written)."""
+        try:
+            with self.store.lock(sid):
+                if self.store.load(sid).status in WAITING:
+                    return
+                _unlink(self.waiting / sid)
+        except (SessionNotFound, DamagedSession):
+            _unlink(self.waiting / sid)
+
+    # ------------------------------------------------------------------ passes
+    def tick(self) -> Report | None:
+        """A pass if any session waits (a command's first step); None if none ran."""
+        if not self.pending():
+            return None
+        return self.run(TICK_WAIT_S)
+
+    def run(self, timeout: float | None = None) -> Report | None:
+        """One pass under the lock (None if another held it for ``timeout`` seconds)."""
+        with self.locked(timeout) as got:
+            return self._pass() if got else None
+
+    def admit_new(self, s: Session, create: Callable[[], None]) -> Session:
+        """Create new session ``s`` (``create``) queued, and run a pass, under the lock."""
+        self.store.ensure()
+        with self.locked():
+            transitions.defer(s, s.turns[0], s.created_at)
+            self.mark(s.id)
+            create()
+            self._pass()
+        return self.store.load(s.id)
+
+    def _pass(self) -> Report:
+        report = Report()
+        now = self.env.clock()
+        found = self._scan()
+        for sid, s in list(found.items()):
+            if isinstance(s, Session):
+                found[sid] = self._settled(s, now, report)
+        sessions = [s for s in found.values() if isinstance(s, Session)]
+        running = _Running()
+        for s in sessions:
+            if s.status in RUNS:
+                running.add(s)
+        spend = self._spend(sessions, now)
+        for s in sorted((s for s in sessions if s.status is Status.QUEUED), key=_order):
+            self._consider(s, found, running, spend, report)
+        self._upkeep(found)
+        return report
+
+    def _scan(self) -> dict[str, Session | DamagedSession]:
+        found: dict[str, Session | DamagedSession] = {}
+        for sid in self.store.list_ids():
+            found[sid] = self.store.read(sid)
+        return found
+
+    def _settled(self, s: Session, now: float, report: Report) -> Session:
+        """``s`` with a lost running turn reconciled (its slot freed) and a parked turn whose
+        time has come resumed (a new queued turn)."""
+        try:
+            mgr = self.manager(s.adapter)
+            if s.status in RUNS:
+                return mgr.reconcile(s)
+            t = s.current
+            if s.status is Status.PARKED and t is not None and _due(t.parked_until, now):
+                s, _ = mgr.rerun(s.id, "auto", schedule=False)
+                report.resumed.append(s.id)
+        except ZwarmError:
+            pass  # left as it is; listed as it is by ls
+        return s
+
+    def _spend(self, sessions: list[Session], now: float) -> float:
+        if not self.config.data["limits"]["max_cost_per_day"]:
+            return 0.0
+        return limits.spent_today(sessions, now)
+
+    def _consider(
+        self,
+        s: Session,
+        found: dict[str, Session | DamagedSession],
+        running: _Running,
+        spend: float,
+        report: Report,
+    ) -> None:
+        """Start queued ``s`` if it may, end it if a dependency failed, else say why it
+        waits (on its turn, only when that changes)."""
+        t = s.current
+        assert t is not None
+        if t.n == 1 and s.after:
+            waiting, failed = _dependencies(s, found)
+            if failed is not None:
+                self._end(s, failed)
+                report.ended.append(s.id)
+                return
+            if waiting:
+                self._note(s, "waiting for " + ", ".join(w[:8] for w in waiting))
+                return
+        why = self._cap(s, running, spend)
+        if why is not None:
+            self._note(s, why)
+            return
+        if self._start(s):
+            running.add(s)
+            report.started.append(s.id)
+
+    def _cap(self, s: Session, running: _Running, spend: float) -> str | None:
+        """Which cap keeps ``s`` waiting, or None."""
+        lim = self.config.data["limits"]
+        most = lim["max_running"]
+        if most and running.total >= most:
+            return f"waiting for a slot: {running.total} running ([limits] max_running = {most})"
+        most = _agent_cap(self.config, s.adapter)
+        if most and running.agents[s.adapter] >= most:
+            n = running.agents[s.adapter]
+            return (
+                f"waiting for a slot: {n} {s.adapter} running ([{s.adapter}] max_running = {most})"
+            )
+        group = self.config.data["groups"].get(s.group, {}) if s.group else {}
+        most = group.get("max_running", 0)
+        if most and running.groups[s.group or ""] >= most:
+            n = running.groups[s.group or ""]
+            return f"waiting for a slot: {n} of group {s.group} running (max_running = {most})"
+        day = lim["max_cost_per_day"]
+        if day and spend >= day:
+            return (
+                f"waiting for tomorrow: today's spend ${spend:.2f} reached "
+                f"[limits] max_cost_per_day ${day:.2f}"
+            )
+        return None
+
+    def _start(self, s: Session) -> bool:
+        """Start ``s``'s queued turn (its launcher, in the transaction that records it)."""
+        mgr = self.manager(s.adapter)
+        with self.store.transaction(s.id) as fresh:
+            t = fresh.current
+            if t is None or t.status is not Status.QUEUED:
+                return False  # killed (or started) since the scan
+            now = self.env.now_iso()
+            transitions.start(fresh, t, now)
+            try:
+                mgr._start(fresh, t)
+            except ZwarmError as e:  # e.g. its launcher is not installed
+                why = f"could not start the turn: {e}"
+                transitions.end(fresh, t, Status.FAILED, now, Reason.START_FAILED, why)
+            return t.status in RUNS
+
+    def _end(self, s: Session, why: str) -> None:
+        with self.store.transaction(s.id) as fresh:
+            t = fresh.current
+            if t is not None and t.status is Status.QUEUED:
+                now = self.env.now_iso()
+                transitions.end(fresh, t, Status.FAILED, now, Reason.DEPENDENCY_FAILED, why)
+                fresh.queue.clear()
+
+    def _note(self, s: Session, why: str) -> None:
+        t = s.current
+        if t is None or t.wait == why:
+            return
+        with self.store.transaction(s.id) as fresh:
+            t = fresh.current
+            if t is not None and t.status is Status.QUEUED:
+                t.wait = why[:4000]
+
+    def _upkeep(self, found: dict[str, Session | DamagedSession]) -> None:
+        """Waiting files: one for every waiting session, none for any other."""
+        waiting = {
+            sid for sid, s in found.items() if isinstance(s, Session) and s.status in WAITING
+        }
+        marked = set(self._marked())
+        for sid in waiting - marked:
+            with contextlib.suppress(ZwarmError):
+                self.mark(sid)
+        for sid in marked - waiting:
+            with contextlib.suppress(ZwarmError, OSError):
+                self._unmark(sid)
+
+
+# ---------------------------------------------------------------------- helpers
+def _order(s: Session) -> tuple[int, str, str]:
+    """Priority first (higher first), then first queued first."""
+    t = s.current
+    queued = (t.queued_at or t.started_at) if t is not None else s.created_at
+    return (-s.priority, queued, s.id)
+
+
+def _due(when: str | None, now: float) -> bool:
+    if when is None:
+        return True
+    try:
+        return parse_iso(when) <= now
+    except ValueError:
+        return True  # unreadable: resume now rather than never
+
+
+def _dependencies(
+    s: Session, found: dict[str, Session | DamagedSession]
+) -> tuple[list[str], str | None]:
+    """(the sessions ``s`` still waits for, why it can never start or None)."""
+    waiting: list[str] = []
+    for dep in s.after:
+        d = found.get(dep)
+        if not isinstance(d, Session):
+            if s.after_any:
+                continue
+            what = "was removed" if d is None else f"is damaged ({d.problem})"
+            return waiting, f"dependency failed: session {dep} {what}"
+        if not d.status.finished:
+            waiting.append(dep)
+        elif d.status is not Status.COMPLETED and not s.after_any:
+            reason = f", {d.reason.value}" if d.reason else ""
+            return waiting, f"dependency failed: session {dep} ended {d.status.value}{reason}"
+    return waiting, None
+
+
+def _flock(fd: int, timeout: float | None) -> bool:
+    if timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+
+def _unlink(path: os.PathLike[str] | str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def sessions_waiting(found: Iterable[Session]) -> list[Session]:
+    """The queued sessions of ``found`` in the order a pass considers them."""
+    return sorted((s for s in found if s.status is Status.QUEUED), key=_order)
