@@ -5,8 +5,9 @@ the installed ``zwarm`` as a real subprocess, building a ``zwarm.api.Zwarm`` on 
 dir), ``wait_until``, the ``SAMPLES``/``FAKE_BIN`` paths, and the autouse ``private_trust``:
 every test gets its own zwarm trust file and launch pins (``XDG_CONFIG_HOME`` and
 ``XDG_STATE_HOME`` under ``tmp_path``, and ``XDG_DATA_HOME``, where worktrees go, set in
-``os.environ`` so every zwarm subprocess inherits them). Must stay true: nothing here touches anything outside ``tmp_path`` (HOME, TMPDIR, the
-trust file and pins are isolated too); every wait is on a condition with a generous deadline,
+``os.environ`` so every zwarm subprocess inherits them). Must stay true: nothing here
+touches anything outside ``tmp_path`` (HOME, TMPDIR, the trust file, pins and worktrees are
+isolated too); every wait is on a condition with a generous deadline,
 never on elapsed time; a test's config.toml is trusted only by writing it through
 ``ZW.write_config`` (or ``zwarm.trust.trust_config``): there is no switch that trusts every
 config.

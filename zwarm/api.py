@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -42,21 +43,22 @@ from zwarm.errors import (
     ZwarmError,
 )
 from zwarm.model import ACTIVE, FINISHED, RUNS, Session, Status
-from zwarm.model.records import Workspace
+from zwarm.model.records import RUN_ID, Workspace
 from zwarm.model.steps import Step
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
     from zwarm import config as config_mod
-    from zwarm.engine import limits
+    from zwarm.engine import limits, tree
     from zwarm.engine.manager import BaseSessionManager
-    from zwarm.runtime.launcher import Launcher
+    from zwarm.runtime.launcher import Launcher, Probe
 
 T = TypeVar("T")
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
 LOG_CHUNK = 1 << 20  # logs streams a turn log in pieces this size: memory stays bounded
 CONTEXT_MODES = ("summary", "native")
 TICK_EVERY_S = 1.0  # a long-lived Zwarm (wait, the MCP server) runs a scheduler pass this often
+_RUN_ID = re.compile(RUN_ID)
 
 
 class Zwarm:
@@ -157,6 +159,9 @@ class Zwarm:
         max_cost: float | None = None,
         max_tokens: int | None = None,
         stall: float | None = None,
+        detached: bool = False,
+        run: str | None = None,
+        launcher: str | None = None,
     ) -> Session:
         """Start a session; returns once its supervisor is running (the turn runs on). With
         ``worktree`` (default: ``[defaults] workspace``) it runs in a new git worktree of the
@@ -165,7 +170,12 @@ class Zwarm:
         ``after`` (session refs: start once they finished; only if all completed unless
         ``after_any``), it is created ``queued`` and started when it may, by ``priority``
         then first come; ``max_cost``/``max_tokens`` are its budget, ``stall`` its stall
-        time (defaults from ``[groups.<group>]`` and ``[limits]``)."""
+        time (defaults from ``[groups.<group>]`` and ``[limits]``). Delegation
+        (``engine.tree``): started from inside a session's agent (``ZWARM_PARENT_SESSION``),
+        it is that session's child, killed and removed with it unless ``detached``; ``run``
+        is the orchestrator run starting it (a root of its own). ``launcher``: what runs
+        its turns (``local``, ``slurm``: each turn a Slurm job), default ``[launcher]
+        default``."""
         check_prompt(task)
         adapter, model = self.route(adapter, model)
         mgr = self.manager(adapter)
@@ -177,6 +187,8 @@ class Zwarm:
         self._check_agent(mgr)
         cfg = self.config
         fleet = self._fleet(after, after_any, group, priority, max_cost, max_tokens, stall)
+        lineage = self._lineage(run, detached)
+        runner = self._launcher_for(launcher)
         ws = self._workspace_for(workdir, worktree, branch, base)
         return mgr.spawn(
             task,
@@ -190,7 +202,36 @@ class Zwarm:
             workspace=ws,
             notify=notify,
             fleet=fleet,
+            lineage=lineage,
+            launcher=runner,
         )
+
+    def _launcher_for(self, name: str | None) -> str:
+        """The launcher a new session's turns run on: ``name`` (spawn --launcher), else
+        ``[launcher] default``; ``InvalidInput`` naming the installed ones if it is none of
+        them, ``UntrustedConfig`` now if its table (``[slurm]``) is not trusted yet."""
+        cfg = self.config
+        name = name or cfg.get("launcher", "default")
+        self._launcher(name)
+        if name in cfg.data:
+            cfg.require(name)  # used by whoever starts its turns: refuse now, not there
+        return name
+
+    def _lineage(self, run: str | None, detached: bool) -> tree.Lineage:
+        """The new session's parent (verified) and depth, or ``InvalidInput`` (too deep, a
+        parent that is not a running session here, a parent's subtree past its budget)."""
+        from zwarm.engine import tree
+
+        if run is not None and not _RUN_ID.match(run):
+            raise InvalidInput(f"invalid orchestrator run id {run!r}")
+        most = self.config.get("limits", "max_spawn_depth")
+        lineage = tree.lineage(self.store, self.env.environ, most, run, detached)
+        if lineage.parent_session_id is not None:
+            parent = self.store.load(lineage.parent_session_id)
+            over = tree.over_budget(self.store, parent)
+            if over is not None:
+                raise InvalidInput(f"spawn refused: parent session {parent.id}: {over}")
+        return lineage
 
     def _fleet(
         self,
@@ -282,7 +323,7 @@ class Zwarm:
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
         _check_tree(s)
-        _check_budget(s)
+        _check_budget(s, self.store)
         mode, limit = check_context(context), check_timeout(timeout)
         s, state = mgr.inject(s.id, message, context=mode, timeout=limit)
         if (mode or s.context_mode) == "native":
@@ -355,10 +396,11 @@ class Zwarm:
         self._ticked = now
         from zwarm.engine import scheduler
 
+        if not scheduler.pending(self.store):  # one directory read: nothing else when idle
+            return
         try:
-            sched = scheduler.Scheduler(self.store, self.config, self.env)
-            if sched.pending():
-                sched.run(scheduler.TICK_WAIT_S)
+            sched = scheduler.Scheduler(self.store, self.config, self.env, self._manager_cls)
+            sched.run(scheduler.TICK_WAIT_S)
         except ZwarmError:
             pass
 
@@ -367,34 +409,58 @@ class Zwarm:
         if status is not None and status not in {*(s.value for s in Status), "damaged"}:
             raise InvalidInput(f"unknown status {status!r}")
         self.tick()
-        every = [self._listed(sid) for sid in self.store.list_ids()]
+        found = [(sid, self.store.read(sid)) for sid in self.store.list_ids()]
+        probes = self._survey([s for _, s in found if isinstance(s, Session)])
+        every = [self._listed(sid, got, probes.get(sid)) for sid, got in found]
         _queue_places(every)
+        from zwarm.engine import tree
+
+        tree.roll_up(every)
         rows = [r for r in every if status is None or r["status"] == status]
         rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]))
         return rows
 
-    def _listed(self, sid: str) -> dict[str, Any]:
+    def _listed(
+        self, sid: str, got: Session | DamagedSession, probe: Probe | None
+    ) -> dict[str, Any]:
         """``sid``'s row, decoded by the one schema; a running session is reconciled (its
-        launcher verifies what runs it; only a lost one needs its agent's parser)."""
-        got = self.store.read(sid)
+        launcher verifies what runs it, ``probe`` its answer when the listing asked it
+        already; only a lost one needs its agent's parser), and says what its launcher
+        says of it (``launcher_state``: a Slurm job's state)."""
         if isinstance(got, DamagedSession):
             return damaged_row(sid, got.problem)
-        if got.status in RUNS and not self._alive(got):
+        if got.status in RUNS and not (probe.alive if probe is not None else self._alive(got)):
             try:
                 got = self.reader(got.adapter).reconcile(got)
             except ZwarmError as e:
                 return damaged_row(sid, str(e))
-        return row(got)
+        r = row(got)
+        if probe is not None and got.status in RUNS:
+            r["launcher_state"] = _launcher_state(probe, got)
+        return r
+
+    def _survey(self, sessions: list[Session]) -> dict[str, Probe]:
+        """Probes of the running sessions' turns: one query per launcher (``runtime.survey``:
+        one ``squeue`` for every Slurm job), none for a finished session."""
+        items = [(s.id, s.current) for s in sessions if s.status in RUNS and s.current]
+        if not items:
+            return {}
+        from zwarm.runtime import survey
+
+        return survey(items, self._launcher)
+
+    def _launcher(self, name: str) -> Launcher:
+        if name not in self._launchers:
+            from zwarm.runtime import get_launcher
+
+            self._launchers[name] = get_launcher(name, self.store, self.env)
+        return self._launchers[name]
 
     def _alive(self, s: Session) -> bool:
         t = s.current
-        if t is None or t.supervisor is None:
+        if t is None or (t.supervisor is None and t.handle is None):
             return False
-        if t.launcher not in self._launchers:
-            from zwarm.runtime import get_launcher
-
-            self._launchers[t.launcher] = get_launcher(t.launcher, self.store, self.env)
-        return self._launchers[t.launcher].alive(s.id, t)
+        return self._launcher(t.launcher).alive(s.id, t)
 
     def show(self, ref: str) -> dict[str, Any]:
         """The session row plus every turn in full."""
@@ -406,9 +472,24 @@ class Zwarm:
         d["workspace"] = msgspec.to_builtins(s.workspace) if s.workspace else None
         d["comments"] = [msgspec.to_builtins(c) for c in s.comments]
         d["turns_detail"] = [turn_json(self.store, s, t.to_dict()) for t in s.turns]
-        if d["status"] == "queued":
-            d.update(self.queue_place(s.id))
+        d.update(self._listing_facts(s))
         return d
+
+    def _listing_facts(self, s: Session) -> dict[str, Any]:
+        """What only a listing knows of ``s``: its children and its subtree's totals
+        (``engine.tree``; ``child_sessions``: a short row per child), and if it is queued
+        its place in the queue."""
+        rows = self.sessions()
+        by_id = {r["id"]: r for r in rows}
+        mine = by_id.get(s.id)
+        if mine is None:
+            return {}
+        keys = ["children", *_TREE_TOTALS, "launcher_state"]
+        if mine["status"] == "queued":
+            keys += ["queue_position", "waiting_for"]
+        out = {k: mine[k] for k in keys}
+        out["child_sessions"] = [_child_view(by_id[c]) for c in mine["children"]]
+        return out
 
     def queue_place(self, sid: str) -> dict[str, Any]:
         """A queued session's ``queue_position`` and ``waiting_for`` (reads every session)."""
@@ -541,7 +622,9 @@ class Zwarm:
     def wait_turn(self, ref: str, n: int, timeout: float | None = None) -> tuple[Session, bool]:
         """Block until turn ``n`` of ``ref`` has finished (a queued message becomes turn ``n``
         when it starts), or ``timeout``. Returns (the session, whether it timed out). Unlike
-        ``wait``, a later turn's outcome never answers for turn ``n``."""
+        ``wait``, a later turn's outcome never answers for turn ``n``, but for a turn that is
+        run again (``retry``, a parked turn resumed) the run that ends last does: see
+        ``resumed_as``."""
         timeout = check_timeout(timeout) if timeout != 0 else 0.0
         sid = self.store.resolve(ref)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -551,7 +634,10 @@ class Zwarm:
             if n < 1 or n > len(s.turns) + len(s.queue):
                 raise InvalidInput(f"session {sid} has no turn {n}")
             if n <= len(s.turns) and s.turns[n - 1].status.finished:
-                return s, False
+                if resumed_as(s, n) == n:
+                    return s, False
+                n = resumed_as(s, n)
+                continue
             if n > len(s.turns) and s.status.finished and not s.queue:
                 raise SessionStateError(f"turn {n} of session {sid} was dropped (killed)")
             if deadline is not None and time.monotonic() >= deadline:
@@ -563,7 +649,8 @@ class Zwarm:
     def kill(self, refs: list[str] | None = None, all_: bool = False) -> list[dict[str, Any]]:
         """Kill running sessions (whole process trees), and queued or parked ones (they never
         start). With ``all_``, every one of them: the waiting first, so none starts in a slot
-        a kill frees. A kill that frees a slot lets the next queued session start."""
+        a kill frees. A kill that frees a slot lets the next queued session start. A session
+        killed takes its linked descendants with it (``engine.tree``), said in its row."""
         if not all_:
             try:
                 return self._each(refs or [], self._kill_one)
@@ -574,15 +661,48 @@ class Zwarm:
         for r in sorted(rows, key=lambda r: r["status"] in ("running", "stalled")):
             if r["status"] in _ACTIVE:
                 with contextlib.suppress(SessionStateError):  # finished meanwhile
-                    out.append(self._kill_one(r["id"]))
+                    out.append(self._kill_one(r["id"], cascade=False))  # all go anyway
         return out
 
-    def _kill_one(self, sid: str) -> dict[str, Any]:
+    def _kill_one(self, sid: str, cascade: bool = True) -> dict[str, Any]:
+        """Kill ``sid``, then its linked descendants that are active (``engine.tree``): the
+        row says which (``children_killed``) and which detached children it left running
+        (``children_left``)."""
         s = self.store.load(sid)
         s, dropped = self.reader(s.adapter).kill(sid)
-        return {**row(s.to_dict()), "dropped_queued": dropped}
+        killed, left = self._kill_linked(sid) if cascade else ([], [])
+        out = {**row(s.to_dict()), "dropped_queued": dropped}
+        return {**out, "children_killed": killed, "children_left": left}
 
-    def _each(self, refs: list[str], act: Callable[[str], T | None]) -> list[T]:
+    def _kill_linked(self, sid: str) -> tuple[list[str], list[str]]:
+        """Kill the active linked descendants of ``sid`` (parent already killed, so it starts
+        no more; a child spawned meanwhile is found by the next scan, up to 3). Returns (the
+        ids killed, the active detached children left running)."""
+        from zwarm.engine import tree
+
+        killed: list[str] = []
+        left: list[str] = []
+        for _ in range(3):
+            rows = self.sessions()
+            status = {r["id"]: r["status"] for r in rows}
+            c = tree.cascade(rows, sid)
+            left = [d for d in c.detached if status.get(d) in _ACTIVE]
+            todo = [d for d in c.linked if status.get(d) in _ACTIVE and d not in killed]
+            if not todo:
+                break
+            for child in todo:
+                with contextlib.suppress(ZwarmError):  # finished meanwhile, or damaged
+                    adapter = self.store.load(child).adapter
+                    self.reader(adapter).kill(child)
+                    killed.append(child)
+        return killed, left
+
+    def _each(
+        self,
+        refs: list[str],
+        act: Callable[[str], T | None],
+        resolve: Callable[[str], str] | None = None,
+    ) -> list[T]:
         """``act`` on each session ``refs`` name (once each, in order), every one tried: what
         it returned (None: nothing done), or ``PartlyFailed`` naming every reference that
         failed after the others were done. A single reference's error is raised as it is."""
@@ -591,7 +711,7 @@ class Zwarm:
         seen: set[str] = set()
         for ref in refs:
             try:
-                sid = self.store.resolve(ref)
+                sid = (resolve or self.store.resolve)(ref)
                 if sid in seen:
                     continue
                 seen.add(sid)
@@ -608,24 +728,96 @@ class Zwarm:
         return done
 
     def rm(
-        self, refs: list[str] | None = None, finished: bool = False, force: bool = False
-    ) -> list[str]:
-        """Delete sessions: the ids removed. Running ones only with ``force`` (killed first);
-        damaged likewise. Every reference is tried (see ``_each``)."""
+        self,
+        refs: list[str] | None = None,
+        finished: bool = False,
+        force: bool = False,
+        detail: bool = False,
+    ) -> list[Any]:
+        """Delete sessions: the ids removed, each followed by its linked descendants, removed
+        with it (``engine.tree``; an active one only with ``force``, else nothing is
+        removed). Running ones only with ``force`` (killed first); damaged likewise. Every
+        reference is tried (see ``_each``). With ``detail``, one dict per session asked for:
+        ``id``, ``children_removed``, ``children_kept`` (detached: left as they are) and
+        ``children_failed`` (``[id, why]``)."""
+        gone: set[str] = set()
+        try:
+            done = self._rm(refs or [], finished, force, gone)
+        except PartlyFailed as e:
+            raise PartlyFailed(e.done if detail else _flat(e.done), e.failed) from None
+        return done if detail else _flat(done)
+
+    def _rm(
+        self, refs: list[str], finished: bool, force: bool, gone: set[str]
+    ) -> list[dict[str, Any]]:
         if not finished:
-            return self._each(refs or [], lambda sid: self._rm_one(sid, force, skip_busy=False))
-        targets = [r["id"] for r in self.sessions() if r["status"] in _FINISHED]
-        done: list[str] = []
+            known = {}
+            for ref in refs:  # resolved first: a later ref may be a child that went already
+                with contextlib.suppress(ZwarmError):
+                    known[ref] = self.store.resolve(ref)
+            return self._each(
+                refs,
+                lambda sid: self._rm_tree(sid, force, False, gone),
+                resolve=lambda ref: known.get(ref) or self.store.resolve(ref),
+            )
+        rows = self.sessions()
+        targets = [r["id"] for r in rows if r["status"] in _FINISHED]
+        done: list[dict[str, Any]] = []
         kept: list[tuple[str, ZwarmError]] = []
         for sid in targets:
             try:
-                if self._rm_one(sid, force, skip_busy=True):
-                    done.append(sid)
+                got = self._rm_tree(sid, force, True, gone, rows)
+                if got is not None:
+                    done.append(got)
             except WorkspaceError as e:  # its worktree holds work: kept, and said
                 kept.append((sid, e))
         if kept:
             raise PartlyFailed(list(done), kept)
         return done
+
+    def _rm_tree(
+        self,
+        sid: str,
+        force: bool,
+        skip_busy: bool,
+        gone: set[str],
+        rows: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any] | None:
+        """Remove ``sid`` and then its linked descendants (deepest first); None if it went
+        already (with a parent) or ``skip_busy`` skipped it. With a linked descendant still
+        active and no ``force``, nothing is removed."""
+        from zwarm.engine import tree
+
+        if sid in gone:
+            return None
+        rows = self.sessions() if rows is None else rows
+        status = {r["id"]: r["status"] for r in rows}
+        c = tree.cascade(rows, sid)
+        busy = [d for d in c.linked if status.get(d) in _ACTIVE]
+        if busy and not force:
+            if skip_busy:
+                return None
+            raise SessionStateError(
+                f"session {sid} has {_count(len(busy), 'linked child session')} still active "
+                f"({', '.join(busy)}): kill it first (they go with it), or use --force"
+            )
+        if self._rm_one(sid, force, skip_busy) is None:
+            return None
+        gone.add(sid)
+        out: dict[str, Any] = {"id": sid, "children_removed": [], "children_failed": []}
+        out["children_kept"] = [d for d in c.detached if d not in gone]
+        for child in reversed(c.linked):
+            try:
+                if self._rm_one(child, force, skip_busy=False) is not None:
+                    out["children_removed"].append(child)
+            except SessionNotFound:
+                pass  # removed meanwhile
+            except ZwarmError as e:
+                out["children_failed"].append([child, str(e)])
+                continue
+            gone.add(child)
+        out["children_removed"].reverse()  # shallowest first, as listed
+        return out
 
     def _rm_one(self, sid: str, force: bool, skip_busy: bool) -> str | None:
         """Remove one session (its id; None if ``skip_busy`` skipped it). Whether it runs is
@@ -666,8 +858,6 @@ class Zwarm:
         """Remove the session's worktree, branch and snapshot refs (lock held), unless that
         would lose work and not ``force`` (``WouldLoseWork``)."""
         s = self.store.load(sid)
-        if s.workspace is None and not self.store.exists():
-            return
         from zwarm.engine import workspace
 
         ws = workspace.for_removal(s, self.env.environ, self.store.root)
@@ -832,11 +1022,35 @@ _FINISHED = tuple(s.value for s in FINISHED)
 _ACTIVE = frozenset(s.value for s in ACTIVE)
 
 
-def _check_budget(s: Session) -> None:
-    """A session past its budget takes no new turn (spawn a new one)."""
-    from zwarm.engine import limits
+def _flat(done: list[Any]) -> list[str]:
+    """``rm``'s ids: each session asked for, then the linked children that went with it."""
+    out: list[str] = []
+    for d in done:
+        out += [d["id"], *d["children_removed"]] if isinstance(d, dict) else [d]
+    return out
 
-    over = limits.over_budget(s)
+
+_TREE_TOTALS = ("tree_sessions", "tree_usage", "tree_cost_usd", "tree_unpriced")
+
+
+def _child_view(r: dict[str, Any]) -> dict[str, Any]:
+    """A child in ``show``: who it is, how it stands, what its subtree used."""
+    keys = ("id", "name", "status", "lifecycle", "spawn_depth", "task", *_TREE_TOTALS)
+    return {k: r.get(k) for k in keys}
+
+
+def resumed_as(s: Session, n: int) -> int:
+    """The turn that last ran turn ``n`` again (a retry, a parked turn resumed), else ``n``."""
+    later = [t.n for t in s.turns if t.retry_of == n and t.n > n]
+    return later[-1] if later else n
+
+
+def _check_budget(s: Session, store: Store) -> None:
+    """A session past its budget, or in a subtree past one (``engine.tree``), takes no new
+    turn (spawn a new one)."""
+    from zwarm.engine import limits, tree
+
+    over = limits.over_budget(s) or tree.over_budget(store, s)
     if over is not None:
         raise SessionStateError(f"session {s.id}: {over}; it takes no new turn")
 
@@ -964,8 +1178,45 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
         "branch": (m.get("workspace") or {}).get("branch"),
         "worktree": _worktree(m.get("workspace")),
         "changes": m.get("changes"),
+        "turn_changes": [_turn_changes(t) for t in turns],
         **_fleet_row(m, turns),
+        **_tree_row(m),
+        **_launcher_row(turns),
         "damaged": False,
+    }
+
+
+def _launcher_row(turns: list[Any]) -> dict[str, Any]:
+    """What runs the latest turn (``local``, ``slurm``) and, filled in by a listing while it
+    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``)."""
+    cur = turns[-1] if turns else None
+    name = cur.get("launcher") if isinstance(cur, dict) else getattr(cur, "launcher", None)
+    return {"launcher": name, "launcher_state": None}
+
+
+def _launcher_state(probe: Probe, s: Session) -> dict[str, Any]:
+    """A running row's ``launcher_state``: the launcher's own state word (``PENDING``), the
+    word shown instead of ``running`` (``queued``, ``unknown``) and why, and the turn's
+    handle (``{"job": "123"}``)."""
+    t = s.current
+    handle = dict(t.handle) if t is not None and t.handle else {}
+    return {"state": probe.state, "shown": probe.shown, "detail": probe.detail, "handle": handle}
+
+
+def _tree_row(m: dict[str, Any]) -> dict[str, Any]:
+    """A row's place in its delegation tree (``engine.tree``). ``children`` and the subtree's
+    totals are filled in by a listing (``ls``, ``show``, ``kill``); alone, a row counts itself."""
+    cost = m.get("cost_usd")
+    return {
+        "parent_session_id": m.get("parent_session_id"),
+        "parent_run_id": m.get("parent_run_id"),
+        "spawn_depth": m.get("spawn_depth") or 1,
+        "lifecycle": m.get("lifecycle") or "linked",
+        "children": [],
+        "tree_sessions": 1,
+        "tree_usage": m.get("usage"),
+        "tree_cost_usd": cost,
+        "tree_unpriced": 0 if isinstance(cost, (int, float)) else 1,
     }
 
 
@@ -984,6 +1235,7 @@ def _fleet_row(m: dict[str, Any], turns: list[Any]) -> dict[str, Any]:
         "after": list(m.get("after") or []),
         "max_cost_usd": m.get("max_cost_usd"),
         "max_tokens": m.get("max_tokens"),
+        "auto_resumes": m.get("auto_resumes") or 0,
         "queued_at": of("queued_at") or of("started_at") if m.get("status") == "queued" else None,
         "queue_position": None,
         "waiting_for": [],
@@ -1008,6 +1260,14 @@ def _queue_places(rows: list[dict[str, Any]]) -> None:
             r["waiting_for"] = [a for a in r["after"] if status.get(a) not in _FINISHED]
 
 
+def _turn_changes(t: Any) -> dict[str, int] | None:
+    """What one turn changed (files, added, removed), from a ``Turn`` or its JSON view."""
+    ch = t.get("changes") if isinstance(t, dict) else t.changes
+    if ch is None or isinstance(ch, dict):
+        return ch
+    return {"files": ch.files, "added": ch.added, "removed": ch.removed}
+
+
 def _worktree(ws: dict[str, Any] | None) -> str | None:
     """The session's own worktree (worktree mode; None once removed or in shared mode)."""
     if not ws or ws.get("mode") != "worktree" or ws.get("removed"):
@@ -1023,6 +1283,7 @@ def _summary(s: Session) -> dict[str, Any]:
     return {
         **{f: getattr(s, f) for f in _ROW_FIELDS},
         **{f: getattr(s, f) for f in _FLEET_FIELDS},
+        **{f: getattr(s, f) for f in _TREE_FIELDS},
         "status": s.status.value,
         "usage": msgspec.structs.asdict(s.usage),
         "turns": s.turns,
@@ -1050,7 +1311,8 @@ _ROW_FIELDS = (
     "source",
     "dangerous",
 )
-_FLEET_FIELDS = ("group", "priority", "after", "max_cost_usd", "max_tokens")
+_FLEET_FIELDS = ("group", "priority", "after", "max_cost_usd", "max_tokens", "auto_resumes")
+_TREE_FIELDS = ("parent_session_id", "parent_run_id", "spawn_depth", "lifecycle")
 
 
 def damaged_row(sid: str, problem: str) -> dict[str, Any]:
@@ -1078,7 +1340,10 @@ def damaged_row(sid: str, problem: str) -> dict[str, Any]:
         "branch": None,
         "worktree": None,
         "changes": None,
+        "turn_changes": [],
         **_NO_FLEET,
+        **_launcher_row([]),
+        **_tree_row({}),
         "damaged": True,
     }
 

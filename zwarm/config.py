@@ -59,6 +59,14 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "max_cost_usd": ((int, float), 0),
         "bash_timeout_s": ((int, float), 60),
         "prices": ((dict,), {}),
+        # the run's context (zwarm.orchestrator.compaction): 0 = known by model
+        "context_window": ((int,), 0),
+        "compact_at": ((int, float), 0.7),  # fraction of context_window; 0 = never compact
+        "compact_model": ((str,), ""),  # "" = the orchestrator's own model
+        "compact_keep": ((int,), 10),  # latest messages kept verbatim
+        # transient endpoint errors (zwarm.orchestrator.chat)
+        "max_attempts": ((int,), 5),
+        "retry_backoff_s": ((int, float), 1.0),
     },
     # fleet control (zwarm.engine.scheduler, zwarm.engine.limits); 0 = no limit
     "limits": {
@@ -71,6 +79,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "on_usage_limit": ((str,), "fail"),  # "wait": park it until the limit resets
         "max_auto_resumes": ((int,), 3),  # times a parked session is resumed by itself
         "resume_backoff_s": ((int, float), 60),  # first wait when the agent gives no reset time
+        "max_spawn_depth": ((int,), 3),  # delegation: deepest session (a root is 1); 0 = any
     },
     # [groups.NAME]: max_running, max_cost, max_tokens for the sessions spawned --group NAME
     "groups": {},
@@ -80,6 +89,22 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "on_finish": ((str, list), ""),
         "on_fail": ((str, list), ""),
         "timeout_s": ((int, float), 30),
+    },
+    # what runs a new session's turns (zwarm.runtime: an entry point of zwarm.launchers)
+    "launcher": {
+        "default": ((str,), "local"),
+    },
+    # the slurm launcher (zwarm.runtime.slurm): one batch job per turn; "" / 0 = Slurm's default
+    "slurm": {
+        "partition": ((str,), ""),
+        "account": ((str,), ""),
+        "qos": ((str,), ""),
+        "time": ((str,), ""),  # per-turn wall limit (Slurm's format); --timeout also sets it
+        "cpus": ((int,), 0),  # --cpus-per-task
+        "mem": ((str,), ""),  # --mem, e.g. "4G"
+        "extra_args": ((list,), []),  # more sbatch arguments
+        "env": ((list,), []),  # names of variables exported to the job (never their values)
+        "python": ((str,), ""),  # the interpreter with zwarm on the nodes; "" = this one
     },
 }
 
@@ -187,6 +212,11 @@ SECURITY_KEYS = frozenset(
         ("workspace", "link"),
         ("hooks", "on_finish"),  # commands zwarm runs when a session ends
         ("hooks", "on_fail"),
+        ("launcher", "default"),  # where every new session's agent runs
+        ("slurm", "python"),  # what runs on the compute nodes
+        ("slurm", "extra_args"),
+        ("slurm", "env"),  # which of your variables leave for the cluster
+        ("slurm", "account"),  # whose allocation pays
     }
 )
 
@@ -282,7 +312,7 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
             raise ConfigError(where, f"{name} must not be empty")
     if key == "command" and isinstance(value, str) and not value:
         raise ConfigError(where, f"{name} must not be empty")
-    if key == "env":
+    if key == "env" and isinstance(value, dict):
         for k, v in value.items():
             if not _ENV_NAME.match(k) or not isinstance(v, str):
                 raise ConfigError(where, f"{name}.{k} must be a string (valid variable name)")
@@ -290,11 +320,41 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
         _check_prices(name, value, where)
     if table == "workspace":
         _check_workspace(key, value, name, where)
+    if table in ("launcher", "slurm"):
+        _check_launcher(table, key, value, name, where)
+    if (table, key) == ("orchestrator", "compact_at") and not 0 <= value <= 1:
+        raise ConfigError(where, f"{name} must be between 0 and 1 (a fraction of the window)")
+    if (table, key) == ("orchestrator", "max_attempts") and value < 1:
+        raise ConfigError(where, f"{name} must be at least 1")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
             raise ConfigError(where, f"{name} must be a finite number")
         if value < 0:
             raise ConfigError(where, f"{name} must not be negative")
+
+
+_SLURM_PATTERNS = {  # what Slurm accepts there (one argv element each: never an option)
+    ("launcher", "default"): (r"^[a-z][a-z0-9_-]{0,31}\Z", "a launcher name (local, slurm)"),
+    ("slurm", "partition"): (r"^([A-Za-z0-9][A-Za-z0-9._,-]{0,199})?\Z", "a partition name"),
+    ("slurm", "account"): (r"^([A-Za-z0-9][A-Za-z0-9._-]{0,199})?\Z", "an account name"),
+    ("slurm", "qos"): (r"^([A-Za-z0-9][A-Za-z0-9._-]{0,199})?\Z", "a QOS name"),
+    ("slurm", "time"): (
+        r"^((\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE)?\Z",
+        'a Slurm time ("30", "1:00:00", "2-00:00:00")',
+    ),
+    ("slurm", "mem"): (r"^(\d+[KMGT]?)?\Z", 'a Slurm memory size ("4G", "500M")'),
+    ("slurm", "python"): (r"^(/[^\x00\n]*)?\Z", "an absolute path"),
+}
+
+
+def _check_launcher(table: str, key: str, value: Any, name: str, where: str) -> None:
+    """[launcher] and [slurm]: values that go to sbatch as they are, so of Slurm's shapes;
+    ``env`` variable names; ``extra_args`` strings (checked above)."""
+    spec = _SLURM_PATTERNS.get((table, key))
+    if spec is not None and not re.match(spec[0], value):
+        raise ConfigError(where, f"{name} must be {spec[1]}, not {value!r}")
+    if key == "env" and not all(isinstance(v, str) and _ENV_NAME.match(v) for v in value):
+        raise ConfigError(where, f"{name} must be a list of environment variable names")
 
 
 def _check_workspace(key: str, value: Any, name: str, where: str) -> None:

@@ -55,6 +55,12 @@ DOCS: dict[str, dict[str, str]] = {
         "max_cost_usd": "Stop when the run's cost (orchestrator + agents) passes this; 0 = none.",
         "bash_timeout_s": "Time limit of the orchestrator's read-only bash tool, in seconds.",
         "prices": "Orchestrator model prices, USD per 1M tokens: {input, cached_input, output}.",
+        "context_window": "The orchestrator model's context, in tokens; 0 = known by model.",
+        "compact_at": "Compact the run's transcript past this share of the window; 0 = never.",
+        "compact_model": 'Model that writes compaction summaries; "" = the orchestrator model.',
+        "compact_keep": "Latest messages a compaction keeps verbatim (with the task).",
+        "max_attempts": "Tries per model request on transient errors (5xx, 429, connection).",
+        "retry_backoff_s": "First wait before a retry, in seconds (doubles, with jitter).",
     },
     "limits": {
         "max_running": "Sessions running at once in this state dir; more wait queued. 0 = any.",
@@ -66,12 +72,28 @@ DOCS: dict[str, dict[str, str]] = {
         "on_usage_limit": '"fail"; "wait": park a turn hit by a usage/rate limit, resume later.',
         "max_auto_resumes": "How many times a parked session is resumed by itself.",
         "resume_backoff_s": "Wait before resuming when the agent gives no reset time (doubles).",
+        "max_spawn_depth": "Deepest delegation: a session started by an agent of depth N is "
+        "N+1. 0 = any.",
     },
     "groups": {},
     "hooks": {
         "on_finish": 'Run when a session ends, its JSON on stdin ("" = none; str: sh -c).',
         "on_fail": "Also run when a session ends failed (not killed); as on_finish.",
         "timeout_s": "Time limit of each hook, in seconds (then it is killed; see hooks.log).",
+    },
+    "launcher": {
+        "default": 'What runs new sessions\' turns: "local" (this machine) or "slurm" (jobs).',
+    },
+    "slurm": {
+        "partition": 'Partition of the turns\' jobs (sbatch --partition); "" = the default.',
+        "account": 'Account the jobs are charged to (--account); "" = your default.',
+        "qos": 'Quality of service of the jobs (--qos); "" = the default.',
+        "time": 'Wall limit of each turn\'s job ("30", "2:00:00"); --timeout also sets it.',
+        "cpus": "CPUs per turn (--cpus-per-task); 0 = the partition's default.",
+        "mem": 'Memory per turn ("4G"; --mem); "" = the partition\'s default.',
+        "extra_args": "More sbatch arguments for every turn's job.",
+        "env": "Names of variables exported to the jobs (API keys...); values never written.",
+        "python": 'Python with zwarm on the compute nodes; "" = the one running zwarm here.',
     },
 }
 

@@ -87,6 +87,10 @@ class StoreError(ZwarmError):
     """The state directory could not be read or written (permissions, disk full)."""
 
 
+class OrchestratorError(ZwarmError):
+    """The built-in orchestrator cannot run (configuration, endpoint, its run store)."""
+
+
 class UntrustedConfig(ZwarmError):
     """A config file sets security-relevant keys (agent command, env, ...) to non-default
     values and the user has not trusted that file, or it changed since (see ``zwarm.trust``)."""

@@ -107,6 +107,24 @@ def test_spawn_wait_prints_the_id_then_progress_then_the_result(zw: Any, term: T
     assert "rc=0" in shown
 
 
+def test_inject_wait_interrupted_leaves_the_turn_running(zw: Any, term: Tmux) -> None:
+    hold = zw.tmp / "hold"
+    env = zw.gated(hold, **zw.replay("codex_simple"))
+    sid = zw.spawn("first", env_extra=env)
+    zw.wait(sid)
+    hold.touch()
+    exports = " ".join(f"{k}={v}" for k, v in env.items())
+    term.type(f'env {exports} zwarm inject {sid[:8]} "and more" --wait; echo rc=$?')
+    shown = term.wait_for("waiting")
+    assert f"{sid} started (turn 2)" in shown  # said first
+    term.keys("C-c")
+    shown = exited(term)
+    assert f"{sid} is still running; `zwarm kill {sid}` stops it" in shown
+    assert "rc=130" in shown and "Traceback" not in shown
+    hold.unlink()
+    assert zw.wait(sid).returncode == 0  # the turn went on, and ended as it would have
+
+
 def test_trajectory_follow_in_a_terminal(zw: Any, term: Tmux) -> None:
     hold = zw.tmp / "hold"
     hold.touch()
@@ -115,7 +133,7 @@ def test_trajectory_follow_in_a_terminal(zw: Any, term: Tmux) -> None:
     zw.run("inject", sid, "second", env_extra=env, check=True)
     term.type("zwarm trajectory follow -f")
     shown = term.wait_for("(+1 queued)")
-    assert f"session {sid} (follow) · claude" in shown
+    assert f"session {sid} (follow)\nclaude · default · running · 1 turn (+1 queued)" in shown
     hold.unlink()
     shown = term.wait_for("is idle (completed)")
     assert "turn 1 completed · took" in shown and "turn 2 completed · took" in shown

@@ -6,8 +6,13 @@ background thread, and is a context manager that stops cleanly. ``srv.base_url``
 
 - ``POST /v1/chat/completions``: request ``i`` gets ``script[i]``. A script entry is a
   ``ChatReply``, or a callable ``(ChatRequest) -> ChatReply`` so a reply can use what earlier
-  tool calls returned (session ids...). Only non-streaming requests are supported (a
-  ``stream: true`` request gets a 400 saying so).
+  tool calls returned (session ids...). A ``stream: true`` request gets the same reply as
+  server-sent events (chunked: the content in pieces, each tool call's arguments in two, the
+  finish, then the usage if ``stream_options.include_usage``); ``ChatReply(cut_after=N)``
+  sends N content pieces and then drops the connection (no finish, no end of body).
+  ``FakeChatServer(..., streaming=False)`` answers a stream request with a 400 instead (an
+  endpoint that cannot stream). ``ChatReply(headers=...)`` adds response headers (an error's
+  ``retry-after``).
 - When the script is exhausted every further request gets HTTP 500 ``fake chat server: script
   exhausted`` (so a runaway loop fails fast instead of spinning).
 - Every completion request is recorded in ``srv.requests`` (``ChatRequest``: headers, body,
@@ -58,6 +63,8 @@ class ChatReply:
     status: int = 200
     error: str = ""
     delay: float = 0.0
+    cut_after: int | None = None  # streamed: drop the connection after this many pieces
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def call(tool: str, /, **arguments: Any) -> ToolCall:
@@ -160,13 +167,35 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return raw.decode("utf-8", "replace")
 
-    def send_json(self, status: int, payload: Any) -> None:
+    def send_json(
+        self, status: int, payload: Any, headers: Sequence[tuple[str, str]] = ()
+    ) -> None:
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for k, v in headers:
+            self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
+
+    def send_events(self, events: list[Any], cut: bool) -> None:
+        """Server-sent events, chunked; ``cut``: the connection drops before the end."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            data = f"data: {json.dumps(event)}\n\n".encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        if cut:
+            self.close_connection = True
+            self.wfile.flush()
+            self.connection.shutdown(2)
+            return
+        done = b"data: [DONE]\n\n"
+        self.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
 
 
 class _Server(ThreadingHTTPServer):
@@ -175,9 +204,15 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeChatServer:
-    def __init__(self, script: Sequence[ScriptEntry], model: str = "fake-orchestrator") -> None:
+    def __init__(
+        self,
+        script: Sequence[ScriptEntry],
+        model: str = "fake-orchestrator",
+        streaming: bool = True,
+    ) -> None:
         self.script = list(script)
         self.model = model
+        self.streaming = streaming
         self.requests: list[ChatRequest] = []
         self.other_requests: list[ChatRequest] = []
         self.errors: list[str] = []
@@ -226,7 +261,7 @@ class FakeChatServer:
             index = len(self.requests)
             self.requests.append(req)
             entry = self.script[index] if index < len(self.script) else None
-        if isinstance(body, dict) and body.get("stream"):
+        if isinstance(body, dict) and body.get("stream") and not self.streaming:
             h.send_json(400, _error("fake chat server: streaming is not supported", 400))
             return
         if entry is None:
@@ -244,9 +279,45 @@ class FakeChatServer:
         if r.delay:
             time.sleep(r.delay)
         if r.status != 200:
-            h.send_json(r.status, _error(r.error or "fake error", r.status))
+            h.send_json(r.status, _error(r.error or "fake error", r.status), r.headers)
+            return
+        if isinstance(req.body, dict) and req.body.get("stream"):
+            usage = (req.body.get("stream_options") or {}).get("include_usage")
+            h.send_events(self.chunks(self.completion(r, req), r.cut_after, bool(usage)),
+                          r.cut_after is not None)  # fmt: skip
             return
         h.send_json(200, self.completion(r, req))
+
+    @staticmethod
+    def chunks(done: dict[str, Any], cut_after: int | None, usage: bool) -> list[Any]:
+        """A completion as the stream of chunks an OpenAI endpoint sends (the first
+        ``cut_after`` content pieces only, when it is cut)."""
+        choice = done["choices"][0]
+        msg = choice["message"]
+        head = {k: done[k] for k in ("id", "created", "model")}
+        head["object"] = "chat.completion.chunk"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        text = msg.get("content") or ""
+        pieces = [text[i : i + 8] for i in range(0, len(text), 8)]
+        out = [chunk({"role": "assistant", "content": ""})]
+        out += [chunk({"content": p}) for p in pieces]
+        if cut_after is not None:
+            return out[: 1 + cut_after]
+        for i, c in enumerate(msg.get("tool_calls") or []):
+            args = c["function"]["arguments"]
+            half = len(args) // 2
+            fn = {"name": c["function"]["name"], "arguments": args[:half]}
+            first = {"index": i, "id": c["id"], "type": "function", "function": fn}
+            rest = {"index": i, "function": {"arguments": args[half:]}}
+            out.append(chunk({"tool_calls": [first]}))
+            out.append(chunk({"tool_calls": [rest]}))
+        out.append(chunk({}, choice["finish_reason"]))
+        if usage and "usage" in done:
+            out.append({**head, "choices": [], "usage": done["usage"]})
+        return out
 
     def completion(self, r: ChatReply, req: ChatRequest) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": r.content}

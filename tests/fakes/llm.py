@@ -140,8 +140,11 @@ class Reply:
 
     ``status`` other than 200 answers with an API error body carrying
     ``error_message`` (and ``error_type``, default: the API's usual type for
-    that status); ``break_stream`` cuts the connection after the parts' events
-    (no terminal event); ``delay`` waits first; ``hang`` never answers.
+    that status; ``error_fields`` adds fields to the body's error object, e.g.
+    ``resets_at``); ``headers`` are added to the response (e.g. ``retry-after``,
+    ``anthropic-ratelimit-unified-*``); ``break_stream`` cuts the connection after
+    the parts' events (no terminal event); ``delay`` waits first; ``hang`` never
+    answers.
     """
 
     parts: Sequence[Part] = ()
@@ -152,6 +155,8 @@ class Reply:
     error_type: str | None = None
     break_stream: bool = False
     hang: bool = False
+    error_fields: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def text(s: str) -> Part:
@@ -182,12 +187,26 @@ def tool_call(name: str, arguments: Mapping[str, Any]) -> Part:
     return Part("tool", text=name, args=dict(arguments))
 
 
-def http_error(status: int, message: str = "fake error", error_type: str | None = None) -> Reply:
+def http_error(
+    status: int,
+    message: str = "fake error",
+    error_type: str | None = None,
+    *,
+    fields: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Reply:
     """Answer with HTTP ``status`` and a JSON error body in the API's own format.
 
-    ``error_type`` overrides the error's ``type`` (Anthropic) / ``type`` and ``code`` (OpenAI).
+    ``error_type`` overrides the error's ``type`` (Anthropic) / ``type`` and ``code`` (OpenAI);
+    ``fields`` are added to the error object, ``headers`` to the response.
     """
-    return Reply(status=status, error_message=message, error_type=error_type)
+    return Reply(
+        status=status,
+        error_message=message,
+        error_type=error_type,
+        error_fields=dict(fields or {}),
+        headers=dict(headers or {}),
+    )
 
 
 def broken_stream(*parts: Part) -> Reply:
@@ -280,10 +299,18 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         return Request(self.command, self.path, headers, body, raw)
 
-    def send_json(self, status: int, payload: Mapping[str, Any], truncate: bool = False) -> None:
+    def send_json(
+        self,
+        status: int,
+        payload: Mapping[str, Any],
+        truncate: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         """Send a JSON body; ``truncate`` sends only half of it, then closes the connection."""
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
@@ -425,7 +452,8 @@ class FakeLLMServer:
             return
         if reply.status != 200:
             error = self.error_body(reply.status, reply.error_message, reply.error_type)
-            h.send_json(reply.status, error)
+            error["error"].update(reply.error_fields)
+            h.send_json(reply.status, error, headers=reply.headers)
             return
         body = req.body if isinstance(req.body, dict) else {}
         if not body.get("stream", False):

@@ -3,10 +3,11 @@ this process, and reading the run it leaves in the state dir."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
+import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from tests.fakes.chat_server import ChatRequest, FakeChatServer
 from tests.tools.helpers import SAMPLES
 from zwarm.orchestrator import guard
+from zwarm.orchestrator.runstore import RunStore
 
 RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
 
@@ -63,20 +65,46 @@ def restore_dumpable() -> None:
     guard.prctl(guard.PR_SET_DUMPABLE, 1)
 
 
-def runs(zw: Any) -> list[Path]:
+@dataclass(frozen=True)
+class RunRef:
+    """A run in a state dir's run store (``.zwarm/orchestrator.db``): its id is ``name``."""
+
+    state_dir: Path
+    name: str
+
+    @property
+    def db(self) -> Path:
+        return self.state_dir / "orchestrator.db"
+
+
+def runs(zw: Any) -> list[RunRef]:
     return runs_in(zw.state_dir)
 
 
-def runs_in(state_dir: Path) -> list[Path]:
-    """The run directories under ``state_dir``, oldest first."""
-    root = state_dir / "orchestrator"
-    return sorted(p for p in root.iterdir() if RUN_ID.match(p.name)) if root.is_dir() else []
+def runs_in(state_dir: Path) -> list[RunRef]:
+    """The runs in ``state_dir``'s run store, oldest first (read as any reader would)."""
+    rs = RunStore.open(state_dir, create=False)
+    if rs is None:
+        return []
+    with rs:
+        return [RunRef(state_dir, rid) for rid in rs.run_ids()]
 
 
-def load_run(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    return json.loads((path / "run.json").read_text()), json.loads(
-        (path / "messages.json").read_text()
-    )
+def load_run(ref: RunRef) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the run's record, its transcript: the active messages, in order)."""
+    rs = RunStore.open(ref.state_dir, create=False)
+    assert rs is not None
+    with rs:
+        return rs.load(ref.name).to_dict(), rs.transcript(ref.name)
+
+
+def sql(ref: RunRef, statement: str, *args: Any) -> list[Any]:
+    """Run one SQL statement on the run store directly (a test that damages or inspects it)."""
+    conn = sqlite3.connect(ref.db, isolation_level=None)
+    try:
+        return list(conn.execute(statement, args).fetchall())
+    finally:
+        conn.close()
 
 
 def delegated(req: ChatRequest) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 from tests.conftest import wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
 from tests.tools.helpers import SAMPLES, ok, write_config
-from tests.tools.orch_world import delegated, load_run, runs
+from tests.tools.orch_world import delegated, load_run, runs, sql
 
 
 def looping(n: int, usage: tuple[int, int] = (80, 10)) -> list[Any]:
@@ -59,9 +59,7 @@ def test_a_damaged_budget_in_run_json_is_one_line(zw, inproc) -> None:
     with FakeChatServer(looping(2)) as srv:
         assert inproc(srv, "x", "--max-steps", "1").returncode == 3
         (run_dir,) = runs(zw)
-        run, _ = load_run(run_dir)
-        run["max_tokens"] = "lots"
-        (run_dir / "run.json").write_text(json.dumps(run))
+        sql(run_dir, "UPDATE runs SET max_tokens = 'lots'")  # the run store is a file too
         res = inproc(srv, "--resume", "last")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1] == (

@@ -21,7 +21,14 @@ from tests.fakes.chat_server import (
     reply,
 )
 from tests.tools.helpers import SAMPLES, write_config
-from tests.tools.orch_world import delegated, env_for, load_run, orchestrate, runs
+from tests.tools.orch_world import (
+    delegated,
+    env_for,
+    files_containing,
+    load_run,
+    orchestrate,
+    runs,
+)
 
 
 # ---------------------------------------------------------------------------- the full story
@@ -104,7 +111,7 @@ def test_delegate_two_wait_read_converse_verify_finish(zw) -> None:
     assert [m["role"] for m in messages].count("tool") == 7
     assert messages[-1] == {"role": "assistant", "content": run["summary"]}
     assert messages[:2] == first.messages[:2]
-    assert oct((run_dir / "run.json").stat().st_mode & 0o777) == "0o600"
+    assert oct(run_dir.db.stat().st_mode & 0o777) == "0o600"
     # live progress went to stderr
     assert f"run {run_dir.name}" in res.stderr and "delegate" in res.stderr
     assert "finished after 7 steps" in res.stderr and "Traceback" not in res.stderr
@@ -279,9 +286,8 @@ def test_model_and_key_come_from_config_and_env(zw, inproc) -> None:
         assert res.returncode == 0, res.stderr
         assert srv.requests[0].body["model"] == "cfg-model"
         assert srv.requests[0].headers["authorization"] == "Bearer sk-test-123"
-    (run_dir,) = runs(zw)
-    assert "sk-test-123" not in (run_dir / "run.json").read_text()
-    assert "sk-test-123" not in (run_dir / "messages.json").read_text()
+    assert len(runs(zw)) == 1
+    assert files_containing(zw.state_dir, "sk-test-123") == []  # the run store included
 
 
 def test_ctrl_c_saves_the_run_and_says_how_to_resume(zw, tmp_path) -> None:

@@ -54,7 +54,7 @@ def test_any_values_read_back_exactly() -> None:
                     "model_providers": {"mock": {"name": 'a "b"', "base_url": "http://h"}},
                     "dotted.key": 1,
                     "list": [1, 2],
-                },  # fmt: skip
+                },
                 "env": {"X_Y": "a\\nb"},
                 "extra_args": ["--x", "ünï"],
                 "prices": {"gpt-x": {"input": 1, "cached_input": 0.5, "output": 2.25}},

@@ -94,9 +94,14 @@ def test_unified_diff_stat_and_turn_by_turn(zw: ZW, repo: Repo) -> None:
         {"files": 1, "added": 1, "removed": 0},
         {"files": 2, "added": 1, "removed": 3},
     ]
-    assert zw.json("ls")[0]["changes"] == {"files": 2, "added": 2, "removed": 3}
+    row = zw.json("ls")[0]
+    assert row["changes"] == {"files": 2, "added": 2, "removed": 3}
+    assert row["turn_changes"] == [t["changes"] for t in turns]
     res = zw.run("diff", sid, "--turn", "3")
     assert res.returncode == 1 and res.stderr.strip().endswith("has no turn 3 (it has 1..2)")
+    assert len(repo.zwarm_refs()) == 4
+    zw.run("rm", sid, check=True)  # a shared session: its snapshot refs go, nothing else
+    assert repo.zwarm_refs() == [] and (repo.path / "notes.txt").exists()
 
 
 def test_the_diff_of_a_running_turn_is_taken_live(zw: ZW, repo: Repo) -> None:
@@ -143,18 +148,21 @@ def test_git_environment_and_repository_config_cannot_steer_snapshots(zw: ZW, re
     """A stray GIT_DIR/GIT_INDEX_FILE in the user's environment, or a clean filter an agent
     wrote into the repository's config with a .gitattributes using it, change nothing: the
     snapshot still reads the right tree and runs no command."""
-    mark = zw.tmp / "filter-ran"
-    shell = (
+    mark, mark2 = zw.tmp / "filter-ran", zw.tmp / "filter2-ran"
+    shell = (  # the second driver's name holds '=': `-c name=value` would misread it
+        "unset GIT_DIR GIT_INDEX_FILE; "  # (the agent's own git must work)
         f"git config filter.evil.clean 'touch {mark}; cat'; "
-        "echo '*.txt filter=evil' > .gitattributes; echo data > x.txt"
+        f"git config 'filter.a=b.clean' 'touch {mark2}; cat'; "
+        "printf '*.txt filter=evil\\n*.dat filter=a=b\\n' > .gitattributes; "
+        "echo data > x.txt; echo data > y.dat"
     )
     bogus = {"GIT_DIR": str(zw.tmp / "nope"), "GIT_INDEX_FILE": str(zw.tmp / "idx")}
     index = (repo.path / ".git" / "index").read_bytes()
     sid = zw.spawn("t", "-C", str(repo.path), env_extra=agent(shell, **bogus))
     zw.wait(sid)
     d = zw.json("diff", sid)
-    assert {f["path"] for f in d["files"]} == {".gitattributes", "x.txt"}
-    assert not mark.exists() and not (zw.tmp / "idx").exists()
+    assert {f["path"] for f in d["files"]} == {".gitattributes", "x.txt", "y.dat"}
+    assert not mark.exists() and not mark2.exists() and not (zw.tmp / "idx").exists()
     assert (repo.path / ".git" / "index").read_bytes() == index
 
 
@@ -190,3 +198,36 @@ def test_an_old_meta_json_without_workspace_fields_still_reads(zw: ZW, repo: Rep
     d = zw.json("show", sid)
     assert d["workspace"] is None and d["comments"] == [] and d["status"] == "completed"
     assert os.path.isdir(Path(repo.path))
+
+
+def test_diff_is_coloured_on_a_terminal_only(zw: ZW, repo: Repo) -> None:
+    import pty
+    import subprocess
+
+    from tests.conftest import ZWARM_BIN
+
+    sid = spawn(zw, repo, shell="echo one > notes.txt")
+    master, slave = pty.openpty()
+    env = {**zw.env, "NO_COLOR": ""}
+    proc = subprocess.run(
+        [str(ZWARM_BIN), "diff", sid],
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=zw.cwd,
+        timeout=60,
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.returncode == 0, proc.stderr
+    assert b"\x1b[32m+\x1b[m\x1b[32mone" in out  # git's colours: added lines green
+    assert "\x1b[" not in zw.run("diff", sid, check=True).stdout

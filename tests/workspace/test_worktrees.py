@@ -251,3 +251,21 @@ def test_inject_runs_in_the_same_worktree(zw: ZW, repo: Repo) -> None:
     wait_until(lambda: zw.json("show", sid)["status"] != "running")
     assert zw.recorded()[0]["cwd"] == tree
     assert Path(tree, "f.txt").read_text() == "1\n2\n"
+
+
+def test_kill_during_setup_stops_it_and_removes_the_worktree(zw: ZW, repo: Repo) -> None:
+    zw.state_dir.mkdir()
+    mark = zw.tmp / "setup-finished"
+    zw.write_config(f'[workspace]\nsetup = ["echo started; sleep 60; touch {mark}"]\n')
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", env_extra=agent("true"))
+    wait_until(lambda: "started" in _text(zw.turn_file(sid, 1, "stderr")))
+    zw.run("kill", sid, check=True)
+    d = zw.json("show", sid)
+    assert (d["status"], d["reason"]) == ("killed", "killed") and zw.calls() == 0
+    wait_until(lambda: not Path(d["workspace"]["tree"]).exists(), message="worktree removed")
+    wait_until(lambda: repo.branches() == ["main"], message="branch removed")
+    assert not mark.exists()  # the setup's sleep was stopped with it (it carried the marker)
+
+
+def _text(p: Path) -> str:
+    return p.read_text() if p.exists() else ""

@@ -44,6 +44,11 @@ LAZY_COMMANDS = {
     "comment": ("zwarm.cli.review", "comment_command", "Review comments for a session's agent."),
     "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
+    "serve": (
+        "zwarm.serve.command",
+        "serve_command",
+        "Serve the HTTP API, live event streams and the web dashboard.",
+    ),
 }
 
 
@@ -199,6 +204,15 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
 )
 @click.option("--branch", help="The worktree's new branch (default zwarm/<name or id>).")
 @click.option("--base", help="What the worktree starts from (default: HEAD).")
+@click.option(
+    "--launcher",
+    help="What runs its turns: local, or slurm (each turn a job; default: [launcher] default).",
+)
+@click.option(
+    "--detached",
+    is_flag=True,
+    help="Started by an agent: not killed or removed with its parent session.",
+)
 @fleet_options
 @json_option
 @click.pass_context
@@ -208,12 +222,15 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
 
     TASK - reads the task from stdin. With --wait the id is printed first, then the command
     blocks (showing progress on a terminal) and exits 0 if the turn completed, 1 if not.
+    Run by an agent of a session (ZWARM_PARENT_SESSION), it starts a child of that session,
+    killed and removed with it unless --detached; [limits] max_spawn_depth bounds the depth.
 
     \b
     Examples:
       zwarm spawn "add a --verbose flag to cli.py" --name verbose
       zwarm spawn "write tests for parser.py" -m sonnet -C ~/proj --wait
       echo "a very long prompt..." | zwarm spawn - --timeout 1800 --notify
+      zwarm spawn "run the benchmark and fix regressions" --launcher slurm --timeout 3600
     """
     api = _api(ctx)
     s = api.spawn(_read_task(task), dangerous=dangerous or None, **opts)
@@ -252,7 +269,7 @@ def turn_result(ctx: click.Context, session: str, turn: int, as_json: bool) -> N
 
 
 def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool) -> None:
-    from zwarm.api import WAIT_EXIT, row
+    from zwarm.api import WAIT_EXIT, resumed_as, row
     from zwarm.cli import live
 
     sid = api.resolve(sid)
@@ -262,6 +279,7 @@ def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool
     except KeyboardInterrupt:
         live.still_running(api, [sid])
         ctx.exit(130)
+    n = resumed_as(s, n)  # a parked turn resumed, or retried: how its last run ended
     t = s.turns[n - 1]
     r = {**row(s.to_dict()), "turn": n, "status": t.status.value, "error": t.error}
     r["last_message"] = t.final_message if t.final_message is not None else r["last_message"]
@@ -316,14 +334,18 @@ _STATUSES = ["running", "stalled", "queued", "parked", "completed", "failed", "k
 @click.option("--source", metavar="PATTERN", help="Only sessions started by (cli, 'mcp:*'...).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the N newest.")
 @click.option("--watch", "-w", is_flag=True, help="Refresh live (as zwarm top does).")
+@click.option("--tree", "as_tree", is_flag=True, help="The delegation trees, with subtree totals.")
 @json_option
 @click.pass_context
 def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: str | None,
-           source: str | None, limit: int | None, watch: bool, as_json: bool) -> None:  # fmt: skip
+           source: str | None, limit: int | None, watch: bool, as_tree: bool,
+           as_json: bool) -> None:  # fmt: skip
     """List sessions: status, model, turns, tokens, cost, age, task.
 
     Oldest first. On a terminal the table fits its width: the less useful columns go first, the task
-    is cut last. A failed session shows why in a word (timeout, exit 3, lost...).
+    is cut last. A failed session shows why in a word (timeout, exit 3, lost...). With --tree,
+    each session started by an agent is shown under its parent (and an orchestrator run's under
+    the run), with its whole subtree's tokens and cost.
 
     \b
     Examples:
@@ -348,6 +370,11 @@ def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: 
     from zwarm.cli.text import terminal_width
 
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    if as_tree:
+        from zwarm.cli import tree
+
+        tree.tree_table(rows, api.env.clock(), color=color, width=terminal_width())
+        return
     render.session_table(rows, api.env.clock(), color=color, width=terminal_width())
 
 
@@ -390,9 +417,11 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
     if as_json:
         _emit_json(data)
         return
-    from zwarm.cli import render
+    from zwarm.cli import render, tree
 
     render.session_detail(data, api.env.clock())
+    for line in tree.children_lines(data):
+        click.echo(line)
 
 
 @cli.command()
@@ -441,9 +470,11 @@ def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool, f
 
 def _exit_problems(ctx: click.Context, problems: list[str]) -> None:
     """After showing what could be read: what could not, one line each on stderr; exit 1."""
+    from zwarm.cli.text import clean
+
     sys.stdout.flush()
     for problem in problems:
-        click.echo(f"Error: {problem}", err=True)
+        click.echo(f"Error: {clean(problem, newlines=False)}", err=True)
     if problems:
         ctx.exit(1)
 
@@ -590,7 +621,8 @@ class _Ids:
 def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: bool) -> None:
     """Kill sessions: each agent's whole process tree.
 
-    The session ends killed, its queued messages dropped. Each SESSION is a session id, a unique
+    The session ends killed, its queued messages dropped, and its linked child sessions (started
+    by its agent) are killed too; detached ones run on. Each SESSION is a session id, a unique
     prefix of it (4+ characters), or its name. Every one given is tried; each outcome is one line,
     and the exit status is 1 if any failed.
 
@@ -610,9 +642,10 @@ def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: boo
     if as_json:
         _emit_json(killed)
     else:
+        from zwarm.cli.tree import kill_line
+
         for r in killed:
-            extra = f" (dropped {r['dropped_queued']} queued)" if r["dropped_queued"] else ""
-            click.echo(f"{r['id']} killed{extra}")
+            click.echo(kill_line(r))
     _exit_failed(ctx, failed)
 
 
@@ -636,7 +669,8 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
        as_json: bool) -> None:  # fmt: skip
     """Delete sessions and their files.
 
-    Each SESSION is a session id, a unique prefix of it (4+ characters), or its name.
+    Each SESSION is a session id, a unique prefix of it (4+ characters), or its name. Its linked
+    child sessions (started by its agent) are removed with it; detached ones are kept.
 
     \b
     Examples:
@@ -648,18 +682,22 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
     api = _api(ctx)
     # without a state dir, --finished removes nothing; a given id is still "not found"
     exists = api.store.exists() or bool(sessions)
-    from zwarm.errors import PartlyFailed
+    from zwarm.errors import PartlyFailed, ZwarmError
 
     try:
-        removed = api.rm(list(sessions), finished=finished, force=force) if exists else []
+        removed = api.rm(list(sessions), finished, force, detail=True) if exists else []
         failed: list[Any] = []
     except PartlyFailed as e:
         removed, failed = e.done, e.failed
+    failed += [(c, ZwarmError(f"child {c} of {d['id']} not removed: {why}"))
+               for d in removed for c, why in d["children_failed"]]  # fmt: skip
     if as_json:
-        _emit_json(removed)
+        _emit_json([sid for d in removed for sid in (d["id"], *d["children_removed"])])
     else:
-        for sid in removed:
-            click.echo(f"{sid} removed")
+        from zwarm.cli.tree import rm_line
+
+        for d in removed:
+            click.echo(rm_line(d))
     _exit_failed(ctx, failed)
 
 

@@ -80,6 +80,12 @@ class LiveLog:
         del self._buf[:n]
         return line
 
+    @property
+    def consumed(self) -> int:
+        """Bytes of the log ``readline`` has returned so far: where its next line starts
+        (``zwarm serve`` names each step by this offset)."""
+        return self.pos - len(self._buf)
+
     def _turn_over(self) -> bool:
         now = time.monotonic()
         if now - self._asked < ENDED_EVERY_S:

@@ -78,9 +78,11 @@ def top(
     try:
         with _Keys() as keys, Live(console=c, screen=True, auto_refresh=False) as live:
             while True:
+                began = time.monotonic()
                 board.refresh()
                 live.update(board.render(height=c.size.height), refresh=True)
-                if keys.wait(interval) in ("q", "Q"):
+                spent = time.monotonic() - began  # a huge state dir: refresh less often
+                if keys.wait(max(interval, 3 * spent)) in ("q", "Q"):
                     return
     except KeyboardInterrupt:
         return
@@ -101,21 +103,11 @@ class Board:
         self.now = time.time()
 
     def refresh(self) -> None:
-        from zwarm.errors import ZwarmError
-
+        """List the sessions again, and read what each active turn wrote since last time."""
         api = self.api
         self.now = api.env.clock()
         self.rows = self.select(api.sessions(self.status) if api.has_sessions() else [])
-        self.running = {}
-        for r in self.rows:
-            if r["status"] in _IDLE:
-                continue
-            try:
-                s = api.get(r["id"])
-            except ZwarmError:
-                continue  # removed or damaged since it was listed: shown as listed
-            if s.current is not None and not s.status.finished:
-                self.running[s.id] = s
+        self.running = self._active()
         live = {(sid, s.turns[-1].n) for sid, s in self.running.items()}
         for key in [k for k in self.watches if k not in live]:
             del self.watches[key]
@@ -125,6 +117,21 @@ class Board:
                 mgr = api.reader(self.running[sid].adapter)
                 w = self.watches[(sid, n)] = follow.TurnWatch(mgr, api.store.turn_path(sid, n))
             w.poll()
+
+    def _active(self) -> dict[str, Session]:
+        from zwarm.errors import ZwarmError
+
+        active = {}
+        for r in self.rows:
+            if r["status"] in _IDLE:
+                continue
+            try:
+                s = self.api.get(r["id"])
+            except ZwarmError:
+                continue  # removed or damaged since it was listed: shown as listed
+            if s.current is not None and not s.status.finished:
+                active[s.id] = s
+        return active
 
     def render(self, height: int | None) -> Any:
         from rich.console import Group

@@ -78,9 +78,32 @@ def mcp_command(ctx: click.Context) -> None:
     mcp_server.serve(api)
 
 
-@click.command("orchestrate")
+class _RunGroup(click.Group):
+    """``zwarm orchestrate TASK`` runs (the ``run`` command); ``ls`` and ``show`` are words of
+    their own only as the first argument, alone (a task is a sentence)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands or args[0] == "run":
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+class _Run(click.Command):
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage("zwarm orchestrate", "[OPTIONS] [TASK] | ls | show RUN [--all]")
+
+
+@click.group("orchestrate", cls=_RunGroup)
+def orchestrate_command() -> None:
+    """Run the built-in orchestrator (see: zwarm orchestrate --help)."""
+
+
+@orchestrate_command.command("run", cls=_Run)
 @click.argument("task", required=False)
 @click.option("--resume", metavar="RUN", help="Continue a run: its id, a prefix, or 'last'.")
+@click.option(
+    "--compact", "compact", metavar="RUN", help="Compact a run's transcript now, then stop."
+)
 @click.option("--model", "-m", help="Orchestrator model (else ZWARM_ORCH_MODEL, config).")
 @click.option("--base-url", help="Chat Completions base URL (else ZWARM_ORCH_BASE_URL, config).")
 @click.option("--max-steps", type=click.IntRange(min=1), help="LLM calls in this invocation.")
@@ -94,11 +117,12 @@ def mcp_command(ctx: click.Context) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run record as JSON.")
 @click.pass_context
-def orchestrate_command(
+def run_command(
     ctx: click.Context,
     /,
     task: str | None,
     resume: str | None,
+    compact: str | None,
     quiet: bool,
     as_json: bool,
     **flags: Any,
@@ -108,15 +132,21 @@ def orchestrate_command(
     Works with any OpenAI-compatible Chat Completions endpoint (OpenAI, OpenRouter, vLLM,
     Ollama). The key comes from $ZWARM_ORCH_API_KEY, which no agent or bash command gets,
     else from $OPENAI_API_KEY (or [orchestrator] api_key_env), which agents share. The run is
-    kept in .zwarm/orchestrator/RUN/ (run.json, messages.json); --resume RUN continues it,
-    with TASK as a follow-up instruction if given. TASK - reads stdin.
+    kept in .zwarm/orchestrator.db, one insert per message; --resume RUN continues it, with
+    TASK as a follow-up instruction if given. TASK - reads stdin. Past [orchestrator]
+    compact_at of the model's context, its oldest messages are summarized into one (--compact
+    RUN does it now). Transient endpoint errors are retried, with backoff. SIGINT or SIGTERM
+    stops the run cleanly. `zwarm orchestrate ls` lists the runs; `zwarm orchestrate show RUN`
+    prints one (--all: with the compacted messages, compactions and failed requests).
 
-    Exit status: 0 finished, 1 error, 3 stopped by the step limit or a budget, 130 interrupted.
+    Exit status: 0 finished, 1 error, 3 stopped by the step limit or a budget, 130 interrupted
+    (SIGINT), 143 terminated (SIGTERM).
 
     \b
     Examples:
       zwarm orchestrate "add a --verbose flag and tests; verify the suite passes" -m gpt-5
       zwarm orchestrate --resume last "now also update the changelog"
+      zwarm orchestrate show last --all
     """
     _need("openai", "orchestrate", "orchestrate")
     from zwarm.orchestrator import guard
@@ -125,16 +155,75 @@ def orchestrate_command(
     guard.make_undumpable()  # before the key is read: /proc/<this pid>/environ holds it
     api = get_api(ctx)
     os.environ.pop(guard.ORCH_KEY_VAR, None)  # no child started without an explicit env gets it
-    p = orch.start(api, read_task(task) if task else None, resume, flags)
-    llm = orch.OpenAIChat(p.settings)
-    progress: orch.Progress = orch.Quiet() if quiet else orch.RichProgress()
-    try:
-        run = orch.execute(api, p, llm, progress)
-    except KeyboardInterrupt:
-        click.echo(f"interrupted; continue with: zwarm orchestrate --resume {p.run.id}", err=True)
-        ctx.exit(130)
+    if compact is not None:
+        _compact(ctx, api, compact, quiet, as_json, flags)
+        return
+    with orch.stop_on_signals():
+        p = orch.start(api, read_task(task) if task else None, resume, flags)
+        llm = orch.OpenAIChat(p.settings)
+        progress: orch.Progress = orch.Quiet() if quiet else orch.RichProgress()
+        try:
+            run = orch.execute(api, p, llm, progress)
+        except KeyboardInterrupt as e:
+            signum = e.signum if isinstance(e, orch.Stopped) else 2
+            what = "interrupted" if signum == 2 else "terminated (SIGTERM); the run is saved"
+            click.echo(f"{what}; continue with: zwarm orchestrate --resume {p.run.id}", err=True)
+            ctx.exit(128 + signum)
     _report(run, as_json)
     ctx.exit(orch.EXIT.get(run.status, 1))
+
+
+def _compact(
+    ctx: click.Context, api: Any, ref: str, quiet: bool, as_json: bool, flags: dict[str, Any]
+) -> None:
+    from zwarm.orchestrator import loop as orch
+
+    p = orch.start_compaction(api, ref, flags)
+    progress: orch.Progress = orch.Quiet() if quiet else orch.RichProgress()
+    out = orch.compact_now(api, orch.OpenAIChat(p.settings), p, progress)
+    if as_json:
+        click.echo(json.dumps({"run_id": p.run.id, **out.__dict__}, separators=(",", ":")))
+    elif out.compacted:
+        click.echo(f"run {p.run.id}: {orch.compacted_text(out)}")
+    else:
+        click.echo(f"run {p.run.id}: {out.reason}")
+
+
+@orchestrate_command.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def ls_command(ctx: click.Context, as_json: bool) -> None:
+    """List the orchestrator's runs, oldest first: status, steps, tokens, cost, task.
+
+    \b
+    Example:
+      zwarm orchestrate ls --json
+    """
+    from zwarm.cli import runs
+
+    runs.list_runs(get_api(ctx), as_json)
+
+
+@orchestrate_command.command("show")
+@click.argument("run")
+@click.option("--all", "everything", is_flag=True, help="Also the compacted messages, etc.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def show_command(ctx: click.Context, run: str, everything: bool, as_json: bool) -> None:
+    """A run and its transcript: RUN is its id, a unique prefix, or 'last'.
+
+    The transcript is what the model is sent now; with --all, also the messages compacted
+    out (marked, each where it was), every compaction (which messages became which summary,
+    tokens before and after, the model) and every failed model request (with the text a cut
+    reply had sent).
+
+    \b
+    Example:
+      zwarm orchestrate show last --all
+    """
+    from zwarm.cli import runs
+
+    runs.show_run(get_api(ctx), run, everything, as_json)
 
 
 def _report(run: Any, as_json: bool) -> None:

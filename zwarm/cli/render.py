@@ -152,6 +152,10 @@ _REASONS = {
     "budget_exceeded": "budget",
     "stalled": "stalled",
     "dependency_failed": "dependency",
+    "slurm_timeout": "slurm timeout",
+    "slurm_node_fail": "node fail",
+    "slurm_preempted": "preempted",
+    "slurm_cancelled": "cancelled",
 }
 
 
@@ -261,7 +265,7 @@ def _fit(widths: dict[str, int], width: int | None) -> dict[str, int]:
 
 def _cells(r: dict[str, Any], now: float) -> list[str]:
     usage = r.get("usage") or {}
-    status = r["status"]
+    status = launcher_status(r) or r["status"]
     if status == "failed":
         status += f" ({short_reason(r)})"
     status += fleet_note(r, now)
@@ -284,6 +288,17 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         oneline(r.get("source") or "-", 28),
         oneline(task, 400),
     ]
+
+
+def launcher_status(r: dict[str, Any]) -> str | None:
+    """What a running row shows instead of ``running`` when its launcher says so:
+    ``queued (slurm: Resources)`` (its job waits in the cluster's queue), ``unknown (slurm
+    unreachable)`` (the cluster could not be asked); None otherwise."""
+    state = r.get("launcher_state") or {}
+    if r.get("status") not in ("running", "stalled") or not state.get("shown"):
+        return None
+    detail = f" ({state['detail']})" if state.get("detail") else ""
+    return oneline(f"{state['shown']}{detail}", 60)
 
 
 def fleet_note(r: dict[str, Any], now: float) -> str:
@@ -345,7 +360,9 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
     now = time.time() if now is None else now
     c = console()
     name = f" {esc(d['name'], False)}" if d.get("name") else ""
-    c.print(f"[bold]{d['id']}[/]{name} {status_markup(d['status'])}")
+    shown = launcher_status(d)
+    also = f" [dim]{esc(shown)}[/]" if shown else ""
+    c.print(f"[bold]{d['id']}[/]{name} {status_markup(d['status'])}{also}")
     usage = d.get("usage") or {}
     c.print(
         f"adapter {esc(d['adapter'])}  model {esc(d.get('model') or 'default', False)}  "
@@ -427,6 +444,10 @@ def _turn(c: Any, t: dict[str, Any], now: float) -> None:
         f"took {fmt_duration(secs)}" if t.get("ended_at") else f"running for {fmt_duration(secs)}"
     )
     c.print(f"[dim]started {fmt_local(t['started_at'])}  {span}  context {t['context']}[/]")
+    if t.get("launcher") not in (None, "local"):  # e.g. "slurm job 1234"
+        held = " ".join(f"{k} {v}" for k, v in sorted((t.get("handle") or {}).items()))
+        runs = oneline(f"{t['launcher']} {held}", 200)
+        c.print(f"[dim]{esc(runs)}[/]")
     c.print(
         f"[dim]tokens in {u.get('input_tokens', 0)} (cached {u.get('cached_input_tokens', 0)}) "
         f"out {u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)})  "

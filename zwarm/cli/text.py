@@ -35,6 +35,9 @@ _CONTROL = re.compile(f"[{_CONTROLS}]")
 _BREAKS = re.compile("\r\n|[\t\n\r\x0b\x0c]")  # become one space in one-line text
 _NEEDS_CLEANING = re.compile(f"[{_CONTROLS}]")
 _SHOWN = re.compile(f"[{_CONTROLS}\t\n]")
+# Text whose every character takes one cell: Latin, Greek, Cyrillic... (below the combining
+# marks at U+0300) and the common punctuation of U+2010..U+205E (dashes, quotes, …).
+_NARROW = re.compile("[\x20-\u02ff\u2010-\u2027\u2030-\u205e]*+\\Z")
 
 
 def clean(text: object, newlines: bool = True) -> str:
@@ -71,7 +74,7 @@ def oneline(text: object, width: int | None = None) -> str:
 
 def cells(s: str) -> int:
     """How many terminal cells ``s`` takes (no control characters: see ``clean``)."""
-    if s.isascii():
+    if s.isascii() or _NARROW.match(s):
         return len(s)
     return sum(_char_cells(c) for c in s)
 
@@ -84,10 +87,12 @@ def _char_cells(c: str) -> int:
 
 def cut(s: str, width: int) -> str:
     """``s`` cut to at most ``width`` cells, ending in … when cut."""
-    if cells(s) <= width:
-        return s
     if width <= 0:
         return ""
+    if s.isascii() or _NARROW.match(s):  # one cell per character: cut by length
+        return s if len(s) <= width else s[: width - 1] + "…"
+    if cells(s) <= width:
+        return s
     out, used = [], 0
     for c in s:
         w = _char_cells(c)

@@ -36,7 +36,8 @@ def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: b
 
     zwarm uses a security-relevant setting (in an agent's table every key but model and
     prices: command, env, extra_args, config, sandbox, permission_mode, dangerous;
-    [orchestrator] base_url, api_key_env; [tools] allowed_roots; [hooks] on_finish, on_fail)
+    [orchestrator] base_url, api_key_env; [tools] allowed_roots; [hooks] on_finish, on_fail;
+    [workspace] root, setup, copy, link)
     that differs from the default only from a config.toml you trusted, and only until it
     changes. A state dir that is not yours, is group/world-writable or is a symlink is refused
     until allowed here. Trust is kept in $XDG_CONFIG_HOME/zwarm/trust.json (default

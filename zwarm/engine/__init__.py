@@ -12,22 +12,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from zwarm.engine.manager import BaseSessionManager
 
-_classes: dict[str, type[BaseSessionManager]] = {}
-
 
 def manager_class(name: str) -> type[BaseSessionManager]:
-    """The session manager bound to agent ``name``; ``UnknownAgent`` if there is none."""
-    if name not in _classes:
-        from zwarm import agents, plugins
-        from zwarm.engine.manager import BaseSessionManager
+    """The session manager bound to agent ``name``; ``UnknownAgent`` if there is none (made
+    in ``engine.manager``, which the scheduler is handed it from: no import cycle)."""
+    from zwarm.engine import manager
 
-        agent = agents.get(name)
-        if agent.manager:
-            cls = plugins.load(agent.manager)
-            if not (isinstance(cls, type) and issubclass(cls, BaseSessionManager)):
-                raise TypeError(f"{agent.manager} is not a BaseSessionManager")
-        else:
-            attrs = {"agent": agent, "name": agent.name, "__module__": type(agent).__module__}
-            cls = type(f"{agent.name.title()}SessionManager", (BaseSessionManager,), attrs)
-        _classes[name] = cls
-    return _classes[name]
+    return manager.manager_class(name)

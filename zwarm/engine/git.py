@@ -197,7 +197,7 @@ def resolve_commit(ref: str, cwd: str | Path, env: Mapping[str, str]) -> str:
 
 def check_branch(name: str, cwd: str | Path, env: Mapping[str, str]) -> str:
     """``name`` if git accepts it as a new branch name; ``GitError`` otherwise."""
-    if not name or name.startswith("-") or len(name) > 200:
+    if not name or name.startswith("-") or len(name) > 200 or "@{" in name or name == "@":
         raise GitError(f"invalid branch name {name!r}")
     proc = run(["check-ref-format", "--branch", name], cwd, env, check=False, hardened=True)
     if proc.returncode != 0 or name.startswith("refs/"):
@@ -216,22 +216,27 @@ def branch_exists(name: str, cwd: str | Path, env: Mapping[str, str]) -> bool:
     return proc.returncode == 0
 
 
-def neutral_filters(cwd: str | Path, env: Mapping[str, str]) -> list[str]:
-    """``-c`` options that turn off every clean/smudge/process filter driver the repository's
-    config defines: a ``.gitattributes`` an agent wrote must not make zwarm's ``git add`` run
-    a command. (Snapshots then store the files as they are on disk.)"""
+def neutral_filters(cwd: str | Path, env: Mapping[str, str]) -> dict[str, str]:
+    """Environment settings that turn off every clean/smudge/process filter driver the
+    repository's config defines: a ``.gitattributes`` an agent wrote must not make zwarm's
+    ``git add`` run a command (snapshots then store files as they are on disk). Given as
+    ``GIT_CONFIG_KEY_n``/``GIT_CONFIG_VALUE_n`` pairs, so no driver name (which may hold an
+    ``=``) can be misread as ``-c``'s ``name=value``."""
     proc = run(
-        ["config", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"],
+        ["config", "-z", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"],
         cwd,
         env,
         check=False,
         hardened=True,
     )
-    opts: list[str] = []
-    for name in proc.stdout.decode("utf-8", "surrogateescape").splitlines():
-        if name.startswith("filter.") and "\n" not in name:
-            opts += ["-c", f"{name}=", "-c", f"{name.rsplit('.', 1)[0]}.required=false"]
-    return opts
+    pairs: list[tuple[str, str]] = []
+    for name in proc.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        if name.startswith("filter."):
+            pairs += [(name, ""), (f"{name.rsplit('.', 1)[0]}.required", "false")]
+    out = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for i, (key, value) in enumerate(pairs):
+        out[f"GIT_CONFIG_KEY_{i}"], out[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return out
 
 
 _ESCAPES = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}

@@ -12,12 +12,17 @@ or signals a process itself. Must stay true:
 - what decides what runs (agent, working directory, sandbox bypass) comes from the session's
   launch pin and the trusted config, never from meta.json (``agent_launch``);
 - a turn marked ``running`` whose launcher is not verifiably alive is reconciled to ``failed``
-  (``supervisor_lost``) on the next read, and whatever still carries its marker is stopped;
+  (``supervisor_lost``, or the launcher's reason: ``Launcher.lost``) on the next read, and
+  whatever still carries its marker is stopped; every turn runs on the launcher its
+  session's launch pin names (``zwarm.store.pins``);
 - per-turn usage and cost are deltas; session totals are sums of turn figures;
 - a turn that would make a session run while caps are configured (or that waits for other
   sessions) is made ``queued`` and started only by the scheduler (``engine.scheduler``), under
   its lock; a turn that ends past the session's budget ends ``budget_exceeded`` and nothing
-  queued after it starts (``engine.limits``).
+  queued after it starts (``engine.limits``); a budget covers the session's subtree of
+  delegated sessions, and an ancestor's budget covers it (``engine.tree``);
+- every agent runs with its session's id as ``ZWARM_PARENT_SESSION`` and the state dir as
+  ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``).
 """
 
 from __future__ import annotations
@@ -27,13 +32,13 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from zwarm.agents.base import Agent, AgentOptions
 from zwarm.config import Config
-from zwarm.engine import limits, transitions
+from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
 from zwarm.env import Env, parse_iso
@@ -142,9 +147,13 @@ class BaseSessionManager(abc.ABC):
         workspace: ws_mod.Plan | ws_mod.Found | None = None,
         notify: bool = False,
         fleet: limits.Fleet | None = None,
+        lineage: tree.Lineage | None = None,
+        launcher: str = "local",
     ) -> Session:
         """Create a session and start its first turn (the launcher runs it detached). With a
-        worktree ``workspace`` plan, its worktree is made first (and removed if this fails)."""
+        worktree ``workspace`` plan, its worktree is made first (and removed if this fails).
+        ``lineage``: its parent and depth, verified by the caller (``engine.tree``).
+        ``launcher``: what runs its turns (``zwarm.runtime``), pinned with the session."""
         now = self.env.now_iso()
         sid = self.store.new_id()
         ws, cwd = self._workspace(workspace, sid, name, cwd)
@@ -152,7 +161,8 @@ class BaseSessionManager(abc.ABC):
             s = self._new_session(sid, task, cwd, now, model, name, context, source, dangerous)
             s.workspace = ws
             s.notify = notify  # a desktop notification when it ends (runtime.hooks)
-            transitions.begin(s, _first_turn(task, now, timeout))
+            (lineage or tree.Lineage()).apply(s)
+            transitions.begin(s, _first_turn(task, now, timeout, launcher))
             limits.settle(s, fleet or limits.Fleet(), self.config)
             if self._must_queue(s):  # created queued; the scheduler starts it (or not yet)
                 return self.scheduler().admit_new(s, lambda: self._create(s, task, name, dangerous))
@@ -186,6 +196,7 @@ class BaseSessionManager(abc.ABC):
         self.store.ensure()
         root = os.path.realpath(self.store.root)
         pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, workspace=s.workspace)
+        pin.launcher = s.turns[0].launcher
         pins.write(self.env.environ, pin)
         self.store.create(s, task.encode("utf-8", "surrogateescape"))
         if name:  # claimed after create: a claim whose session dir is missing counts as stale
@@ -270,13 +281,23 @@ class BaseSessionManager(abc.ABC):
         first = s.turns[0].timeout if s.turns else None
         limit = q.timeout if q.timeout is not None else first
         t = Turn(n, Status.RUNNING, q.message[:MESSAGE_KEEP_CHARS], mode, now, timeout=limit)
+        t.launcher = self._pinned_launcher(s)
         transitions.begin(s, t)
         return t
 
-    def _start(self, s: Session, t: Turn) -> None:
-        """Have the launcher start running turn ``t`` (inside the transaction that made it)."""
+    def _pinned_launcher(self, s: Session) -> str:
+        """What runs ``s``'s new turns: its launch pin's launcher, never meta.json's (without
+        a pin, ``local``, whose supervisor then refuses to run the turn)."""
+        pin = pins.read(self.env.environ, s.id, Path(os.path.realpath(self.store.root)))
+        return pin.launcher if pin is not None else "local"
+
+    def _start(
+        self, s: Session, t: Turn, after: Sequence[Turn] = (), after_any: bool = False
+    ) -> None:
+        """Have the launcher start running turn ``t`` (inside the transaction that made it);
+        ``after``: running turns its launcher makes it wait for (``Launcher.can_wait_for``)."""
         try:
-            self.launcher(t).start(s.id, t)
+            self.launcher(t).start(s.id, t, after, after_any)
         except OSError as e:
             why = f"could not start the turn's supervisor: {e.strerror or e}"
             transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.START_FAILED, why)
@@ -301,7 +322,7 @@ class BaseSessionManager(abc.ABC):
         """The state dir's scheduler (``engine.scheduler``), with this manager's config."""
         from zwarm.engine import scheduler as scheduler_mod
 
-        return scheduler_mod.Scheduler(self.store, self.config, self.env)
+        return scheduler_mod.Scheduler(self.store, self.config, self.env, manager_class)
 
     def launcher(self, t: Turn) -> Launcher:
         if t.launcher not in self._launchers:
@@ -394,6 +415,9 @@ class BaseSessionManager(abc.ABC):
         env = self.agent_env()
         env[procs.MARKER] = s.id
         env.pop(procs.SUPERVISOR_MARKER, None)
+        # what the agent spawns is a child of this session, in this state dir (engine.tree)
+        env[tree.PARENT_VAR] = s.id
+        env[tree.DIR_VAR] = os.path.realpath(self.store.root)
         return AgentLaunch(self.build_argv(opts, resume), pin.cwd, env)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
@@ -407,9 +431,11 @@ class BaseSessionManager(abc.ABC):
         turn must not run (preparing failed: recorded, the worktree removed; or it ended)."""
         s = self.store.load(sid)
         t = s.turns[n - 1]
+        if t.status.finished:
+            return None
         ws = self._pinned(s)
-        if t.status.finished or ws is None:
-            return None if t.status.finished else False
+        if ws is None or t.before is not None:  # none; or prepared already (a deferred turn)
+            return False
         wrote = n == 1 and ws.mode == "worktree" and self._needs_setup()
         if wrote and not self._setup(s, t, ws):
             return None
@@ -457,7 +483,7 @@ class BaseSessionManager(abc.ABC):
             t = s.turns[t.n - 1]
             if s.workspace is not None:
                 s.workspace.removed = True
-            if t.status is Status.RUNNING:
+            if t.status in (Status.RUNNING, Status.STALLED):
                 s.queue.clear()
                 transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.SETUP_FAILED, why)
         return False
@@ -499,11 +525,14 @@ class BaseSessionManager(abc.ABC):
         returncode: int,
         timed_out: bool,
         stop: tuple[Reason, str] | None = None,
+        hand_off: bool = False,
     ) -> Turn | None:
         """Record turn ``n``'s end (with its after snapshot and change stats); begin the next
         queued turn and return it, or None. ``stop``: why its supervisor stopped the agent
         (a budget passed, a stall), if it did. A turn parked on a limit, or ended past the
-        session's budget (then the queue is dropped), begins nothing."""
+        session's budget (then the queue is dropped), begins nothing. With ``hand_off`` (a
+        supervisor that runs one turn: ``runtime.slurm``), the next turn is started by its
+        launcher in the same transaction, and None returned."""
         outcome = self.read_outcome(sid, n)
         stderr_tail = _tail(self.store, sid, n)
         after, changes, whole = self._after_turn(sid, n)
@@ -517,7 +546,11 @@ class BaseSessionManager(abc.ABC):
                 s.queue.clear()
             if t.status in (Status.KILLED, Status.PARKED) or not s.queue:
                 return None
-            return self._begin_next(s)
+            nxt = self._begin_next(s)
+            if hand_off:
+                self._start(s, nxt)
+                return None
+            return nxt
 
     def _record(
         self,
@@ -535,7 +568,7 @@ class BaseSessionManager(abc.ABC):
         if t.status not in RUNS:
             return  # killed meanwhile: keep that, with the facts filled in
         now = self.env.now_iso()
-        over = limits.over_budget(s)
+        over = limits.over_budget(s) or tree.over_budget(self.store, s)
         if stop is not None:
             transitions.end(s, t, Status.FAILED, now, *stop)
         elif timed_out:
@@ -614,7 +647,7 @@ class BaseSessionManager(abc.ABC):
         t = s.current
         if t is None or t.status not in RUNS:
             return False
-        if t.supervisor is None:
+        if t.supervisor is None and t.handle is None:  # a launcher's handle: asked instead
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
         return not self.launcher(t).alive(s.id, t)
 
@@ -628,12 +661,12 @@ class BaseSessionManager(abc.ABC):
         orphan = procs.kill_session(t.agent, s.id)
         o = self.read_outcome(s.id, t.n)
         self._apply_outcome(s, t, o)
-        what = "supervisor never started" if t.supervisor is None else "supervisor lost"
+        reason, what = self.launcher(t).lost(s.id, t)  # e.g. slurm_timeout: its job's end
         if orphan:
             what += "; its orphaned agent was terminated"
         if o.status is not None:
             what += f"; the turn log shows the agent reported {o.status.value}"
-        transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.SUPERVISOR_LOST, what)
+        transitions.end(s, t, Status.FAILED, self.env.now_iso(), reason, what)
         return True
 
     def kill(self, sid: str) -> tuple[Session, int]:
@@ -686,7 +719,7 @@ class BaseSessionManager(abc.ABC):
             raise SessionStateError(
                 f"session {s.id} never started: a session it runs after failed; spawn it again"
             )
-        over = limits.over_budget(s)
+        over = limits.over_budget(s) or tree.over_budget(self.store, s)
         if over is not None:
             raise SessionStateError(f"session {s.id}: {over}")
 
@@ -709,8 +742,30 @@ class BaseSessionManager(abc.ABC):
         write_private(self.store.turn_path(s.id, n, "prompt"), prompt)
         new = Turn(n, Status.RUNNING, t.message, context, self.env.now_iso(), timeout=t.timeout)
         new.retry_of = t.retry_of or t.n
+        new.launcher = self._pinned_launcher(s)
         transitions.begin(s, new)
         return new
+
+
+_classes: dict[str, type[BaseSessionManager]] = {}
+
+
+def manager_class(name: str) -> type[BaseSessionManager]:
+    """The session manager bound to agent ``name`` — the agent's own (``Agent.manager``, e.g.
+    ``CodexSessionManager``) or one made for it; ``UnknownAgent`` if there is none."""
+    if name not in _classes:
+        from zwarm import agents, plugins
+
+        agent = agents.get(name)
+        if agent.manager:
+            cls = plugins.load(agent.manager)
+            if not (isinstance(cls, type) and issubclass(cls, BaseSessionManager)):
+                raise TypeError(f"{agent.manager} is not a BaseSessionManager")
+        else:
+            attrs = {"agent": agent, "name": agent.name, "__module__": type(agent).__module__}
+            cls = type(f"{agent.name.title()}SessionManager", (BaseSessionManager,), attrs)
+        _classes[name] = cls
+    return _classes[name]
 
 
 class StartRefused(Exception):
@@ -747,8 +802,10 @@ _KILLED_WHILE = {
 }
 
 
-def _first_turn(task: str, now: str, timeout: float | None) -> Turn:
-    return Turn(1, Status.RUNNING, task[:MESSAGE_KEEP_CHARS], "task", now, timeout=timeout)
+def _first_turn(task: str, now: str, timeout: float | None, launcher: str = "local") -> Turn:
+    t = Turn(1, Status.RUNNING, task[:MESSAGE_KEEP_CHARS], "task", now, timeout=timeout)
+    t.launcher = launcher
+    return t
 
 
 def _exit_reason(returncode: int, stderr_tail: str) -> str:

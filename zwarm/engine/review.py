@@ -277,13 +277,8 @@ def _commit_pending(s: Session, ws: Workspace, environ: Mapping[str, str]) -> st
     """Commit everything changed in the worktree (its own index); the new commit or None."""
     if not workspace.dirty(ws.tree, environ):
         return None
-    git.run(
-        ["add", "-A", "--", "."],
-        ws.tree,
-        environ,
-        hardened=True,
-        config=git.neutral_filters(ws.tree, environ),
-    )
+    # the repository's own filters (LFS ...) apply: this commit is the user's to merge
+    git.run(["add", "-A", "--", "."], ws.tree, environ, hardened=True)
     msg = _message(s, ws, squash=True)
     git.run(
         ["commit", "--no-verify", "-q", "-m", msg],

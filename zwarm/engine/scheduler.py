@@ -48,12 +48,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zwarm.engine import limits, transitions
 from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, SessionNotFound, StoreError, ZwarmError
-from zwarm.model import RUNS, WAITING, Reason, Session, Status
+from zwarm.model import RUNS, WAITING, Reason, Session, Status, Turn
 from zwarm.store.files import CLOEXEC, NOFOLLOW
 
 if TYPE_CHECKING:
@@ -64,6 +65,19 @@ if TYPE_CHECKING:
 
 TICK_WAIT_S = 5.0  # how long a command waits for another pass to end before going on
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def waiting_dir(store: Store) -> Path:
+    """Where the waiting files are: ``scheduler/waiting/<id>`` in the state dir."""
+    return store.root / "scheduler" / "waiting"
+
+
+def pending(store: Store) -> bool:
+    """Whether any session waits (one directory read: what every command checks first)."""
+    try:
+        return any(_ID.match(n) for n in os.listdir(waiting_dir(store)))
+    except OSError:
+        return False
 
 
 def capped(config: Config) -> bool:
@@ -113,19 +127,26 @@ class _Running:
 class Scheduler:
     """The scheduler of one state dir, with one configuration."""
 
-    def __init__(self, store: Store, config: Config, env: Env) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        env: Env,
+        classes: Callable[[str], type[BaseSessionManager]],
+    ) -> None:
+        """``classes``: ``zwarm.engine.manager_class`` (handed in: the manager imports this
+        module, so this one never imports the managers)."""
         self.store = store
         self.config = config
         self.env = env
-        self.dir = store.root / "scheduler"
-        self.waiting = self.dir / "waiting"
+        self._classes = classes
+        self.waiting = waiting_dir(store)
+        self.dir = self.waiting.parent
         self._managers: dict[str, BaseSessionManager] = {}
 
     def manager(self, adapter: str) -> BaseSessionManager:
         if adapter not in self._managers:
-            from zwarm.engine import manager_class
-
-            self._managers[adapter] = manager_class(adapter)(self.store, self.config, self.env)
+            self._managers[adapter] = self._classes(adapter)(self.store, self.config, self.env)
         return self._managers[adapter]
 
     # ------------------------------------------------------------------ the lock
@@ -175,8 +196,8 @@ class Scheduler:
             return []
 
     def pending(self) -> bool:
-        """Whether any session waits (one directory read: what every command checks)."""
-        return bool(self._marked())
+        """Whether any session waits (see the module function)."""
+        return pending(self.store)
 
     def _unmark(self, sid: str) -> None:
         """Drop ``sid``'s waiting file if its meta.json says it no longer waits (decided
@@ -215,6 +236,7 @@ class Scheduler:
         report = Report()
         now = self.env.clock()
         found = self._scan()
+        self._survey(found)
         for sid, s in list(found.items()):
             if isinstance(s, Session):
                 found[sid] = self._settled(s, now, report)
@@ -228,6 +250,19 @@ class Scheduler:
             self._consider(s, found, running, spend, report)
         self._upkeep(found)
         return report
+
+    def _survey(self, found: dict[str, Session | DamagedSession]) -> None:
+        """Ask each launcher that answers many turns at once (a cluster's queue) about every
+        running turn first, so the reconciles of ``_settled`` do not ask one by one."""
+        from zwarm.runtime import get_launcher, survey
+
+        items = [
+            (sid, s.current)
+            for sid, s in found.items()
+            if isinstance(s, Session) and s.current is not None and s.status in RUNS
+        ]
+        if items:
+            survey(items, lambda name: get_launcher(name, self.store, self.env), batched=True)
 
     def _scan(self) -> dict[str, Session | DamagedSession]:
         found: dict[str, Session | DamagedSession] = {}
@@ -267,20 +302,22 @@ class Scheduler:
         waits (on its turn, only when that changes)."""
         t = s.current
         assert t is not None
+        after: list[Turn] = []  # what its launcher makes it wait for (a Slurm dependency)
         if t.n == 1 and s.after:
             waiting, failed = _dependencies(s, found)
             if failed is not None:
                 self._end(s, failed)
                 report.ended.append(s.id)
                 return
-            if waiting:
+            after = self._launcher_waits(s, waiting, found) if waiting else []
+            if waiting and not after:
                 self._note(s, "waiting for " + ", ".join(w[:8] for w in waiting))
                 return
         why = self._cap(s, running, spend)
         if why is not None:
             self._note(s, why)
             return
-        if self._start(s):
+        if self._start(s, after):
             running.add(s)
             report.started.append(s.id)
 
@@ -309,8 +346,54 @@ class Scheduler:
             )
         return None
 
-    def _start(self, s: Session) -> bool:
-        """Start ``s``'s queued turn (its launcher, in the transaction that records it)."""
+    def _launcher_waits(
+        self, s: Session, waiting: list[str], found: dict[str, Session | DamagedSession]
+    ) -> list[Turn]:
+        """The running turns of the sessions ``s`` waits for, if ``s``'s launcher can make it
+        wait for them itself (a cluster's job dependencies: ``Launcher.can_wait_for``); else
+        none, and zwarm waits. Whoever runs its turn checks again (``held``)."""
+        turns = []
+        for sid in waiting:
+            d = found.get(sid)
+            if not isinstance(d, Session) or d.current is None:
+                return []
+            turns.append(d.current)
+        try:
+            mine = self.manager(s.adapter).launcher(s.current or turns[0])
+            return turns if mine.can_wait_for(turns) else []
+        except ZwarmError:
+            return []
+
+    def held(self, sid: str) -> bool:
+        """Whether the first turn of ``sid``, started while it waited for its ``--after``
+        sessions (``_launcher_waits``), must not run now that it is about to: a dependency
+        that failed ends it (``dependency_failed``); one still active (a follow-up began
+        meanwhile) puts it back in the queue for a pass. False: it may run."""
+        s = self.store.load(sid)
+        t = s.current
+        if t is None or t.n != 1 or not s.after or t.status not in RUNS:
+            return False
+        ids = set(self.store.list_ids())
+        waiting, failed = _dependencies(s, {d: self.store.read(d) for d in s.after if d in ids})
+        if failed is None and not waiting:
+            return False
+        with self.store.transaction(sid) as fresh:
+            t = fresh.current
+            if t is None or t.n != 1 or t.status not in RUNS or t.agent is not None:
+                return True
+            now = self.env.now_iso()
+            if failed is not None:
+                transitions.end(fresh, t, Status.FAILED, now, Reason.DEPENDENCY_FAILED, failed)
+                fresh.queue.clear()
+                return True
+            self.mark(sid)
+            t.handle, t.supervisor = None, None
+            transitions.defer(fresh, t, now)
+        return True
+
+    def _start(self, s: Session, after: list[Turn] | None = None) -> bool:
+        """Start ``s``'s queued turn (its launcher, in the transaction that records it),
+        made to wait for the turns ``after`` by its launcher."""
         mgr = self.manager(s.adapter)
         with self.store.transaction(s.id) as fresh:
             t = fresh.current
@@ -319,7 +402,7 @@ class Scheduler:
             now = self.env.now_iso()
             transitions.start(fresh, t, now)
             try:
-                mgr._start(fresh, t)
+                mgr._start(fresh, t, after or (), fresh.after_any)
             except ZwarmError as e:  # e.g. its launcher is not installed
                 why = f"could not start the turn: {e}"
                 transitions.end(fresh, t, Status.FAILED, now, Reason.START_FAILED, why)

@@ -46,13 +46,13 @@ def take(tree: str | Path, env: Mapping[str, str], label: str, keep: str | None 
             tree,
             env,
             hardened=True,
-            config=filters,
-            extra_env=staged,
+            extra_env={**staged, **filters},
             check=False,
         )
         if proc.returncode != 0 and b"fatal:" in proc.stderr:
             raise git.GitError(f"snapshot of {tree} failed: {git.last_line(proc.stderr)}")
-        tree_id = git.out(["write-tree"], tree, env, hardened=True, extra_env=staged)
+        # write-tree re-reads racily clean files through their filters too
+        tree_id = git.out(["write-tree"], tree, env, hardened=True, extra_env={**staged, **filters})
     parents = ["-p", head] if head else []
     commit = git.out(
         ["commit-tree", git.check_sha(tree_id), *parents, "-m", f"zwarm snapshot: {label}"],

@@ -311,9 +311,9 @@ def pinned(s: Session, environ: Mapping[str, str], state_dir: Path) -> Workspace
 def for_removal(s: Session, environ: Mapping[str, str], state_dir: Path) -> Workspace | None:
     """The workspace ``rm`` cleans up: the one the launch pin names (what meta.json says is
     not followed), with meta.json's bookkeeping when it names the same one."""
-    from zwarm.store import pins
-
     import msgspec
+
+    from zwarm.store import pins
 
     pin = pins.read(environ, s.id, _real(state_dir))
     if pin is None or pin.workspace is None:
@@ -513,6 +513,7 @@ def dirty(tree: str | Path, environ: Mapping[str, str]) -> list[str]:
         tree,
         environ,
         hardened=True,
+        extra_env=git.neutral_filters(tree, environ),  # status re-reads files through them
     ).stdout
     out: list[str] = []
     fields = raw.split(b"\0")

@@ -22,16 +22,16 @@ USAGE_KEYS = (
 __all__ = [
     "ACTIVE",
     "FINISHED",
+    "RUNS",
     "SCHEMA_VERSION",
     "USAGE_KEYS",
+    "WAITING",
     "ProcRef",
     "QueuedMessage",
-    "RUNS",
     "Reason",
     "Session",
     "Status",
     "Turn",
     "TurnOutcome",
     "Usage",
-    "WAITING",
 ]

@@ -25,6 +25,8 @@ ISO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})?\Z"
 SESSION_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z"
 AGENT_SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"
+RUN_ID = r"^\d{8}-\d{6}-[0-9a-f]{4}\Z"  # a built-in orchestrator run (zwarm.orchestrator)
+MAX_DEPTH = 1000  # spawn_depth's bound in a file; [limits] max_spawn_depth refuses far sooner
 AGENT_NAME = r"^[a-z][a-z0-9_-]{0,31}\Z"
 
 Count = Annotated[int, Meta(ge=0, le=2**53)]
@@ -223,6 +225,14 @@ class Session(Struct):
     max_tokens: Count | None = None  # budget: the whole session's total tokens
     stall_s: Seconds | None = None  # a turn silent this long is stalled
     auto_resumes: Count = 0  # times a parked turn was resumed by zwarm ([limits] wait)
+    # delegation (zwarm.engine.tree), fixed at spawn: the session whose agent started this
+    # one (verified running then), or the orchestrator run that did; depth 1 is a root (the
+    # user's or a run's), a child is its parent's + 1; a linked child is killed and removed
+    # with its parent, a detached one is not
+    parent_session_id: SessionId | None = None
+    parent_run_id: Annotated[str, Meta(pattern=RUN_ID)] | None = None
+    spawn_depth: Annotated[int, Meta(ge=1, le=MAX_DEPTH)] = 1
+    lifecycle: Literal["linked", "detached"] = "linked"
     # derived (see refresh)
     status: Status = Status.RUNNING
     usage: Usage = msgspec.field(default_factory=Usage)

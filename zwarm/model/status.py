@@ -55,6 +55,11 @@ class Reason(enum.StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"  # the session used more than its --max-cost/--max-tokens
     STALLED = "stalled"  # the agent wrote nothing for stall_s and [limits] on_stall = "kill"
     DEPENDENCY_FAILED = "dependency_failed"  # a session it runs --after did not complete
+    # the cluster job that ran the turn ended before its supervisor recorded it (runtime.slurm):
+    SLURM_TIMEOUT = "slurm_timeout"  # the job reached its Slurm time limit
+    SLURM_NODE_FAIL = "slurm_node_fail"  # its node failed (or failed to boot)
+    SLURM_PREEMPTED = "slurm_preempted"  # Slurm preempted it for other work
+    SLURM_CANCELLED = "slurm_cancelled"  # cancelled outside zwarm (scancel, an administrator)
 
 
 # Failures a later attempt may get past on its own: the turn can be parked until the limit

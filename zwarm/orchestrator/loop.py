@@ -1,63 +1,65 @@
 """``zwarm orchestrate``: the built-in orchestrator loop over an OpenAI-compatible endpoint.
 
 Owns the loop (LLM call -> tool calls -> results -> ... -> final summary), its system prompt,
-its limits (steps per invocation; tokens and cost over the whole run), and the run directory
-``.zwarm/orchestrator/<run>/`` (``run.json``: the run's state; ``messages.json``: the whole
-chat transcript) that ``--resume`` continues from. Must stay true:
+its limits (steps per invocation; tokens and cost over the whole run), when it compacts its
+transcript (``compaction``) and how it stops on a signal. A run lives in the run store
+(``runstore``: ``.zwarm/orchestrator.db``) that ``--resume`` continues from; the endpoint and
+its retries are ``chat``'s. Must stay true:
 - every tool call goes through ``tools.Toolbox`` (the shared tools plus ``bash``), with
-  ``source = "orchestrate:<run>"``; a failing tool is a result the LLM reads, never a crash;
-- both files are rewritten atomically after every LLM reply and every tool result, so a crash
-  or Ctrl-C loses at most the call in flight; ``--resume`` answers tool calls left unanswered;
-- one process runs a run at a time (``flock`` on the run's ``.lock``);
-- the run's token and cost budgets are kept in ``run.json`` and apply on ``--resume`` unless a
+  ``source = "orchestrate:<run>"`` and the run as its sessions' root; a failing tool is a
+  result the LLM reads, never a crash;
+- every LLM reply and every tool result is one insert into the store as it happens (the run's
+  row with it, in the same transaction), so a crash, SIGKILL or Ctrl-C loses at most the call
+  in flight; ``--resume`` answers tool calls left unanswered;
+- SIGINT and SIGTERM stop a run cleanly (``Stopped``): the run is marked ``interrupted``, the
+  bash command in flight is killed, and the command exits 130 or 143 saying how to resume;
+- one process runs or compacts a run at a time (``RunStore.lock``);
+- the run's token and cost budgets are kept in the store and apply on ``--resume`` unless a
   flag sets them anew; a total cost with unpriced parts is a lower bound and says so
   (``cost_parts``: ``total_cost_usd`` with ``unpriced_parts``), never a partial sum as a total;
 - the API key is read from the environment once, when the run starts (``start``), held only in
   memory (``Settings.api_key``, never in a repr or a file), and ``ZWARM_ORCH_API_KEY`` is then
   removed from the API's environment, so no session or bash command started by the run gets
   it (``guard`` says why and what happens to a shared ``OPENAI_API_KEY``);
-- it reaches the API through ``Zwarm``'s public methods only (never ``store``/``config``);
-- ``openai`` and ``rich`` are imported only here, only when a run starts (``zwarm --help`` and
-  the other commands never import them).
+- it reaches the API through ``Zwarm``'s public methods only (never its store or config);
+- ``openai`` and ``rich`` are imported only when a run starts (``zwarm --help`` and the other
+  commands never import them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
-import json
 import math
-import os
 import re
 import secrets
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from zwarm.agents import list_price
-from zwarm.errors import InvalidInput, ZwarmError
+from zwarm.errors import InvalidInput, OrchestratorError, ZwarmError
+from zwarm.orchestrator import compaction
 from zwarm.orchestrator.bash import BASH_TOOL
+from zwarm.orchestrator.chat import ChatLLM, Completion, OpenAIChat, Retry, Retrying
 from zwarm.orchestrator.guard import ORCH_KEY_VAR, without_key
+from zwarm.orchestrator.runstore import Run, RunStore
 from zwarm.orchestrator.tools import Result, Toolbox, allowed_roots, schemas, short, to_json
-from zwarm.store import atomic_write
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
 
-_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
-_RUN_REF = re.compile(r"^[0-9a-f-]{1,40}$")
+__all__ = ["ChatLLM", "Completion", "OpenAIChat", "OrchestratorError", "Run", "RunStore"]
+
 EXIT = {"finished": 0, "step_limit": 3, "budget": 3}
 INTERRUPTED_RESULT = (
     "this tool call was interrupted before it returned (the run was stopped); check "
     "list_sessions before repeating it"
 )
-
-
-class OrchestratorError(ZwarmError):
-    """The orchestrator cannot run (configuration, endpoint, run directory)."""
 
 
 # ---------------------------------------------------------------------------- settings
@@ -70,6 +72,19 @@ class Settings:
     max_tokens: int
     max_cost_usd: float
     price: dict[str, float] | None
+    window: int = compaction.DEFAULT_WINDOW
+    compact_at: float = 0.7
+    compact_keep: int = 10
+    compact_model: str = ""
+    compact_price: dict[str, float] | None = None
+    max_attempts: int = 5
+    retry_backoff_s: float = 1.0
+
+    def policy(self) -> compaction.Policy:
+        model = self.compact_model or self.model
+        return compaction.Policy(
+            self.window, self.compact_at, self.compact_keep, model, self.compact_price
+        )
 
 
 def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = None) -> Settings:
@@ -97,6 +112,7 @@ def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = Non
             f"no API key: set {key_var} (or {ORCH_KEY_VAR}), or point "
             "--base-url at an endpoint that needs none"
         )
+    compact_model = cfg("compact_model") or model
     return Settings(
         model=model,
         base_url=base_url or None,
@@ -104,8 +120,20 @@ def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = Non
         max_steps=_limit(flags.get("max_steps"), cfg("max_steps")),
         max_tokens=_limit(flags.get("max_tokens"), _kept(run, "max_tokens", cfg)),
         max_cost_usd=float(_pick(flags.get("max_cost_usd"), _kept(run, "max_cost_usd", cfg)) or 0),
-        price=cfg("prices").get(model) or list_price(model),
+        price=_price(cfg, model),
+        window=compaction.window_for(model, cfg("context_window")),
+        compact_at=float(cfg("compact_at")),
+        compact_keep=int(cfg("compact_keep")),
+        compact_model=compact_model,
+        compact_price=_price(cfg, compact_model),
+        max_attempts=int(cfg("max_attempts")),
+        retry_backoff_s=float(cfg("retry_backoff_s")),
     )
+
+
+def _price(cfg: Callable[[str], Any], model: str) -> dict[str, float] | None:
+    got: dict[str, float] | None = cfg("prices").get(model) or list_price(model)
+    return got
 
 
 def _forget_key(api: Zwarm) -> None:
@@ -126,7 +154,7 @@ def _limit(flag: int | None, configured: int) -> int:
 
 def _kept(run: Run | None, key: str, cfg: Callable[[str], Any]) -> Any:
     """The budget ``key`` the run was started (or last resumed) with, else the configured one.
-    run.json is read back from disk: a value that is not a non-negative number is refused."""
+    The store is read back from disk: a value that is not a non-negative number is refused."""
     value = getattr(run, key, None) if run is not None else None
     if value is None:
         return cfg(key)
@@ -136,137 +164,39 @@ def _kept(run: Run | None, key: str, cfg: Callable[[str], Any]) -> Any:
     return value
 
 
-# ---------------------------------------------------------------------------- the run on disk
-@dataclass
-class Run:
-    """A run's state (``run.json``). ``steps``/usage/cost add up over every invocation."""
-
-    id: str
-    task: str
-    model: str
-    base_url: str | None
-    cwd: str
-    created_at: str
-    updated_at: str
-    status: str = "running"  # running | finished | step_limit | budget | error | interrupted
-    steps: int = 0
-    invocations: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float | None = 0.0  # the orchestrator LLM's own; None once any step is unpriced
-    max_tokens: int | None = None  # the run's budgets (0: none), kept for --resume
-    max_cost_usd: float | None = None
-    total_cost_usd: float | None = None  # orchestrator + sessions, the priced parts (at stop)
-    unpriced_parts: int = 0  # parts of that total whose cost is unknown (it is a lower bound)
-    nudged: bool = False
-    summary: str | None = None
-    stop_reason: str | None = None
-    sessions: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def source(self) -> str:
-        return f"orchestrate:{self.id}"
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "source": self.source, "total_tokens": self.tokens}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Run:
-        names = cls.__dataclass_fields__
-        try:
-            return cls(**{k: v for k, v in d.items() if k in names})
-        except TypeError as e:
-            raise OrchestratorError(f"run.json is damaged: {e}") from None
+# ---------------------------------------------------------------------------- the run store
+def open_store(api: Zwarm, create: bool) -> RunStore | None:
+    """The state dir's run store (created if ``create``; None if there is none)."""
+    if create:
+        api.ensure_state_dir()
+    elif not api.state_dir.is_dir():
+        return None
+    return RunStore.open(api.state_dir, create=create)
 
 
-class RunDir:
-    """``.zwarm/orchestrator/<run>/``: run.json, messages.json and a lock."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @property
-    def run_id(self) -> str:
-        return self.path.name
-
-    def load(self) -> tuple[Run, list[dict[str, Any]]]:
-        try:
-            meta = json.loads((self.path / "run.json").read_bytes())
-            messages = json.loads((self.path / "messages.json").read_bytes())
-        except (OSError, ValueError) as e:
-            raise OrchestratorError(f"cannot read run {self.run_id}: {e}") from None
-        if not isinstance(meta, dict) or not isinstance(messages, list):
-            raise OrchestratorError(f"run {self.run_id} is damaged")
-        return Run.from_dict(meta), messages
-
-    def save(self, run: Run, messages: list[dict[str, Any]]) -> None:
-        atomic_write(self.path / "messages.json", _dump(messages))
-        atomic_write(self.path / "run.json", _dump(run.to_dict()))
-
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise OrchestratorError(
-                    f"run {self.run_id} is being run by another zwarm process"
-                ) from None
-            yield
-        finally:
-            os.close(fd)
-
-
-def _dump(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8")
-
-
-def runs_root(api: Zwarm) -> Path:
-    return api.state_dir / "orchestrator"
-
-
-def new_run_dir(api: Zwarm) -> RunDir:
-    api.ensure_state_dir()
-    root = runs_root(api)
-    root.mkdir(mode=0o700, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(api.env.clock()))
-    for _ in range(100):
-        path = root / f"{stamp}-{secrets.token_hex(2)}"
-        try:
-            path.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        return RunDir(path)
-    raise OrchestratorError("could not create a run directory")  # pragma: no cover
-
-
-def list_runs(api: Zwarm) -> list[str]:
-    try:
-        names = os.listdir(runs_root(api))
-    except OSError:
-        return []
-    return sorted(n for n in names if _RUN_ID.match(n))
-
-
-def find_run(api: Zwarm, ref: str) -> RunDir:
-    """The run named by a full id, a unique prefix, or ``last`` (the newest)."""
-    runs = list_runs(api)
-    if ref == "last":
-        if not runs:
+def find_run(api: Zwarm, ref: str) -> tuple[RunStore, str]:
+    """The store and the run named by a full id, a unique prefix, or ``last`` (the newest)."""
+    rs = open_store(api, create=False)
+    if rs is None:
+        if ref == "last":
             raise OrchestratorError("there is no orchestrator run to resume")
-        return RunDir(runs_root(api) / runs[-1])
-    if not _RUN_REF.match(ref):
-        raise InvalidInput(f"invalid run id {ref!r}")
-    found = [r for r in runs if r.startswith(ref)]
-    if len(found) != 1:
-        what = "no run matches" if not found else f"{len(found)} runs match"
-        raise OrchestratorError(f"{what} {ref!r} (runs are in {runs_root(api)})")
-    return RunDir(runs_root(api) / found[0])
+        if not re.match(r"^[0-9a-f-]{1,40}\Z", ref):
+            raise InvalidInput(f"invalid run id {ref!r}")
+        raise OrchestratorError(f"no run matches {ref!r} (there are no runs in {api.state_dir})")
+    try:
+        return rs, rs.find(ref)
+    except BaseException:
+        rs.close()
+        raise
+
+
+def new_run_id(api: Zwarm, taken: list[str]) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(api.env.clock()))
+    for _ in range(1000):
+        rid = f"{stamp}-{secrets.token_hex(2)}"
+        if rid not in taken:
+            return rid
+    raise OrchestratorError("could not choose a run id")  # pragma: no cover
 
 
 def repair(messages: list[dict[str, Any]]) -> int:
@@ -284,74 +214,38 @@ def repair(messages: list[dict[str, Any]]) -> int:
     return len(missing)
 
 
-# ---------------------------------------------------------------------------- the LLM
-@dataclass
-class Completion:
-    message: dict[str, Any]  # the assistant message, chat format
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int = 0
+# ---------------------------------------------------------------------------- signals
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a run: a ``KeyboardInterrupt`` (what cleans up the bash tool
+    and the loop), carrying which signal (the exit status is 128 + it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def why(self) -> str:
+        return "interrupted by the user" if self.signum == signal.SIGINT else "stopped by SIGTERM"
 
 
-class ChatLLM(Protocol):
-    def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-    ) -> Completion: ...
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``Stopped`` in the loop (once: a second signal while it
+    stops is ignored, so the state is saved); the old handlers are back afterwards."""
+    fired: list[int] = []
 
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise Stopped(signum)
 
-class OpenAIChat:
-    """Chat Completions through the official ``openai`` client (any compatible endpoint)."""
-
-    def __init__(self, s: Settings) -> None:
-        try:
-            import openai
-        except ImportError:
-            raise OrchestratorError(
-                "zwarm orchestrate needs the openai package: pip install 'zwarm[orchestrate]'"
-            ) from None
-        self.openai = openai
-        self.model = s.model
-        self.where = s.base_url or "the OpenAI API"
-        self.client = openai.OpenAI(
-            api_key=s.api_key, base_url=s.base_url, max_retries=2, timeout=600.0
-        )
-
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Completion:
-        try:
-            resp = self.client.chat.completions.create(
-                model=self.model,
-                messages=cast(Any, messages),
-                tools=cast(Any, tools),
-            )
-        except self.openai.APIError as e:
-            raise OrchestratorError(f"the model request to {self.where} failed: {e}") from None
-        if not resp.choices:
-            raise OrchestratorError(f"{self.where} returned no choices")
-        return _completion(resp)
-
-
-def _completion(resp: Any) -> Completion:
-    msg = resp.choices[0].message
-    out: dict[str, Any] = {"role": "assistant", "content": msg.content}
-    calls = [
-        {
-            "id": c.id,
-            "type": "function",
-            "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"},
-        }
-        for c in msg.tool_calls or []
-        if getattr(c, "function", None) is not None
-    ]
-    if calls:
-        out["tool_calls"] = calls
-    u = resp.usage
-    details = getattr(u, "prompt_tokens_details", None) if u else None
-    return Completion(
-        out,
-        u.prompt_tokens if u else None,
-        u.completion_tokens if u else None,
-        int(getattr(details, "cached_tokens", 0) or 0),
-    )
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 # ---------------------------------------------------------------------------- the prompt
@@ -404,10 +298,24 @@ class Progress(Protocol):
     def busy(self, what: str) -> contextlib.AbstractContextManager[Any]: ...
     def said(self, text: str) -> None: ...
     def tool(self, name: str, arguments: str, result: Result) -> None: ...
+    def retry(self, r: Retry) -> None: ...
+    def note(self, text: str) -> None: ...
     def end(self, run: Run, total_cost: float | None) -> None: ...
 
 
+def retry_text(r: Retry) -> str:
+    """One line about a failed model request: what failed, and what happens next."""
+    from zwarm.cli.text import clean
+
+    head = f"model request failed (attempt {r.attempt} of {r.attempts}): {clean(r.error)}"
+    if r.partial:
+        head += f" [{len(r.partial)} characters of a cut reply kept in the run store]"
+    return head + (f"; retrying in {r.wait:.1f} s" if r.wait is not None else "")
+
+
 class Quiet:
+    """No progress; what the user must know anyway (retries) still goes to stderr."""
+
     def start(self, run: Run, s: Settings, resumed: bool) -> None:
         pass
 
@@ -420,6 +328,13 @@ class Quiet:
     def tool(self, name: str, arguments: str, result: Result) -> None:
         pass
 
+    def retry(self, r: Retry) -> None:
+        if r.wait is not None:
+            print(f"zwarm: {retry_text(r)}", file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        pass
+
     def end(self, run: Run, total_cost: float | None) -> None:
         pass
 
@@ -429,17 +344,21 @@ class Orchestrator:
     def __init__(
         self,
         api: Zwarm,
-        rd: RunDir,
+        rs: RunStore,
         run: Run,
         messages: list[dict[str, Any]],
         llm: ChatLLM,
         settings: Settings,
         progress: Progress,
     ) -> None:
-        self.api, self.rd, self.run, self.messages = api, rd, run, messages
-        self.llm, self.s, self.progress = llm, settings, progress
-        self.toolbox = Toolbox(api, run.source, extra=[BASH_TOOL])
+        self.api, self.rs, self.run, self.messages = api, rs, run, messages
+        self.s, self.progress = settings, progress
+        self.policy = settings.policy()
+        self.llm = Retrying(llm, settings.max_attempts, settings.retry_backoff_s, self._retried)
+        self.toolbox = Toolbox(api, run.source, extra=[BASH_TOOL], run=run.id)
         self.tool_defs = schemas("openai", self.toolbox.tools.values())
+        self._calling = ("step", settings.model)
+        self._said_no_compaction = False
 
     def go(self) -> str:
         """Run until the LLM finishes, a limit is reached, or an error; returns the status."""
@@ -448,8 +367,9 @@ class Orchestrator:
         self._save()
         try:
             return self._loop()
-        except KeyboardInterrupt:
-            self._stop("interrupted", "interrupted by the user")
+        except KeyboardInterrupt as e:
+            why = e.why if isinstance(e, Stopped) else "interrupted by the user"
+            self._stop("interrupted", why)
             raise
         except ZwarmError as e:
             self._stop("error", str(e))
@@ -465,12 +385,16 @@ class Orchestrator:
         return self._stop("step_limit", f"step limit reached ({plural(self.s.max_steps, 'step')})")
 
     def _step(self) -> bool:
+        if compaction.due(self.run, self.policy):
+            self.compact("auto")
+        self._calling = ("step", self.s.model)
         with self.progress.busy(f"step {self.run.steps + 1}: waiting for the model…"):
             c = self.llm.complete(self.messages, self.tool_defs)
         self.run.steps += 1
-        self._account(c)
-        self.messages.append(c.message)
-        self._save()
+        cost = self._account(c)
+        self._context(c)
+        self._round(c, cost)
+        self._append(c.message)
         calls = c.message.get("tool_calls") or []
         if calls and c.message.get("content"):
             self.progress.said(str(c.message["content"]))
@@ -488,10 +412,7 @@ class Orchestrator:
         name, args = str(fn.get("name")), fn.get("arguments")
         with self.progress.busy(f"{name} running…"):
             result = self.toolbox.dispatch(name, args)
-        self.messages.append(
-            {"role": "tool", "tool_call_id": call.get("id"), "content": to_json(result)}
-        )
-        self._save()
+        self._append({"role": "tool", "tool_call_id": call.get("id"), "content": to_json(result)})
         self.progress.tool(name, str(args or ""), result)
 
     def _nudge(self) -> bool:
@@ -500,21 +421,68 @@ class Orchestrator:
             return False
         self.run.nudged = True
         ids = ", ".join(r["id"] for r in running)
-        self.messages.append({"role": "user", "content": NUDGE.format(ids=ids)})
-        self._save()
+        self._append({"role": "user", "content": NUDGE.format(ids=ids)})
         return True
 
-    def _account(self, c: Completion) -> None:
+    # ----- compaction
+    def compact(self, trigger: str) -> compaction.Outcome:
+        """Compact the transcript now (the run's lock is held by ``execute``)."""
+        self._calling = ("compaction", self.policy.model)
+        with self.progress.busy("compacting the transcript…"):
+            out = compaction.compact(
+                self.rs, self.run, self.llm, self.policy, trigger, self.api.env.now_iso()
+            )
+        if out.compacted:
+            self.messages[:] = self.rs.transcript(self.run.id)
+            self.progress.note(compacted_text(out))
+        elif not self._said_no_compaction:
+            self._said_no_compaction = True  # said once; checked again each step
+            self.progress.note(f"no compaction: {out.reason}")
+        return out
+
+    def _context(self, c: Completion) -> None:
+        """The run's context now: what the endpoint reported for this call, else an estimate."""
+        if c.prompt_tokens is not None:
+            self.run.context_tokens = c.prompt_tokens + (c.completion_tokens or 0)
+            self.run.context_estimated = False
+        else:
+            self.run.context_tokens = compaction.estimate([*self.messages, c.message])
+            self.run.context_estimated = True
+
+    # ----- accounting
+    def _account(self, c: Completion) -> float | None:
+        """Add the call's tokens (and cost) to the run's; the call's cost, if priced."""
         p, o = c.prompt_tokens or 0, c.completion_tokens or 0
         self.run.prompt_tokens += p
         self.run.completion_tokens += o
         if self.s.price is None or c.prompt_tokens is None:
             self.run.cost_usd = None
-        elif self.run.cost_usd is not None:
-            pr = self.s.price
-            fresh, cached = max(p - c.cached_tokens, 0), min(c.cached_tokens, p)
-            cost = fresh * pr["input"] + cached * pr["cached_input"] + o * pr["output"]
-            self.run.cost_usd = round(self.run.cost_usd + cost / 1_000_000, 8)
+            return None
+        pr = self.s.price
+        fresh, cached = max(p - c.cached_tokens, 0), min(c.cached_tokens, p)
+        cost = (fresh * pr["input"] + cached * pr["cached_input"] + o * pr["output"]) / 1_000_000
+        if self.run.cost_usd is not None:
+            self.run.cost_usd = round(self.run.cost_usd + cost, 8)
+        return round(cost, 8)
+
+    def _round(self, c: Completion, cost: float | None) -> None:
+        r = {
+            "kind": "step",
+            "model": self.s.model,
+            "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens,
+            "cached_tokens": c.cached_tokens,
+            "cost_usd": cost,
+        }
+        self.rs.add_round(self.run.id, r, self.api.env.now_iso())
+
+    def _retried(self, r: Retry) -> None:
+        """A failed model request: recorded (with any text a cut stream had sent), and said."""
+        kind, model = self._calling
+        row = {"kind": f"{kind} failed", "model": model, "attempt": r.attempt,
+               "error": r.error[:4000], "partial": r.partial}  # fmt: skip
+        self.rs.add_round(self.run.id, row, self.api.env.now_iso())
+        self.progress.retry(r)
 
     def _over_budget(self) -> str | None:
         if self.s.max_tokens and self.run.tokens >= self.s.max_tokens:
@@ -560,9 +528,22 @@ class Orchestrator:
         self._save()
         return status
 
+    def _append(self, message: dict[str, Any]) -> None:
+        """One message onto the transcript: in memory and, in one insert, in the store."""
+        self.messages.append(message)
+        self.run.updated_at = self.api.env.now_iso()
+        self.rs.append(self.run, message)
+
     def _save(self) -> None:
         self.run.updated_at = self.api.env.now_iso()
-        self.rd.save(self.run, self.messages)
+        self.rs.save_run(self.run)
+
+
+def compacted_text(out: compaction.Outcome) -> str:
+    return (
+        f"compacted {plural(out.compacted, 'message')} into one summary: context "
+        f"{out.tokens_before:,} -> ~{out.tokens_after:,} tokens"
+    )
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -582,25 +563,27 @@ def _start(api: Zwarm, task: str | None, resume: str | None, flags: Mapping[str,
         if not task or not task.strip():
             raise InvalidInput("give a TASK, or --resume RUN")
         s = resolve_settings(api, flags)
-        rd = new_run_dir(api)
+        rs = open_store(api, create=True)
+        assert rs is not None
         now = api.env.now_iso()
-        run = Run(rd.run_id, task, s.model, s.base_url, str(api.env.cwd), now, now)
+        rid = new_run_id(api, rs.run_ids())
+        run = Run(rid, task, s.model, s.base_url, str(api.env.cwd), now, now)
         _keep_settings(run, s)
         messages = [
             {"role": "system", "content": system_prompt(api)},
             {"role": "user", "content": task},
         ]
-        rd.save(run, messages)
-        return Prepared(rd, run, messages, s, resumed=False)
-    rd = find_run(api, resume)
-    run, messages = rd.load()
+        rs.create(run, messages)
+        return Prepared(rs, run, messages, s, resumed=False)
+    rs, rid = find_run(api, resume)
+    run = rs.load(rid)
     if run.status == "finished" and not task:
         raise OrchestratorError(
             f"run {run.id} already finished; give a TASK to continue it with a new instruction"
         )
     s = resolve_settings(api, flags, run)
     _keep_settings(run, s)
-    return Prepared(rd, run, messages, s, resumed=True, follow_up=task)
+    return Prepared(rs, run, rs.transcript(rid), s, resumed=True, follow_up=task)
 
 
 def _keep_settings(run: Run, s: Settings) -> None:
@@ -611,7 +594,7 @@ def _keep_settings(run: Run, s: Settings) -> None:
 
 @dataclass
 class Prepared:
-    rd: RunDir
+    rs: RunStore
     run: Run
     messages: list[dict[str, Any]]
     settings: Settings
@@ -621,18 +604,43 @@ class Prepared:
 
 def execute(api: Zwarm, p: Prepared, llm: ChatLLM, progress: Progress) -> Run:
     """Run ``p`` to its end (holding its lock); the final ``Run``."""
-    with p.rd.lock():
+    with p.rs.lock(p.run.id):
         if p.resumed:
-            p.run, p.messages = p.rd.load()  # re-read under the lock
+            p.run, p.messages = p.rs.load(p.run.id), p.rs.transcript(p.run.id)  # under the lock
             _keep_settings(p.run, p.settings)
+            before = len(p.messages)
             repair(p.messages)
             if p.follow_up:
                 p.messages.append({"role": "user", "content": p.follow_up})
+            for m in p.messages[before:]:
+                p.rs.append(p.run, m)
         progress.start(p.run, p.settings, p.resumed)
-        orch = Orchestrator(api, p.rd, p.run, p.messages, llm, p.settings, progress)
+        orch = Orchestrator(api, p.rs, p.run, p.messages, llm, p.settings, progress)
         orch.go()
         progress.end(p.run, p.run.total_cost_usd)
         return p.run
+
+
+def start_compaction(api: Zwarm, ref: str, flags: Mapping[str, Any]) -> Prepared:
+    """The run ``ref`` and the settings to compact it with (its model and endpoint, as a
+    resume would use); takes the API key out of ``api``'s environment, as ``start`` does."""
+    try:
+        rs, rid = find_run(api, ref)
+        run = rs.load(rid)
+        return Prepared(rs, run, [], resolve_settings(api, flags, run), resumed=True)
+    finally:
+        _forget_key(api)
+
+
+def compact_now(
+    api: Zwarm, llm: ChatLLM, p: Prepared, progress: Progress
+) -> compaction.Outcome:
+    """``zwarm orchestrate --compact RUN``: compact run ``p`` now, by hand (its lock held:
+    refused while it runs)."""
+    with p.rs.lock(p.run.id):
+        p.run, p.messages = p.rs.load(p.run.id), p.rs.transcript(p.run.id)
+        orch = Orchestrator(api, p.rs, p.run, p.messages, llm, p.settings, progress)
+        return orch.compact("manual")
 
 
 # ---------------------------------------------------------------------------- terminal output
@@ -701,6 +709,12 @@ class RichProgress:
             f"  [magenta]{name}[/] [dim]{self._esc(args)}[/] [{style}]→ "
             f"{self._esc(describe(name, result))}[/]"
         )
+
+    def retry(self, r: Retry) -> None:
+        self.c.print(f"[yellow]{self._esc(retry_text(r))}[/]")
+
+    def note(self, text: str) -> None:
+        self.c.print(f"[dim]{self._esc(text)}[/]")
 
     def end(self, run: Run, total_cost: float | None) -> None:
         style = "green" if run.status == "finished" else "yellow"

@@ -96,9 +96,11 @@ class Toolbox:
         api: Zwarm | None = None,
         source: str = "python",
         extra: Sequence[Tool] = (),
+        run: str | None = None,
     ) -> None:
         self.api = api or Zwarm()
         self.source = source or "python"
+        self.run = run  # the orchestrator run calling (zwarm orchestrate): its sessions' root
         self.tools = {t.name: t for t in (*TOOLS, *extra)}
 
     def dispatch(self, name: str, arguments: Any = None) -> Result:
@@ -519,6 +521,8 @@ def _delegate(tb: Toolbox, a: dict[str, Any]) -> Result:
         max_cost=a.get("max_cost"),
         max_tokens=a.get("max_tokens"),
         stall=a.get("stall_s"),
+        detached=bool(a.get("detached")),
+        run=tb.run,
     )
     out: Result = {
         "session_id": s.id,
@@ -557,9 +561,33 @@ def _check_session(tb: Toolbox, a: dict[str, Any]) -> Result:
     new = looked.is_new(looked.load(), r)
     looked.mark([r])
     view = session_view(s, new)
-    if s.status is Status.QUEUED:
-        view.update(tb.api.queue_place(s.id))
+    view.update(_tree_view(tb, s))
     return view
+
+
+def _tree_view(tb: Toolbox, s: Session) -> Result:
+    """Its place in its delegation tree and what its subtree (it and every session under
+    it) used: a cost with unpriced parts is the known part, with their count; and if it is
+    queued, its place in the queue (both from one listing)."""
+    rows = tb.api.sessions()
+    mine = next((r for r in rows if r["id"] == s.id), None)
+    if mine is None:
+        return {}
+    out: Result = {"spawn_depth": mine["spawn_depth"], "children": mine["children"]}
+    if mine["parent_session_id"]:
+        out["parent_session_id"] = mine["parent_session_id"]
+        out["lifecycle"] = mine["lifecycle"]
+    out["subtree"] = {
+        "sessions": mine["tree_sessions"],
+        "usage": _usage(mine["tree_usage"]),
+        "cost_usd": mine["tree_cost_usd"],
+        "unpriced_sessions": mine["tree_unpriced"],
+    }
+    if mine["tree_unpriced"] and mine["tree_cost_usd"] is not None:
+        out["subtree"]["note"] = "cost_usd is a lower bound: some sessions' cost is unknown"
+    if s.status is Status.QUEUED:
+        out.update({k: mine[k] for k in ("queue_position", "waiting_for")})
+    return out
 
 
 def _list_sessions(tb: Toolbox, a: dict[str, Any]) -> Result:
@@ -593,7 +621,7 @@ def _end_session(tb: Toolbox, a: dict[str, Any]) -> Result:
             raise ToolError(f"{e}; pass delete=true to delete it") from None
         tb.api.rm([e.session_id], force=True)
         return {"session_id": e.session_id, "killed": False, "deleted": True, "status": "damaged"}
-    killed, dropped = _kill_if_running(tb, s)
+    killed, dropped, children = _kill_if_running(tb, s)
     if not killed and not delete:
         raise ToolError(
             f"session {s.id} already finished ({s.status.value}); nothing to end "
@@ -604,23 +632,29 @@ def _end_session(tb: Toolbox, a: dict[str, Any]) -> Result:
         tb.looked().mark([row(fresh.to_dict())])
     if delete:
         tb.api.rm([s.id], force=True)
-    return {
+    out: Result = {
         "session_id": s.id,
         "killed": killed,
         "deleted": delete,
         "status": fresh.status.value,
         "dropped_queued": dropped,
     }
+    if children:
+        out["children_killed"] = children  # its linked children went with it
+    return out
 
 
-def _kill_if_running(tb: Toolbox, s: Session) -> tuple[bool, int]:
+def _kill_if_running(tb: Toolbox, s: Session) -> tuple[bool, int, list[str]]:
+    """(whether it was killed, its queued messages dropped, its linked children killed)."""
     if s.status not in ACTIVE:  # running, stalled, queued or parked: all can be ended
-        return False, 0
+        return False, 0, []
     try:
         done = tb.api.kill([s.id])
     except SessionStateError:
-        return False, 0  # it finished meanwhile
-    return True, int(done[0]["dropped_queued"]) if done else 0
+        return False, 0, []  # it finished meanwhile
+    if not done:
+        return True, 0, []
+    return True, int(done[0]["dropped_queued"]), list(done[0].get("children_killed") or [])
 
 
 # ----- wait
@@ -936,6 +970,11 @@ TOOLS: tuple[Tool, ...] = (
                     "exclusiveMinimum": 0,
                     "description": "Mark it stalled when its agent is silent this long.",
                 },
+                "detached": {
+                    "type": "boolean",
+                    "description": "When you run inside a zwarm session: the new session is "
+                    "not killed or removed with yours (default: it is).",
+                },
             },
             ["task"],
         ),
@@ -972,7 +1011,8 @@ TOOLS: tuple[Tool, ...] = (
         "Status of one session: status (running, stalled, queued, parked, completed, failed, "
         "killed), current turn, the agent's last message, error and its typed reason "
         "(rate_limited, usage_limit, budget_exceeded...), token usage, cost, queued messages, "
-        "and for a queued session its place in the queue and what it waits for.",
+        "for a queued session its place in the queue and what it waits for, and the sessions "
+        "it started (children) with its whole subtree's usage and cost.",
         object_schema({"session_id": _SESSION_ID}, ["session_id"]),
         _check_session,
         read_only=True,

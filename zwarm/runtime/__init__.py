@@ -1,5 +1,7 @@
 """How turns run: the launcher interface (``launcher``), the local launcher (``local``) with its
-supervisor (``supervisor``), process identity (``procs``, ``boot``), and the launcher registry.
+supervisor (``supervisor``), the Slurm launcher (``slurm``: one batch job per turn, the same
+supervisor on a compute node), process identity (``procs``, ``boot``), the launcher registry,
+and ``survey``: many running turns asked about at once, one query per launcher.
 
 Launchers are found through the ``zwarm.launchers`` entry points, the built-in ``local`` one
 too: a new launcher is one module plus its entry point, touching nothing here.
@@ -7,11 +9,13 @@ too: a new launcher is one module plus its entry point, touching nothing here.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from zwarm.env import Env
-    from zwarm.runtime.launcher import Launcher
+    from zwarm.model import Turn
+    from zwarm.runtime.launcher import Launcher, Probe
     from zwarm.store import Store
 
 
@@ -29,3 +33,27 @@ def get_launcher(name: str, store: Store, env: Env) -> Launcher:
     if not (isinstance(cls, type) and issubclass(cls, Launcher)):
         raise InvalidInput(f"launcher {name!r} ({found[name]}) is not a zwarm Launcher")
     return cls(store, env)
+
+
+def survey(
+    items: Sequence[tuple[str, Turn]], launcher: Callable[[str], Launcher], batched: bool = False
+) -> dict[str, Probe]:
+    """``{session id: Probe}`` for running turns (``(session id, turn)``): one
+    ``Launcher.survey`` per launcher named, so a cluster's queue is asked once for all. With
+    ``batched``, only launchers that answer many at once (``Launcher.batched``) are asked
+    (warming their answers for the reconciles that follow). A launcher that cannot be
+    loaded answers nothing: its turns are asked about one by one, as before."""
+    from zwarm.errors import ZwarmError
+
+    groups: dict[str, list[tuple[str, Turn]]] = {}
+    for sid, t in items:
+        groups.setdefault(t.launcher, []).append((sid, t))
+    out: dict[str, Probe] = {}
+    for name, group in groups.items():
+        try:
+            found = launcher(name)
+        except ZwarmError:
+            continue
+        if found.batched or not batched:
+            out.update(found.survey(group))
+    return out

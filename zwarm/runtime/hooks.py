@@ -229,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -I -m zwarm.runtime.hooks STATE_DIR SESSION_ID", file=sys.stderr)
         return 2
-    return run(Path(args[0]), args[1], os.environ)
+    try:
+        return run(Path(args[0]), args[1], os.environ)
+    except Exception as e:  # one line in hooks.log (this process's stderr), never a traceback
+        print(f"{time.strftime('%FT%T')} hooks not run: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

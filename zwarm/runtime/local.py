@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from zwarm.model import Turn
@@ -32,7 +32,9 @@ SUPERVISOR_GRACE_S = 10.0
 class LocalLauncher(Launcher):
     name: ClassVar[str] = "local"
 
-    def start(self, sid: str, turn: Turn) -> None:
+    def start(
+        self, sid: str, turn: Turn, after: Sequence[Turn] = (), after_any: bool = False
+    ) -> None:
         log = open_append(self.store.session_dir(sid) / "supervisor.log")
         try:
             proc = subprocess.Popen(

@@ -2,7 +2,9 @@
 
 Started by ``LocalLauncher`` as ``python -I -m zwarm.runtime.supervisor STATE_DIR ID`` in its
 own session with ``/`` as its working directory, so it outlives the command that started it
-and imports nothing from the state dir. For each turn it starts the agent in its own process
+and imports nothing from the state dir. A Slurm job (``runtime.slurm``) runs it with
+``--turn N`` on a compute node: that one turn only (``run_turn``; the next is a job of its
+own, submitted as this one ends). For each turn it starts the agent in its own process
 group with the prompt file as stdin and the turn log as stdout (the agent writes its output
 straight to disk, byte for byte, as it streams: nothing is buffered here, so nothing is lost
 if this process dies), waits for it (enforcing the turn's timeout), kills whatever the agent
@@ -41,7 +43,7 @@ from zwarm.runtime import procs
 
 if TYPE_CHECKING:
     from zwarm.engine.manager import AgentLaunch, BaseSessionManager
-    from zwarm.model import ProcRef
+    from zwarm.model import ProcRef, Turn
     from zwarm.runtime.watch import Watch
     from zwarm.store import Store
 
@@ -59,20 +61,7 @@ def run(state_dir: Path, sid: str) -> int:
     mine = turn is not None and turn.supervisor in (None, me)
     n = turn.n if turn is not None and mine and turn.status in RUNS else None
     while n is not None:
-        kept = manager.prepare_turn(sid, n)  # the workspace: worktree setup, snapshot
-        if kept is None:  # it ended while being prepared (killed, or its setup failed)
-            break
-        started = _start_agent(manager, sid, n, kept)
-        if started is None:  # killed before it started, or it could not start (recorded)
-            break
-        proc, timeout = started
-        watch = _watch(manager, sid, n, proc.pid)
-        timed_out = _wait(proc.pid, sid, timeout)
-        if watch is not None:
-            watch.finish()
-        returncode = proc.wait()
-        stop = watch.stopped if watch is not None else None
-        nxt = manager.finish_turn(sid, n, returncode, timed_out, stop)
+        nxt = _one_turn(manager, sid, n)
         n = nxt.n if nxt is not None else None
     if mine:  # a parked turn: wait for its time; then let the scheduler start what may start
         _afterwards(manager, sid, me)
@@ -81,6 +70,68 @@ def run(state_dir: Path, sid: str) -> int:
 
         hooks.session_ended(store, manager.config, sid)
     return 0
+
+
+def run_turn(state_dir: Path, sid: str, n: int) -> int:
+    """Run turn ``n`` of ``sid`` alone (``--turn N``): what a cluster job runs
+    (``runtime.slurm``). Only if that turn is running, not yet run by anyone, and this
+    process is what its launcher started for it (``Launcher.runs_here``); a first turn that
+    runs ``--after`` others is checked against them first (``Scheduler.held``). The next
+    queued turn is handed to its launcher (a job of its own); a parked turn is left to the
+    scheduler. SIGTERM (scancel, a time limit, preemption) stops the agent and exits without
+    recording: the launcher's reconcile says why. Exit status: 0 unless the session ended
+    failed or killed (what a Slurm ``afterok`` dependency waits on), 2 if not ours to run."""
+    from zwarm.env import Env
+    from zwarm.runtime import get_launcher
+    from zwarm.store import Store
+
+    store = Store(state_dir)
+    with store.lock(sid):  # whoever submitted us may still hold it: our turn is saved then
+        s = store.load(sid)
+    t = s.turns[n - 1] if 0 < n <= len(s.turns) else None
+    ours = t is not None and t.status in RUNS and t.supervisor is None and t.agent is None
+    launcher = get_launcher(t.launcher, store, Env(state_dir=store.root)) if t else None
+    if not ours or t is None or launcher is None or not launcher.runs_here(sid, t):
+        why = f"turn {n} of session {sid} is not this job's to run"
+        print(f"zwarm supervisor: {why}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda signum, _: _terminated(sid, signum))
+    manager = _manager(store, s.adapter)
+    if not manager.scheduler().held(sid):
+        _one_turn(manager, sid, n, hand_off=True)
+        _afterwards(manager, sid, procs.identify(os.getpid()), wait_parked=False)
+    from zwarm.model import Status
+    from zwarm.runtime import hooks
+
+    hooks.session_ended(store, manager.config, sid)
+    return 1 if store.load(sid).status in (Status.FAILED, Status.KILLED) else 0
+
+
+def _terminated(sid: str, signum: int) -> None:
+    """SIGTERM from outside (the job cancelled, its time up): stop the agent, go unrecorded."""
+    procs.kill_session(None, sid, grace=2.0)
+    os._exit(128 + signum)
+
+
+def _one_turn(
+    manager: BaseSessionManager, sid: str, n: int, hand_off: bool = False
+) -> Turn | None:
+    """Run turn ``n``: prepare the workspace, start the agent, wait, record. The next turn
+    begun, or None (with ``hand_off``, it was handed to its launcher)."""
+    kept = manager.prepare_turn(sid, n)  # the workspace: worktree setup, snapshot
+    if kept is None:  # it ended while being prepared (killed, or its setup failed)
+        return None
+    started = _start_agent(manager, sid, n, kept)
+    if started is None:  # killed before it started, or it could not start (recorded)
+        return None
+    proc, timeout = started
+    watch = _watch(manager, sid, n, proc.pid)
+    timed_out = _wait(proc.pid, sid, timeout)
+    if watch is not None:
+        watch.finish()
+    returncode = proc.wait()
+    stop = watch.stopped if watch is not None else None
+    return manager.finish_turn(sid, n, returncode, timed_out, stop, hand_off=hand_off)
 
 
 def _manager(store: Store, adapter: str) -> BaseSessionManager:
@@ -131,21 +182,23 @@ def _watch(manager: BaseSessionManager, sid: str, n: int, pid: int) -> Watch | N
     return w
 
 
-def _afterwards(manager: BaseSessionManager, sid: str, me: ProcRef | None) -> None:
+def _afterwards(
+    manager: BaseSessionManager, sid: str, me: ProcRef | None, wait_parked: bool = True
+) -> None:
     """After the session's last turn here: if it was parked, wait (checking every second)
     until its time, then run a scheduler pass, which resumes it; in any case run a pass if a
     session waits or caps are set, since a slot may have freed (``engine.scheduler``)."""
     import time
 
-    from zwarm.engine import scheduler
+    from zwarm.engine import manager_class, scheduler
     from zwarm.env import parse_iso
     from zwarm.model import Status
 
-    sched = scheduler.Scheduler(manager.store, manager.config, manager.env)
+    sched = scheduler.Scheduler(manager.store, manager.config, manager.env, manager_class)
     while True:
         s = manager.store.load(sid)
         t = s.current
-        if t is None or t.status is not Status.PARKED or t.supervisor != me:
+        if t is None or t.status is not Status.PARKED or t.supervisor != me or not wait_parked:
             break
         left = parse_iso(t.parked_until or s.updated_at) - manager.env.clock()
         if left <= 0:
@@ -224,11 +277,15 @@ def _expire(agent: ProcRef | None, sid: str, flag: threading.Event) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    n = None
+    if len(args) == 4 and args[0] == "--turn" and args[1].isdigit():
+        n, args = int(args[1]), args[2:]
     if len(args) != 2:
-        print("usage: python -I -m zwarm.runtime.supervisor STATE_DIR SESSION_ID", file=sys.stderr)
+        usage = "usage: python -I -m zwarm.runtime.supervisor [--turn N] STATE_DIR SESSION_ID"
+        print(usage, file=sys.stderr)
         return 2
     try:
-        return run(Path(args[0]), args[1])
+        return run(Path(args[0]), args[1]) if n is None else run_turn(Path(args[0]), args[1], n)
     except Exception as e:
         traceback.print_exc()
         _fail_current(Path(args[0]), args[1], f"supervisor error: {type(e).__name__}: {e}")

@@ -130,7 +130,7 @@ class Watch(threading.Thread):
         cost = self.manager.estimate_cost(delta, s.model)
         why = limits.over_budget(s, delta, cost)
         if why is not None:
-            self._stop(Reason.BUDGET_EXCEEDED, why + "; stopped while it streamed")
+            self._halt(Reason.BUDGET_EXCEEDED, why + "; stopped while it streamed")
 
     # ------------------------------------------------------------------ stalls
     def _stall(self, grew: bool) -> None:
@@ -145,7 +145,7 @@ class Watch(threading.Thread):
             self._stalled = True
             if self.manager.config.data["limits"]["on_stall"] == "kill":
                 why = f"stalled: the agent wrote nothing for {quiet:.0f} s (stall_s = {limit:g})"
-                self._stop(Reason.STALLED, why + "; stopped ([limits] on_stall = kill)")
+                self._halt(Reason.STALLED, why + "; stopped ([limits] on_stall = kill)")
             else:
                 self._change(Status.STALLED)
 
@@ -161,7 +161,7 @@ class Watch(threading.Thread):
             elif to is Status.RUNNING and t.status is Status.STALLED:
                 transitions.unstall(s, t, env.now_iso())
 
-    def _stop(self, reason: Reason, why: str) -> None:
+    def _halt(self, reason: Reason, why: str) -> None:
         self.stopped = (reason, why)
         procs.kill_session(self.agent, self.sid, grace=2.0)
 

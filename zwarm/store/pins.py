@@ -4,13 +4,13 @@ Owns ``$XDG_STATE_HOME/zwarm/pins/<id>.json`` (default ``~/.local/state/zwarm/pi
 session zwarm starts, which state dir it belongs to, which agent runs it, in which directory,
 whether the user asked for the agent's sandbox to be bypassed, and its git workspace (the
 repository, the worktree zwarm made for it, its branch and base commit: what ``merge`` and
-``rm`` act on). By default the state dir
-lies inside the agent's working directory, so a sandboxed agent can rewrite ``meta.json``; the
-pin lies outside every sandbox's writable roots (unless the user makes their home the agent's
-working directory, which README warns about). Must stay true:
+``rm`` act on), and its launcher (what runs every turn of it: this machine, a Slurm job).
+By default the state dir lies inside the agent's working directory, so a sandboxed agent can
+rewrite ``meta.json``; the pin lies outside every sandbox's writable roots (unless the user
+makes their home the agent's working directory, which README warns about). Must stay true:
 - a turn starts only if the session has a pin for this state dir and ``meta.json`` agrees
   with it on agent and directory; whether the sandbox is bypassed comes from the pin (or the
-  trusted config), never from ``meta.json``;
+  trusted config), never from ``meta.json``; so does which launcher runs each new turn;
 - pins are written only by commands a user runs (spawn), atomically, 0600; they are read as
   untrusted input too (one strict schema; a bad pin is no pin).
 """
@@ -39,6 +39,8 @@ class Pin(msgspec.Struct):
     bypass: bool = False
     # its git workspace (repository, tree, worktree branch and base: ``engine.workspace``)
     workspace: Workspace | None = None
+    # what runs its turns (``zwarm.runtime``: local, slurm): every turn's, never meta.json's
+    launcher: Annotated[str, Meta(pattern=AGENT_NAME)] = "local"
 
 
 _decoder = msgspec.json.Decoder(Pin)

@@ -516,6 +516,9 @@ def usage_so_far(lines: Iterable[bytes]) -> Usage | None:
 # --------------------------------------------------------------------------- failure reasons
 
 _CONTEXT_REASONS = frozenset({"prompt_too_long"})
+# claude's own list of a subscription's "wait" errors (usage_limit_reached: a plan limit or a
+# spend cap; model_requires_usage_credits), and an API key's used-up credit (billing_error)
+_USAGE_ERRORS = frozenset({"usage_limit_reached", "model_requires_usage_credits", "billing_error"})
 _AUTH_ERRORS = frozenset({"authentication_failed", "authentication_error", "permission_error"})
 # api_error_type of a 529 and of a 5xx (claude's own ``error`` says "server_error" for those,
 # and for a lost connection too, which is no overload: the status or the type decides)
@@ -539,7 +542,7 @@ def classify(
             message.get("api_error"),
         )
     }
-    if "usage_limit_reached" in kinds or "billing_error" in kinds:
+    if kinds & _USAGE_ERRORS:
         return Reason.USAGE_LIMIT, None, _reset_at(message, rate_limit)
     if _str(result.get("terminal_reason")) in _CONTEXT_REASONS:
         return Reason.CONTEXT_OVERFLOW, None, None

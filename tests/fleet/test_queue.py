@@ -1,0 +1,254 @@
+"""The queue: caps (state dir, agent, group, the day's spend), priority then FIFO order,
+dependencies, killing a queued session, and no queued session ever stranded, with fake agents."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import ZW, ZWARM_BIN
+from tests.fleet._helpers import (
+    configure,
+    counts,
+    held_scheduler_lock,
+    meta,
+    tally,
+    wait_status,
+    wait_until,
+)
+
+CAP1 = "[limits]\nmax_running = 1\n"
+
+
+def _prompts(zw: ZW) -> list[str]:
+    """The prompts the fake agents got, in the order they started."""
+    return [zw.recorded(k)[1].decode() for k in range(1, zw.calls() + 1)]
+
+
+def test_over_the_cap_sessions_queue_and_start_by_priority_then_first_come(zw: ZW) -> None:
+    configure(zw, CAP1)
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("task A", env_extra=env)
+    b = zw.spawn("task B", env_extra=env)
+    c = zw.spawn("task C", "--priority", "5", env_extra=env)
+    d = zw.spawn("task D", env_extra=env)
+    rows = {r["id"]: r for r in zw.json("ls", env_extra=env)}
+    assert rows[a]["status"] == "running"
+    assert [rows[x]["queue_position"] for x in (c, b, d)] == [1, 2, 3]
+    assert rows[b]["wait"] == "waiting for a slot: 1 running ([limits] max_running = 1)"
+    table = zw.run("ls", env_extra=env, check=True).stdout
+    assert "queued #1" in table and "queued #3" in table
+    hold.unlink()
+    assert zw.run("wait", a, b, c, d, "--timeout", "60", env_extra=env).returncode == 0
+    assert _prompts(zw) == ["task A", "task C", "task B", "task D"]
+
+
+def test_thirty_spawns_at_once_never_run_more_than_three(zw: ZW) -> None:
+    configure(zw, "[limits]\nmax_running = 3\n")
+    env, state = tally(zw, FAKE_REPLAY=zw.sample("codex_simple"), FAKE_SLEEP="0.3")
+    full = {**zw.env, **env}
+    procs = [
+        subprocess.Popen(
+            [str(ZWARM_BIN), "spawn", f"task {i}"],
+            env=full,
+            cwd=zw.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(30)
+    ]
+    ids = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        ids.append(out.decode().strip())
+    most_listed = 0
+
+    def all_done() -> bool:
+        nonlocal most_listed
+        rows = zw.json("ls", env_extra=env)
+        most_listed = max(most_listed, sum(r["status"] == "running" for r in rows))
+        return len(rows) == 30 and all(r["status"] == "completed" for r in rows)
+
+    wait_until(all_done, timeout=240, interval=0.2, message="all 30 sessions completed")
+    got = counts(state)
+    assert got["runs"] == 30 and got["most"] <= 3, got
+    assert most_listed <= 3
+    assert sorted(ids) == sorted(r["id"] for r in zw.json("ls"))
+
+
+def test_killing_a_queued_session_takes_it_out_of_the_queue(zw: ZW) -> None:
+    configure(zw, CAP1)
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("task A", env_extra=env)
+    b = zw.spawn("task B", env_extra=env)
+    assert meta(zw, b)["status"] == "queued"
+    killed = zw.json("kill", b)
+    assert killed[0]["status"] == "killed"
+    m = meta(zw, b)
+    assert m["turns"][0]["reason"] == "killed" and not m["turns"][0]["started"]
+    assert "while queued" in m["error"]
+    hold.unlink()
+    assert zw.run("wait", a, "--timeout", "60", env_extra=env).returncode == 0
+    zw.run("ls", env_extra=env, check=True)
+    assert zw.calls() == 1 and _prompts(zw) == ["task A"]
+    assert meta(zw, b)["status"] == "killed"
+
+
+def test_a_supervisor_killed_before_its_pass_strands_nothing(zw: ZW) -> None:
+    """The worst moment: A's turn is recorded completed (its slot is free) and its supervisor
+    waits for the scheduler lock to start B; it is SIGKILLed there. The next zwarm command
+    (here ``ls``) starts B."""
+    configure(zw, CAP1)
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("task A", env_extra=env)
+    b = zw.spawn("task B", env_extra=env)
+    sup = meta(zw, a)["turns"][0]["supervisor"]["pid"]
+    with held_scheduler_lock(zw):
+        hold.unlink()
+        wait_status(zw, a, "completed")
+        time.sleep(0.3)  # it is now blocked on the lock (nothing else is left for it to do)
+        os.kill(sup, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{sup}").exists() or _zombie(sup), message="gone")
+    assert meta(zw, b)["status"] == "queued"  # nobody started it
+    zw.run("ls", env_extra=env, check=True)  # the next command
+    assert wait_status(zw, b, "completed")["turns"][0]["started"]
+
+
+def test_spawns_killed_at_random_moments_strand_nothing(zw: ZW) -> None:
+    """Spawn processes SIGKILLed anywhere (before, while or after creating their queued
+    session, in the middle of a pass): every session that exists ends up run, never more than
+    the cap at once, after one ``zwarm ls``."""
+    configure(zw, "[limits]\nmax_running = 2\n")
+    env, state = tally(zw, FAKE_REPLAY=zw.sample("codex_simple"), FAKE_SLEEP="0.2")
+    full = {**zw.env, **env}
+    rng = random.Random(1414)
+    for i in range(12):
+        p = subprocess.Popen(
+            [str(ZWARM_BIN), "spawn", f"task {i}"],
+            env=full,
+            cwd=zw.cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.05, 2.0))  # before, while or after it made its session
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    zw.run("ls", env_extra=env, check=True)
+
+    def settled() -> bool:
+        rows = zw.json("ls", env_extra=env)
+        return all(r["status"] in ("completed", "failed") for r in rows)
+
+    wait_until(settled, timeout=120, interval=0.2, message="every session run")
+    rows = zw.json("ls")
+    assert rows and all(r["status"] == "completed" for r in rows), rows
+    assert counts(state)["most"] <= 2
+
+
+def test_a_chain_stops_where_a_dependency_fails(zw: ZW) -> None:
+    """A -> B -> C with B failing: C ends failed (dependency_failed), never started; D, which
+    runs --after-any B, starts whatever B's outcome."""
+    zw.state_dir.mkdir()
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"), FAKE_FAIL_ON="FAILME")
+    a = zw.spawn("task A", env_extra=env)
+    b = zw.spawn("task B FAILME", "--after", a, env_extra=env)
+    c = zw.spawn("task C", "--after", b, env_extra=env)
+    d = zw.spawn("task D", "--after", b, "--after-any", env_extra=env)
+    rows = {r["id"]: r for r in zw.json("ls", env_extra=env)}
+    assert rows[b]["status"] == "queued" and rows[b]["waiting_for"] == [a]
+    assert rows[c]["waiting_for"] == [b] and rows[c]["after"] == [b]
+    assert f"after {a[:8]}" in zw.run("ls", env_extra=env, check=True).stdout
+    hold.unlink()
+    wait_status(zw, c, "failed")
+    wait_status(zw, d, "completed")
+    m = meta(zw, c)
+    assert m["reason"] == "dependency_failed" and not m["turns"][0]["started"]
+    assert b in m["error"] and "failed" in m["error"]
+    assert meta(zw, b)["status"] == "failed"
+    assert "task C" not in _prompts(zw) and "task D" in _prompts(zw)
+    assert zw.run("trajectory", c).returncode == 0  # no log, and none missing
+
+
+def test_after_names_existing_sessions_only(zw: ZW) -> None:
+    res = zw.run("spawn", "x", "--after", "nosuch")
+    assert res.returncode == 1 and "nosuch" in res.stderr and "Traceback" not in res.stderr
+    res = zw.run("spawn", "x", "--after-any")
+    assert res.returncode == 1 and "--after-any needs --after" in res.stderr
+
+
+def test_an_agents_cap_leaves_the_other_agents_free(zw: ZW) -> None:
+    """Every command here runs with the same environment: a queued session's agent gets the
+    environment of the zwarm process that starts it (see the README)."""
+    configure(zw, "[claude]\nmax_running = 1\n")
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("claude_simple"))
+    a = zw.spawn("claude one", "--adapter", "claude", env_extra=env)
+    b = zw.spawn("claude two", "--adapter", "claude", env_extra=env)
+    c = zw.spawn("codex free", "--adapter", "codex", env_extra=env)
+    rows = {r["id"]: r for r in zw.json("ls", env_extra=env)}
+    assert [rows[x]["status"] for x in (a, b, c)] == ["running", "queued", "running"]
+    assert rows[b]["wait"] == "waiting for a slot: 1 claude running ([claude] max_running = 1)"
+    hold.unlink()
+    res = zw.run("wait", a, b, "--timeout", "60", env_extra=env)
+    assert res.returncode == 0, [meta(zw, x)["error"] for x in (a, b)]
+
+
+def test_a_groups_cap_holds_only_its_own_sessions(zw: ZW) -> None:
+    configure(zw, "[groups.web]\nmax_running = 1\nmax_tokens = 5000\n")
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("web one", "--group", "web", env_extra=env)
+    b = zw.spawn("web two", "--group", "web", env_extra=env)
+    c = zw.spawn("no group", env_extra=env)
+    rows = {r["id"]: r for r in zw.json("ls", env_extra=env)}
+    assert [rows[x]["status"] for x in (a, b, c)] == ["running", "queued", "running"]
+    assert rows[b]["wait"] == "waiting for a slot: 1 of group web running (max_running = 1)"
+    assert (rows[a]["group"], rows[a]["max_tokens"], rows[c]["max_tokens"]) == ("web", 5000, None)
+    hold.unlink()
+    res = zw.run("wait", a, b, c, "--timeout", "60", env_extra=env)
+    assert res.returncode == 0, [meta(zw, x)["error"] for x in (a, b, c)]
+
+
+def test_the_days_spend_queues_new_sessions_until_tomorrow(zw: ZW) -> None:
+    """claude_simple costs $0.000638; with max_cost_per_day $0.0005 the next session waits,
+    and starts on a command run the next day (the clock injected into the API)."""
+    from zwarm.env import Env
+
+    configure(zw, "[limits]\nmax_cost_per_day = 0.0005\n")
+    env = {"FAKE_REPLAY": zw.sample("claude_simple")}
+    a = zw.spawn("first", "--adapter", "claude", env_extra=env)
+    assert zw.wait(a).returncode == 0
+    b = zw.spawn("second", "--adapter", "claude", env_extra=env)
+    m = meta(zw, b)
+    assert m["status"] == "queued" and "waiting for tomorrow" in m["turns"][0]["wait"]
+    zw.run("ls", env_extra=env, check=True)
+    assert meta(zw, b)["status"] == "queued"  # still today
+    tomorrow = time.time() + 86400
+    api = zw.api(env)
+    api.env = Env(
+        state_dir=zw.state_dir, environ={**zw.env, **env}, cwd=zw.cwd, clock=lambda: tomorrow
+    )
+    api.tick(force=True)
+    wait_status(zw, b, "completed")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

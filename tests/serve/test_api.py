@@ -1,0 +1,350 @@
+"""``zwarm serve``'s HTTP API over a real server: every route against what the CLI says, errors
+and their status codes, the access token, Host and Origin checks, body limits, the OpenAPI
+description, MCP at /mcp, and the token file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.serve.conftest import Server
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _done(zw: Any, sid: str) -> bool:
+    return zw.meta(sid)["status"] in ("completed", "failed", "killed")
+
+
+def test_every_route_answers_as_the_cli_does(zw, serve) -> None:
+    srv: Server = serve(env_extra=zw.replay("codex_toolcall"))
+    r = srv.post("/api/sessions", {"task": "write out.txt", "name": "first"})
+    assert r.status == 201, r.body
+    sid = r.json()["id"]
+    assert r.json()["name"] == "first" and r.json()["source"] == "serve"
+    wait_until(lambda: _done(zw, sid), message="the session to finish")
+
+    listed = srv.get("/api/sessions")
+    assert listed.status == 200 and listed.json() == zw.json("ls")
+    assert srv.get("/api/sessions?name=fir*").json() == zw.json("ls", "--name", "fir*")
+    assert srv.get("/api/sessions?status=running").json() == []
+    assert [r["id"] for r in srv.get("/api/sessions?limit=1").json()] == [sid]
+    assert srv.get(f"/api/sessions/{sid[:6]}").json() == zw.json("show", sid)
+
+    traj = srv.get(f"/api/sessions/{sid}/trajectory?full=1").json()
+    assert traj == {"steps": zw.json("trajectory", sid), "problems": []}
+    kinds = [s["kind"] for s in traj["steps"]]
+    assert kinds == ["reasoning", "message", "command", "message"]
+    assert srv.get(f"/api/sessions/first/trajectory?turn=1").json()["steps"] == traj["steps"]
+
+    r = srv.post(f"/api/sessions/{sid}/messages", {"message": "and again"})
+    assert r.status == 200, r.body
+    assert r.json()["state"] == "started" and r.json()["turn"] == 2
+    wait_until(lambda: _done(zw, sid) and len(zw.meta(sid)["turns"]) == 2)
+    assert srv.get(f"/api/sessions/{sid}").json()["turns"] == 2
+
+    r = srv.delete(f"/api/sessions/{sid}")
+    assert r.status == 200 and r.json() == {"removed": [sid]}
+    assert srv.get(f"/api/sessions/{sid}").status == 404
+    assert zw.json("ls") == []
+
+
+def test_kill_and_remove_a_running_session(zw, serve) -> None:
+    srv = serve(env_extra=zw.replay("codex_toolcall", FAKE_HANG="2"))
+    sid = srv.post("/api/sessions", {"task": "hang"}).json()["id"]
+    wait_until(lambda: len(zw.meta(sid)["turns"]) == 1 and zw.meta(sid)["status"] == "running")
+
+    refused = srv.delete(f"/api/sessions/{sid}")
+    assert refused.status == 409 and "kill it first" in refused.json()["error"]
+    r = srv.post(f"/api/sessions/{sid}/kill")
+    assert r.status == 200 and r.json()["status"] == "killed" and r.json()["id"] == sid
+    assert zw.json("show", sid)["status"] == "killed"
+    again = srv.post(f"/api/sessions/{sid}/kill")
+    assert again.status == 409 and again.json()["type"] == "SessionStateError"
+    cli = zw.run("kill", sid)
+    assert again.json()["error"] in cli.stderr  # the same message as the CLI's
+
+    sid2 = srv.post("/api/sessions", {"task": "hang again"}).json()["id"]
+    wait_until(lambda: zw.meta(sid2)["status"] == "running")
+    assert srv.delete(f"/api/sessions/{sid2}?force=1").json() == {"removed": [sid2]}
+
+
+def test_errors_have_the_cli_message_and_a_status(zw, serve) -> None:
+    srv = serve(env_extra=zw.replay("codex_simple"))
+    r = srv.get("/api/sessions/nothere")
+    assert r.status == 404 and r.json()["type"] == "SessionNotFound"
+    assert r.json()["error"] in zw.run("show", "nothere").stderr
+
+    sid = srv.post("/api/sessions", {"task": "hi"}).json()["id"]
+    wait_until(lambda: _done(zw, sid))
+    twin = _twin(zw, sid)  # another session whose id starts with the same 8 characters
+    r = srv.get(f"/api/sessions/{sid[:8]}")
+    assert r.status == 409 and r.json()["type"] == "AmbiguousSession"
+    assert sorted(r.json()["candidates"]) == sorted([sid, twin])
+
+    bad = [
+        ("GET", "/api/sessions?status=sleeping", None, 422),
+        ("GET", f"/api/sessions/{sid}/trajectory?turn=0", None, 422),
+        ("GET", f"/api/sessions/{sid}/trajectory?turn=7", None, 422),
+        ("GET", f"/api/sessions/{sid}/trajectory?full=maybe", None, 422),
+        ("GET", "/api/sessions/bad%20ref", None, 422),
+        ("POST", "/api/sessions", {"task": "   "}, 422),
+        ("POST", "/api/sessions", {"task": 5}, 422),
+        ("POST", "/api/sessions", {"task": "x", "colour": "red"}, 422),
+        ("POST", "/api/sessions", {"task": "x", "timeout": -1}, 422),
+        ("POST", "/api/sessions", {"task": "x", "adapter": "nope"}, 422),
+        ("POST", "/api/sessions", {"task": "x", "cwd": "/"}, 422),
+        ("POST", "/api/sessions", {"task": "x", "name": "abcdef12"}, 422),
+        ("POST", "/api/sessions", {"task": "x", "dangerous": True}, 403),
+        ("POST", f"/api/sessions/{sid}/messages", {"text": "x"}, 422),
+        ("GET", "/api/nothing", None, 404),
+        ("PUT", "/api/sessions", None, 405),
+    ]
+    for method, path, body, status in bad:
+        r = srv.request(method, path, body)
+        assert r.status == status, (method, path, body, r.status, r.body)
+        assert isinstance(r.json()["error"], str) and r.json()["error"], r.body
+
+    r = srv.post("/api/sessions", raw=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status == 422 and "not a valid JSON" in r.json()["error"]
+    r = srv.post("/api/sessions", raw=b'{"task":"x"}', headers={"Content-Type": "text/plain"})
+    assert r.status == 415
+    big = json.dumps({"task": "x" * (5 << 20)}).encode()
+    r = srv.post("/api/sessions", raw=big, headers={"Content-Type": "application/json"})
+    assert r.status == 413
+    assert len(zw.json("ls")) == 2  # none of the refused spawns made a session
+    r = srv.get(f"/api/sessions/{sid}/stream", headers={"Last-Event-ID": "x.1"})
+    assert r.status == 422
+
+
+def _twin(zw: Any, sid: str) -> str:
+    """A copy of session ``sid`` under another id with the same first 8 characters."""
+    twin = sid[:9] + "0000-4000-8000-000000000000"
+    src, dst = zw.session_dir(sid), zw.session_dir(twin)
+    shutil.copytree(src, dst)
+    meta = (dst / "meta.json").read_text().replace(sid, twin)
+    (dst / "meta.json").write_text(meta)
+    return twin
+
+
+def test_spawn_options_reach_the_session(zw, serve, tmp_path: Path) -> None:
+    sub = zw.cwd / "sub"
+    sub.mkdir()
+    srv = serve("--allow-dangerous", env_extra=zw.replay("claude_simple"))
+    body = {"task": "hi", "adapter": "claude", "model": "sonnet", "cwd": "sub", "timeout": 90,
+            "dangerous": True, "priority": 3, "max_tokens": 50_000, "source": "my-bot"}  # fmt: skip
+    r = srv.post("/api/sessions", body)
+    assert r.status == 201, r.body
+    s = zw.json("show", r.json()["id"])
+    got = (s["adapter"], s["requested_model"], s["cwd"], s["source"])
+    assert got == ("claude", "sonnet", str(sub), "my-bot")
+    assert s["dangerous"] and s["priority"] == 3 and s["max_tokens"] == 50_000
+    assert s["turns_detail"][0]["timeout"] == 90
+
+
+def test_the_token_is_needed_everywhere_but_the_page(zw, server: Server) -> None:
+    for method, path in [
+        ("GET", "/api/sessions"),
+        ("POST", "/api/sessions"),
+        ("GET", "/api/info"),
+        ("GET", "/api/openapi.json"),
+        ("GET", "/api/events"),
+        ("GET", "/api/sessions/x/stream"),
+        ("DELETE", "/api/sessions/x"),
+        ("POST", "/mcp"),
+    ]:
+        r = server.request(method, path, auth=False)
+        assert r.status == 401, (method, path, r.status)
+        assert r.headers.get("www-authenticate", "").startswith("Bearer")
+        wrong = server.request(method, path, headers={"Authorization": "Bearer " + "x" * 43})
+        assert wrong.status == 401, (method, path)
+    for path in ("/", "/static/app.js", "/static/app.css"):
+        r = server.get(path, auth=False)
+        assert r.status == 200 and "set-cookie" not in r.headers, path
+        assert "default-src 'none'" in r.headers["content-security-policy"]
+    assert server.get("/static/../../meta.json", auth=False).status == 404
+    assert server.get("/static/secret.txt", auth=False).status == 404
+
+
+def test_host_and_origin_are_checked(zw, serve) -> None:
+    srv = serve("--allow-host", "devbox.lan", "--allow-origin", "https://proxy.example")
+    here = f"{srv.host}:{srv.port}"
+    ok = [
+        {},
+        {"Host": f"localhost:{srv.port}"},
+        {"Host": f"devbox.lan:{srv.port}"},
+        {"Origin": f"http://{here}"},
+        {"Origin": "https://proxy.example"},
+        {"Sec-Fetch-Site": "same-origin"},
+    ]
+    for h in ok:
+        assert srv.get("/api/sessions", headers=h).status == 200, h
+    refused = [
+        {"Host": f"attacker.example:{srv.port}"},  # a DNS-rebinding page
+        {"Host": "attacker.example"},
+        {"Host": ""},
+        {"Origin": "http://attacker.example"},
+        {"Origin": f"http://{here}.attacker.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+    ]
+    for h in refused:
+        r = srv.get("/api/sessions", headers=h)
+        assert r.status == 403, (h, r.status)
+        assert "error" in r.json()
+        r = srv.post("/api/sessions", {"task": "x"}, headers=h)
+        assert r.status == 403, h
+        assert srv.get("/", headers=h, auth=False).status == 403, h
+    assert zw.json("ls") == []
+
+
+def test_openapi_describes_every_route(server: Server) -> None:
+    from zwarm.serve import app, bodies
+
+    spec = server.get("/api/openapi.json").json()
+    assert spec["openapi"].startswith("3.")
+    routes = app.Server(app.Options(env=None, token="t")).routes()  # type: ignore[arg-type]
+    served = {r.path for r in routes if r.path.startswith("/api")} | {"/mcp"}
+    assert served == set(spec["paths"])
+    props = spec["components"]["schemas"]["Spawn"]["properties"]
+    assert set(props) == set(bodies.Spawn.__struct_fields__)
+    assert "/api/sessions/{ref}/diff" in spec["paths"]  # Zwarm.diff has landed
+
+
+def test_info(server: Server, zw) -> None:
+    info = server.get("/api/info").json()
+    assert {"codex", "claude"} <= set(info["agents"]) and info["cwd"] == str(zw.cwd)
+    assert info["allow_dangerous"] is False and info["mcp"] is True and info["diff"] is True
+
+
+def test_diff_route(zw, serve) -> None:
+    repo = zw.cwd
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a.txt").write_text("one\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    srv = serve(env_extra=zw.replay("codex_simple", FAKE_SHELL="echo two >> a.txt"))
+    sid = srv.post("/api/sessions", {"task": "edit"}).json()["id"]
+    wait_until(lambda: _done(zw, sid))
+    d = srv.get(f"/api/sessions/{sid}/diff?text=1").json()
+    assert [f["path"] for f in d["files"]] == ["a.txt"] and "+two" in d["text"]
+    assert d == {**zw.json("diff", sid), "text": d["text"]}
+
+    assert srv.get(f"/api/sessions/{sid}/diff?turn=3").status == 422
+    stat_only = srv.get(f"/api/sessions/{sid}/diff?stat=1").json()
+    assert stat_only == zw.json("diff", sid, "--stat")
+
+    plain = zw.tmp / "plain"  # no git repository here
+    plain.mkdir()
+    zw.write_config(f'[tools]\nallowed_roots = [".", "{plain}"]\n')
+    sid2 = srv.post("/api/sessions", {"task": "x", "cwd": str(plain)}).json()["id"]
+    wait_until(lambda: _done(zw, sid2))
+    r = srv.get(f"/api/sessions/{sid2}/diff")
+    assert r.status == 409 and "no git workspace" in r.json()["error"]
+
+
+def test_mcp_over_http(zw, server: Server) -> None:
+    """zwarm's tools over MCP's streamable HTTP transport, with the same token."""
+    accept = {"Accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test-client", "version": "1"},
+        },
+    }
+    r = server.post("/mcp", init, headers=accept)
+    assert r.status == 200, r.body
+    session = r.headers.get("mcp-session-id")
+    assert _mcp_result(r.body)["serverInfo"]["name"] == "zwarm"
+    h = {**accept, **({"mcp-session-id": session} if session else {})}
+    h["mcp-protocol-version"] = "2025-06-18"
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert server.post("/mcp", note, headers=h).status in (200, 202)
+    r = server.post("/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=h)
+    names = {t["name"] for t in _mcp_result(r.body)["tools"]}
+    assert {"delegate", "converse", "check_session", "wait"} <= names
+
+
+def _mcp_result(body: bytes) -> Any:
+    text = body.decode()
+    if text.lstrip().startswith("{"):
+        return json.loads(text)["result"]
+    datas = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    return json.loads(datas[-1])["result"]
+
+
+def test_token_file_is_private_kept_and_replaceable(zw, serve) -> None:
+    first = serve()
+    path = zw.state_dir / "serve.token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text().strip() == first.token and len(first.token) >= 40
+    first.stop()
+    again = serve()
+    assert again.token == first.token
+    again.stop()
+    fresh = serve("--new-token")
+    assert fresh.token != first.token
+    assert fresh.get("/api/sessions").status == 200
+    assert fresh.get("/api/sessions", headers={"Authorization": f"Bearer {first.token}"}).status == 401
+    fresh.stop()
+    os.chmod(path, 0o644)  # readable by others: not a secret any more, so replaced
+    replaced = serve()
+    assert replaced.token != fresh.token
+    assert "replaced" in replaced.stderr() and "0600" in replaced.stderr()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_listening_elsewhere_warns(capsys) -> None:
+    from zwarm.serve import command
+
+    command._tell("0.0.0.0", "/x/.zwarm", mcp=False)
+    assert "reachable from other machines" in capsys.readouterr().err
+    command._tell("127.0.0.1", "/x/.zwarm", mcp=False)
+    command._tell("::1", "/x/.zwarm", mcp=False)
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_one_line(zw, server: Server) -> None:
+    res = zw.run("serve", "--port", str(server.port), timeout=60)
+    assert res.returncode == 1
+    assert res.stderr.startswith("Error: cannot listen on 127.0.0.1 port")
+    assert "Traceback" not in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["--help"], ["serve", "--help"]])
+def test_help_does_not_import_the_server(zw, args: list[str]) -> None:
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "zwarm", *args],
+        capture_output=True,
+        text=True,
+        env=zw.env,
+        cwd=zw.cwd,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in res.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "click" in imported
+    for heavy in ("starlette", "uvicorn", "mcp", "anyio", "msgspec.json", "zwarm.serve.app"):
+        assert heavy not in imported, heavy
+    if args == ["--help"]:
+        assert "serve" in res.stdout and not any(m.startswith("zwarm.serve") for m in imported)
+    assert not re.search(r"Traceback", res.stdout + res.stderr)

@@ -1,0 +1,195 @@
+"""zwarm's slurm launcher against a real single-node Slurm, through zwarm's own commands.
+
+Each turn is one batch job whose supervisor runs on the node (this machine). What is shown:
+turns and follow-ups run as jobs and record real outcomes; a pending job shows ``queued
+(slurm: ...)`` and is killed; a running job is killed with nothing of it left; a job hitting
+its Slurm time limit and one ``scancel``-ed from outside are reconciled with a typed reason;
+``--after`` becomes Slurm's own dependency; a stopped controller never hangs ``zwarm ls``;
+twenty sessions at once, listed with one ``squeue``. The agents are the fake agent
+(tests/fakes/bin), configured through ``[slurm] env``; the real CLIs are in
+test_real_slurm.py.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import ZW, wait_until
+from tests.slurm.conftest import job_of, job_state, marked, sl_config, status
+
+LONG = 150.0  # Slurm checks time limits every 30 s: a 1-minute limit ends within ~95 s
+
+
+def test_turns_and_follow_ups_run_as_jobs(sl: ZW) -> None:
+    secret = "zw-secret-8f3a1c"
+    env = sl.replay("codex_resume_turn1", ZW_TEST_SECRET=secret)
+    sid = sl.spawn("first task, in the job's prompt file only", env_extra=env)
+    assert sl.wait(sid).returncode == 0
+    sl.run("inject", sid, "second message", env_extra=env, check=True)
+    wait_until(lambda: status(sl, sid)() and len(sl.meta(sid)["turns"]) == 2, message="turn 2")
+    assert sl.wait(sid).returncode == 0
+    m = sl.meta(sid)
+    assert [t["status"] for t in m["turns"]] == ["completed", "completed"]
+    assert [t["launcher"] for t in m["turns"]] == ["slurm", "slurm"]
+    first, second = job_of(sl, sid, 1), job_of(sl, sid, 2)
+    assert first != second  # one job per turn
+    assert job_state(first)[0] == job_state(second)[0] == "COMPLETED"
+    # the agent ran in the job, with the exported variable; nothing kept its value
+    argv, prompt = sl.recorded()
+    assert prompt.endswith(b"second message")
+    env_seen = sl.record / "env1.json"
+    assert secret in env_seen.read_text() and "SLURM_JOB_ID" in env_seen.read_text()
+    script = subprocess.run(
+        ["scontrol", "write", "batch_script", first, "-"], capture_output=True, text=True
+    ).stdout
+    assert "zwarm.runtime.supervisor" in script and "--turn 1" in script
+    assert "first task" not in script and secret not in script
+    for root in (sl.state_dir, sl.tmp / "xdg-state"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+    shown = sl.run("show", sid, check=True).stdout
+    assert f"slurm job {first}" in shown and f"slurm job {second}" in shown
+
+
+def test_pending_job_is_shown_queued_and_killed(sl: ZW) -> None:
+    sl_config(sl, extra_args=["--begin=now+3600"])  # held by Slurm for an hour
+    sid = sl.spawn("never starts", env_extra=sl.replay("codex_simple"))
+    job = job_of(sl, sid)
+    row = {r["id"]: r for r in sl.json("ls")}[sid]
+    assert row["status"] == "running" and row["launcher"] == "slurm"
+    assert row["launcher_state"]["state"] == "PENDING"
+    assert row["launcher_state"]["handle"] == {"job": job}
+    wait_until(lambda: "queued (slurm: BeginTime)" in sl.run("ls").stdout, message="ls queued")
+    assert sl.run("kill", sid).returncode == 0
+    assert sl.meta(sid)["status"] == "killed"
+    wait_until(lambda: job_state(job)[0] == "CANCELLED", message="job cancelled")
+    assert sl.calls() == 0  # the agent never ran
+
+
+def test_running_job_is_killed_with_nothing_left(sl: ZW) -> None:
+    env = sl.replay("codex_simple", FAKE_HANG="1", FAKE_CHILDREN="2")  # a tree, one setsid
+    sid = sl.spawn("hang", env_extra=env)
+    wait_until(lambda: sl.meta(sid)["turns"][0].get("agent"), message="agent started")
+    wait_until(lambda: len(marked(sid)) >= 4, message="the agent's tree")
+    assert sl.run("kill", sid).returncode == 0
+    m = sl.meta(sid)
+    assert m["status"] == "killed" and m["turns"][0]["reason"] == "killed"
+    wait_until(lambda: not marked(sid), timeout=30, message="no process of it left")
+    wait_until(lambda: job_state(job_of(sl, sid))[0] == "CANCELLED", message="job cancelled")
+    assert sl.meta(sid)["status"] == "killed"  # the job's end changed nothing
+
+
+def test_time_limit_is_reconciled(sl: ZW) -> None:
+    sl_config(sl, time="1")  # one minute: Slurm's smallest limit
+    sid = sl.spawn("hang past the limit", env_extra=sl.replay("codex_simple", FAKE_HANG="1"))
+    row = wait_until(status(sl, sid), timeout=LONG, message="the time limit")
+    assert row["status"] == "failed" and row["reason"] == "slurm_timeout", row
+    assert "TIMEOUT" in row["error"] and job_of(sl, sid) in row["error"]
+    assert "failed (slurm timeout)" in sl.run("ls").stdout
+    wait_until(lambda: not marked(sid), message="no process of it left")
+
+
+def test_scancel_from_outside_is_reconciled(sl: ZW) -> None:
+    sid = sl.spawn("hang", env_extra=sl.replay("codex_simple", FAKE_HANG="1"))
+    wait_until(lambda: sl.meta(sid)["turns"][0].get("agent"), message="agent started")
+    subprocess.run(["scancel", job_of(sl, sid)], check=True, timeout=30)
+    row = wait_until(status(sl, sid), message="reconciled")
+    assert row["status"] == "failed" and row["reason"] == "slurm_cancelled", row
+    assert "CANCELLED" in row["error"]
+    wait_until(lambda: not marked(sid), message="no process of it left")
+
+
+def test_after_becomes_a_slurm_dependency(sl: ZW) -> None:
+    hold = sl.tmp / "hold"
+    hold.touch()
+    a = sl.spawn("first", env_extra=sl.gated(hold, **sl.replay("codex_simple")))
+    b = sl.spawn("second", "--after", a, env_extra=sl.replay("codex_simple"))
+    c = sl.spawn("third", "--after", b, env_extra=sl.replay("codex_simple"))
+    ja, jb, jc = job_of(sl, a), job_of(sl, b), job_of(sl, c)
+    assert job_state(jb)[2].startswith(f"afterok:{ja}")
+    assert job_state(jc)[2].startswith(f"afterok:{jb}")
+    wait_until(lambda: "queued (slurm: Dependency)" in sl.run("ls").stdout, message="ls")
+    # a failing dependency: Slurm never starts its dependent, zwarm says why
+    bad = sl.spawn("fails", env_extra=sl.gated(hold, **sl.replay("codex_error", FAKE_EXIT="1")))
+    after_bad = sl.spawn("never", "--after", bad, env_extra=sl.replay("codex_simple"))
+    assert job_state(job_of(sl, after_bad))[2].startswith(f"afterok:{job_of(sl, bad)}")
+    hold.unlink()
+    for sid in (a, b, c):
+        assert sl.wait(sid, timeout=90).returncode == 0
+    ran = _agent_runs(sl)  # each agent started after the one before it had ended
+    ended = [sl.api().get(s).turns[0].ended_at or "" for s in (a, b)]
+    assert ran["second"] > _epoch(ended[0]) and ran["third"] > _epoch(ended[1])
+    assert sorted(ran) == ["fails", "first", "second", "third"]  # never the one after "fails"
+    row = wait_until(status(sl, after_bad), message="dependency reconciled")
+    assert row["status"] == "failed" and row["reason"] == "dependency_failed", row
+
+
+def test_stopped_controller_never_hangs_ls(sl: ZW) -> None:
+    sid = sl.spawn("hang", env_extra=sl.replay("codex_simple", FAKE_HANG="1"))
+    wait_until(lambda: sl.meta(sid)["turns"][0].get("agent"), message="agent started")
+    pid = int(subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True).stdout.split()[0])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        res = sl.run("ls")
+        took = time.monotonic() - t0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert res.returncode == 0, res.stderr
+    assert "unknown (slurm unreachable)" in res.stdout
+    assert took < 12, f"ls took {took:.1f} s with the controller stopped"
+    assert sl.meta(sid)["status"] == "running"  # unknown is never reconciled
+    wait_until(lambda: "unknown" not in sl.run("ls").stdout, message="slurm answers again")
+    assert sl.run("kill", sid).returncode == 0
+
+
+def test_twenty_sessions_one_query_per_listing(sl: ZW) -> None:
+    hold = sl.tmp / "hold"
+    hold.touch()
+    env = sl.gated(hold, **sl.replay("codex_simple"))
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(lambda i: sl.spawn(f"task {i}", env_extra=env), range(20)))
+    assert len(set(ids)) == 20 and len({job_of(sl, s) for s in ids}) == 20
+    shim = _counting("squeue", sl.tmp)
+    calls = shim.parent / "calls"
+    listing = sl.run("ls", "--json", env_extra={"PATH": f"{shim.parent}:{sl.env['PATH']}"})
+    assert listing.returncode == 0
+    assert len(calls.read_text().splitlines()) == 1  # one squeue for 20 running sessions
+    hold.unlink()
+    assert sl.wait(*ids, timeout=180).returncode == 0
+    calls.write_text("")
+    sl.run("ls", env_extra={"PATH": f"{shim.parent}:{sl.env['PATH']}"}, check=True)
+    assert calls.read_text() == ""  # finished sessions: Slurm is not asked
+
+
+def _agent_runs(zw: ZW) -> dict[str, float]:
+    """When the fake agent started, by prompt."""
+    runs = {}
+    for n in range(1, zw.calls() + 1):
+        argv, prompt = zw.recorded(n)
+        runs[prompt.decode()] = argv["time"]
+    return runs
+
+
+def _epoch(iso: str) -> float:
+    from zwarm.env import parse_iso
+
+    return parse_iso(iso)
+
+
+def _counting(name: str, tmp: Path) -> Path:
+    """A ``name`` on PATH that notes each call, then runs the real one."""
+    real = subprocess.run(["which", name], capture_output=True, text=True).stdout.strip()
+    d = tmp / "shim"
+    d.mkdir(exist_ok=True)
+    (d / "calls").write_text("")
+    shim = d / name
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {d / "calls"}\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    return shim

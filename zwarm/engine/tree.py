@@ -1,0 +1,309 @@
+"""Delegation trees: which session (or orchestrator run) started which, how deep, what a
+subtree used, and what a kill or rm of a parent reaches.
+
+Owns the variables the engine puts in every agent's environment (``PARENT_VAR``: the
+session whose agent runs; ``DIR_VAR``: its state dir), the rule that gives a new session its
+place in a tree (``lineage``), the children and descendants of a session over a listing, the
+roll-up of a subtree's usage and cost (``roll_up``), which sessions go with a parent
+(``cascade``) and a parent's budget over its whole subtree (``over_budget``). Must stay true:
+- a parent comes from the environment of the process that spawns, which an agent can change:
+  it is believed only if it names, in full, a session of this state dir whose latest turn runs
+  (its agent is the one spawning); the depth is that record's ``spawn_depth`` + 1, never read
+  from the environment; a spawn deeper than ``[limits] max_spawn_depth`` is refused before
+  anything is created;
+- a linked child goes with its parent (kill, rm), and so does its own linked subtree; a
+  detached child, and everything under it, never does;
+- a subtree's cost with unknown parts is the sum of the known parts with the count of unknown
+  ones (a lower bound that says so), never a partial sum passed off as the total; ``None``
+  when no part is known;
+- every file is untrusted: parent links that loop, or name sessions that are gone or damaged,
+  end a walk there (never an endless loop, never a crash);
+- this module reads what it is given (or the store); it writes and signals nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from zwarm.errors import DamagedSession, InvalidInput, SessionNotFound, StoreError
+from zwarm.model import RUNS, USAGE_KEYS, Session, Usage
+from zwarm.model.records import SESSION_ID
+
+if TYPE_CHECKING:
+    from zwarm.store import Store
+
+PARENT_VAR = "ZWARM_PARENT_SESSION"  # the session whose agent runs (set by the engine)
+DIR_VAR = "ZWARM_DIR"  # its state dir: a spawn from inside the agent lands in the same one
+_ID = re.compile(SESSION_ID)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A new session's place in a tree: its parent session or run, its depth, its lifecycle."""
+
+    parent_session_id: str | None = None
+    parent_run_id: str | None = None
+    depth: int = 1
+    lifecycle: str = "linked"
+
+    def apply(self, s: Session) -> None:
+        s.parent_session_id, s.parent_run_id = self.parent_session_id, self.parent_run_id
+        s.spawn_depth = self.depth
+        s.lifecycle = "detached" if self.lifecycle == "detached" else "linked"
+
+
+def lineage(
+    store: Store,
+    environ: Mapping[str, str],
+    max_depth: int,
+    run: str | None = None,
+    detached: bool = False,
+) -> Lineage:
+    """Where a session spawned now goes: under the running session named by ``PARENT_VAR``
+    (verified), else a root (of orchestrator run ``run``, if given). ``InvalidInput`` if the
+    variable names no running session here, or if the new session would be too deep."""
+    ref = (environ.get(PARENT_VAR) or "").strip()
+    parent = verified_parent(store, ref) if ref else None
+    depth = parent.spawn_depth + 1 if parent is not None else 1
+    if max_depth and depth > max_depth:
+        assert parent is not None
+        raise InvalidInput(
+            f"spawn refused: it would be at depth {depth} (session {parent.id} is at depth "
+            f"{parent.spawn_depth}), deeper than [limits] max_spawn_depth = {max_depth}; "
+            "do the work in this session instead"
+        )
+    return Lineage(
+        parent.id if parent is not None else None,
+        run,
+        depth,
+        "detached" if detached else "linked",
+    )
+
+
+def verified_parent(store: Store, ref: str) -> Session:
+    """The session ``ref`` (from ``PARENT_VAR``) names, if it is one of this state dir's and
+    its latest turn runs; else ``InvalidInput`` saying why (the variable may be stale, or an
+    agent's invention)."""
+    where = f"{PARENT_VAR}={ref[:80]!r}"
+    if not _ID.match(ref):
+        raise InvalidInput(f"{where} is not a session id: refusing to guess the parent")
+    try:
+        if not store.exists():
+            raise SessionNotFound(ref)
+        got = store.load(ref)
+    except SessionNotFound:
+        raise InvalidInput(
+            f"{where} names no session in {store.root}: the parent must be a session of the "
+            f"same state dir (unset {PARENT_VAR} to start a top-level session)"
+        ) from None
+    except (DamagedSession, StoreError) as e:
+        raise InvalidInput(f"{where}: the parent cannot be read ({e})") from None
+    if got.status not in RUNS:
+        raise InvalidInput(
+            f"{where} names session {got.id}, which is {got.status.value}, not running: only "
+            f"a running session's agent can start a child (unset {PARENT_VAR} to start a "
+            "top-level session)"
+        )
+    return got
+
+
+# ---------------------------------------------------------------------- trees over a listing
+def children_map(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Parent id -> its children's ids (oldest first), over listing rows whose parent is also
+    in the listing."""
+    rows = list(rows)
+    ids = {r["id"] for r in rows}
+    kids: dict[str, list[str]] = {}
+    for r in sorted(rows, key=lambda r: (r.get("created_at") or "", r["id"])):
+        parent = r.get("parent_session_id")
+        if parent and parent in ids and parent != r["id"]:
+            kids.setdefault(parent, []).append(r["id"])
+    return kids
+
+
+def descendants(
+    sid: str, kids: Mapping[str, list[str]], follow: Callable[[str], bool] = lambda _: True
+) -> list[str]:
+    """The descendants of ``sid`` (breadth first), going down only into children for which
+    ``follow`` holds; a loop in the links ends there."""
+    out: list[str] = []
+    seen = {sid}
+    level = [sid]
+    while level:
+        nxt = []
+        for parent in level:
+            for child in kids.get(parent, []):
+                if child not in seen and follow(child):
+                    seen.add(child)
+                    out.append(child)
+                    nxt.append(child)
+        level = nxt
+    return out
+
+
+@dataclass
+class Totals:
+    """What a subtree used: tokens per kind, the known cost, how many sessions' cost is
+    unknown, and how many sessions it has."""
+
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
+    cost: float = 0.0
+    known: int = 0
+    unpriced: int = 0
+    sessions: int = 0
+
+    def add_row(self, r: Mapping[str, Any]) -> None:
+        for k, v in (r.get("usage") or {}).items():
+            if k in self.usage and isinstance(v, int):
+                self.usage[k] += v
+        cost = r.get("cost_usd")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+            self.cost += cost
+            self.known += 1
+        else:
+            self.unpriced += 1
+        self.sessions += 1
+
+    def add(self, other: Totals) -> None:
+        for k, v in other.usage.items():
+            self.usage[k] += v
+        self.cost += other.cost
+        self.known += other.known
+        self.unpriced += other.unpriced
+        self.sessions += other.sessions
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The known part of the cost (a lower bound when ``unpriced``); None if none known."""
+        return round(self.cost, 8) if self.known else None
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "tree_sessions": self.sessions,
+            "tree_usage": dict(self.usage),
+            "tree_cost_usd": self.cost_usd,
+            "tree_unpriced": self.unpriced,
+        }
+
+
+def roll_up(rows: list[dict[str, Any]]) -> None:
+    """Fill in each listing row's ``children`` and its subtree's totals (``tree_usage``,
+    ``tree_cost_usd``, ``tree_unpriced``, ``tree_sessions``: the session and all its
+    descendants in the listing)."""
+    by_id = {r["id"]: r for r in rows}
+    kids = children_map(rows)
+    totals: dict[str, Totals] = {}
+    state: set[str] = set()
+    for root in by_id:
+        stack = [(root, False)]
+        while stack:
+            sid, done = stack.pop()
+            if done:
+                t = Totals()
+                t.add_row(by_id[sid])
+                for k in kids.get(sid, []):
+                    if k in totals:  # one still being visited is a loop in the links: cut
+                        t.add(totals[k])
+                totals[sid] = t
+                continue
+            if sid in state:
+                continue
+            state.add(sid)
+            stack.append((sid, True))
+            stack.extend((k, False) for k in kids.get(sid, []) if k not in state)
+    for sid, r in by_id.items():
+        r["children"] = list(kids.get(sid, []))
+        r.update(totals[sid].fields())
+
+
+def subtree(rows: list[dict[str, Any]], sid: str) -> list[dict[str, Any]]:
+    """``sid``'s row and its descendants' rows (``sid`` first), from a whole listing."""
+    by_id = {r["id"]: r for r in rows}
+    if sid not in by_id:
+        return []
+    return [by_id[sid], *(by_id[d] for d in descendants(sid, children_map(rows)))]
+
+
+# ---------------------------------------------------------------------- kill and rm
+@dataclass
+class Cascade:
+    """What goes with a parent: its linked descendants (breadth first), and the detached
+    children met on the way (each kept, with everything under it)."""
+
+    linked: list[str] = field(default_factory=list)
+    detached: list[str] = field(default_factory=list)
+
+
+def cascade(rows: list[dict[str, Any]], sid: str) -> Cascade:
+    by_id = {r["id"]: r for r in rows}
+    kids = children_map(rows)
+    out = Cascade()
+
+    def linked(child: str) -> bool:
+        if by_id[child].get("lifecycle") == "detached":
+            out.detached.append(child)
+            return False
+        return True
+
+    out.linked = descendants(sid, kids, linked)
+    return out
+
+
+# ---------------------------------------------------------------------- budgets
+def over_budget(store: Store, s: Session) -> str | None:
+    """Why ``s``'s turn must stop for a budget over a subtree: ``s``'s own budget counting
+    its descendants, or an ancestor's counting all of its subtree (``s`` included, as given:
+    the caller may hold its newer state). None if none is passed, or none applies. Reads
+    every session only when some budget applies."""
+    from zwarm.engine import limits
+
+    chain = ancestors(store, s)
+    budgeted = [a for a in [s, *chain] if a.max_cost_usd is not None or a.max_tokens is not None]
+    if not budgeted:
+        return None
+    sessions = _all_sessions(store, s)
+    kids = children_map([{"id": x.id, "parent_session_id": x.parent_session_id,
+                          "created_at": x.created_at} for x in sessions.values()])  # fmt: skip
+    for a in budgeted:
+        below = [sessions[d] for d in descendants(a.id, kids) if d in sessions]
+        if not below:
+            continue
+        extra = Usage()
+        for d in below:
+            extra = extra + d.usage
+        cost = sum(t.cost_usd or 0.0 for d in below for t in d.turns)
+        me = sessions.get(a.id, a)
+        why = limits.over_budget(me, extra, cost)
+        if why is not None:
+            whose = "its" if a.id == s.id else f"parent session {a.id}'s"
+            return f"{why} (counting {whose} {len(below)} descendant session(s): a budget "
+            "covers the subtree)"
+    return None
+
+
+def ancestors(store: Store, s: Session, limit: int = 1000) -> list[Session]:
+    """``s``'s parent, its parent's parent ... as their files say (a missing or damaged one,
+    or a loop, ends the chain)."""
+    out: list[Session] = []
+    seen = {s.id}
+    parent = s.parent_session_id
+    while parent and parent not in seen and len(out) < limit:
+        seen.add(parent)
+        got = store.read(parent)
+        if not isinstance(got, Session):
+            break
+        out.append(got)
+        parent = got.parent_session_id
+    return out
+
+
+def _all_sessions(store: Store, s: Session) -> dict[str, Session]:
+    found = {}
+    for sid in store.list_ids():
+        got = s if sid == s.id else store.read(sid)
+        if isinstance(got, Session):
+            found[sid] = got
+    return found
