@@ -30,8 +30,12 @@ class Tmux:
         rc.write_text(f"PS1='{PROMPT}'\nunset PROMPT_COMMAND\n")
         self.tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
                   f"bash --noprofile --rcfile {rc}")  # fmt: skip
-        self.tmux("set-option", "-g", "status", "off")
-        self.wait_until(lambda s: s.strip() == PROMPT.strip(), "the prompt", 20)
+        try:
+            self.tmux("set-option", "-g", "status", "off")
+            self.wait_until(lambda s: s.strip() == PROMPT.strip(), "the prompt", 20)
+        except BaseException:
+            self.close()  # a server that never became usable is not left behind
+            raise
 
     def tmux(self, *args: str) -> str:
         res = subprocess.run(
@@ -77,6 +81,7 @@ class Tmux:
             time.sleep(0.1)
 
     def close(self) -> None:
+        """Stop the server and everything in it (the shell, what it runs)."""
         try:
             self.tmux("kill-server")
         except (RuntimeError, subprocess.TimeoutExpired):

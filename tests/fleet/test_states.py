@@ -73,6 +73,20 @@ def test_a_budget_stops_a_claude_turn_mid_stream(zw: ZW) -> None:
     assert row["max_tokens"] == 1500 and "failed (budget)" in zw.run("ls").stdout
 
 
+def test_a_cost_budget_stops_claude_mid_stream_when_its_model_is_priced(zw: ZW) -> None:
+    """Claude reports its cost only at the end; with [claude.prices] pricing the model its
+    messages name, each message's usage is priced as it streams ($1.05 a message here)."""
+    prices = (
+        '[claude.prices]\n"claude-x" = { input = 1000.0, cached_input = 0.0, output = 1000.0 }\n'
+    )
+    configure(zw, prices)
+    env = {"FAKE_REPLAY": _claude_stream(zw, 6), "FAKE_LINE_DELAY": "1.0"}
+    sid = zw.spawn("build it", "--adapter", "claude", "--max-cost", "1.5", env_extra=env)
+    m = wait_status(zw, sid, "failed")
+    assert m["reason"] == "budget_exceeded" and "$2.1000 spent" in m["error"], m["error"]
+    assert '"result"' not in zw.turn_file(sid, 1).read_text()
+
+
 def test_codex_is_held_to_its_budget_when_the_turn_ends(zw: ZW) -> None:
     """Codex reports usage only at the end of a turn (codex_simple: 109 tokens)."""
     configure(zw, "[limits]\nmax_tokens = 100\n")

@@ -136,6 +136,24 @@ def test_running_turn_cost_ignored_and_no_error_while_completed() -> None:
     assert s.status is Status.COMPLETED and s.error is None
 
 
+def test_refresh_skips_unstarted_turns_and_keeps_the_latest_message() -> None:
+    """``refresh`` is one pass over the turns (every ls row runs it): an unstarted turn (ended
+    while queued) never makes the cost unknown, and the last message is the latest non-empty."""
+    s = full_session()
+    s.turns[0].final_message, s.turns[1].final_message = "first", None
+    s.turns.append(Turn(3, Status.KILLED, "queued", "summary", LATER, started=False))
+    s.refresh()
+    assert s.cost_usd == pytest.approx(0.00389)
+    assert s.last_message == "first"
+    s.turns[0].cost_usd = 0.0
+    s.turns[1].cost_usd = 0.0
+    s.refresh()
+    assert s.cost_usd == 0.0  # priced at zero is known, not unknown
+    s.turns = []
+    s.refresh()
+    assert (s.status, s.cost_usd, s.last_message, s.error) == (Status.FAILED, None, None, None)
+
+
 def test_usage_math() -> None:
     a = Usage(760, 450, 38, 4)
     b = Usage(460, 200, 30, 1)

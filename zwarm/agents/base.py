@@ -133,9 +133,11 @@ class ConformanceSamples(NamedTuple):
 
 class UsageFeed(Protocol):
     """Reads a turn's usage while it streams (``Agent.live_usage``): ``feed`` each output line
-    as it is written; ``usage`` is what the turn has used so far, as the agent reports it."""
+    as it is written; ``usage`` is what the turn has used so far, as the agent reports it, and
+    ``model`` the model it names (None if it names none)."""
 
     usage: Usage | None
+    model: str | None
 
     def feed(self, line: bytes) -> bool:
         """Take one output line; True if ``usage`` changed."""

@@ -248,22 +248,30 @@ class Session(Struct):
         return self.turns[-1] if self.turns else None
 
     def refresh(self) -> None:
-        """Recompute the derived fields from ``turns``."""
-        last = self.current
+        """Recompute the derived fields from ``turns``, in one pass (every load runs this:
+        ``ls`` once per session)."""
+        turns = self.turns
+        last = turns[-1] if turns else None
         self.status = last.status if last else Status.FAILED
         i = c = o = r = 0
-        for t in self.turns:
+        costs: list[float] = []
+        priced = True  # every finished turn has a cost
+        msg = None
+        for t in turns:
             u = t.usage
             i, c = i + u.input_tokens, c + u.cached_input_tokens
             o, r = o + u.output_tokens, r + u.reasoning_tokens
+            if t.started and t.status not in RUNS:
+                if t.cost_usd is None:
+                    priced = False
+                else:
+                    costs.append(t.cost_usd)
+            if t.final_message:
+                msg = t.final_message
         self.usage = Usage(i, c, o, r)
-        finished = [t for t in self.turns if t.started and t.status not in RUNS]
-        if finished and all(t.cost_usd is not None for t in finished):
-            self.cost_usd = round(sum(t.cost_usd or 0.0 for t in finished), 8)
-        else:
-            self.cost_usd = None  # unknown: never shown as zero
-        msgs = [t.final_message for t in self.turns if t.final_message]
-        self.last_message = msgs[-1] if msgs else None
+        # unknown (None) unless every finished turn is priced: never shown as zero
+        self.cost_usd = round(sum(costs), 8) if costs and priced else None
+        self.last_message = msg
         failed = last is not None and last.status is not Status.COMPLETED
         self.error = last.error if failed and last else None
         self.reason = last.reason if failed and last else None

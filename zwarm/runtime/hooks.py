@@ -18,6 +18,8 @@ true:
   clean-ups never mistake it for its agent, and it gets ``ZWARM_HOOK_SESSION``,
   ``ZWARM_HOOK_STATUS``, ``ZWARM_HOOK_EVENT`` and ``ZWARM_DIR`` instead;
 - nothing here raises into the supervisor: a failure to start hooks is one line in its log.
+A session that ends without its supervisor (it died, and a later read reconciled the session
+as ``supervisor_lost``) runs no hook: nothing of zwarm is there to run it.
 """
 
 from __future__ import annotations

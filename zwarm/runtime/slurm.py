@@ -121,7 +121,7 @@ class SlurmLauncher(Launcher):
             )
         job = r.stdout.decode("utf-8", "replace").strip().split(";", 1)[0]
         if r.returncode != 0 or not JOB_ID.match(job):
-            raise OSError(f"sbatch failed: {_last_line(r.stderr) or f'exit {r.returncode}'}")
+            raise OSError(f"sbatch failed: {_said(r.stderr) or f'exit {r.returncode}'}")
         turn.launcher = self.name
         turn.handle = {"job": job}
 
@@ -196,7 +196,7 @@ class SlurmLauncher(Launcher):
         if r is None or r.returncode != 0:
             from zwarm.errors import SessionStateError
 
-            why = "no answer" if r is None else _last_line(r.stderr) or f"exit {r.returncode}"
+            why = "no answer" if r is None else _said(r.stderr) or f"exit {r.returncode}"
             raise SessionStateError(
                 f"session {sid} is recorded killed, but Slurm did not cancel job {job} "
                 f"({why}): run `scancel {job}`"
@@ -422,7 +422,10 @@ def lost_reason(job: Job, log: str) -> tuple[Reason, str]:
         why = f"slurm job {job.id} ended without recording the turn (Slurm no longer knows it)"
         return Reason.SUPERVISOR_LOST, why
     if job.state == "CANCELLED" and job.reason == "DependencyNeverSatisfied":
-        why = f"dependency failed: slurm job {job.id} was cancelled (DependencyNeverSatisfied)"
+        why = (
+            f"dependency failed: slurm job {job.id} never started, a job it runs after did "
+            "not complete (CANCELLED, DependencyNeverSatisfied)"
+        )
         return Reason.DEPENDENCY_FAILED, why
     state = job.state + (f", {job.reason}" if job.reason and job.reason != "None" else "")
     if job.state in _LOST:
@@ -496,6 +499,7 @@ def _run(
         return None
 
 
-def _last_line(data: bytes) -> str:
+def _said(data: bytes) -> str:
+    """What a Slurm command wrote on stderr, on one line (its last three lines)."""
     lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return _word(lines[-1]) if lines else ""
+    return "".join(c for c in "; ".join(lines[-3:]) if c.isprintable())[:400]

@@ -127,7 +127,8 @@ class Watch(threading.Thread):
             return
         t = s.turns[self.n - 1]
         delta = _delta(self.manager, s, t, used)
-        cost = self.manager.estimate_cost(delta, s.model)
+        model = (self._feed.model if self._feed else None) or s.model
+        cost = self.manager.estimate_cost(delta, model)
         why = limits.over_budget(s, delta, cost)
         if why is not None:
             self._halt(Reason.BUDGET_EXCEEDED, why + "; stopped while it streamed")

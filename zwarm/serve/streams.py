@@ -18,7 +18,8 @@ Owns reading turn logs and session state for HTTP clients and fanning it out. Mu
   reconnects is sent the session as it is now first;
 - memory is bounded: a hub keeps at most ``HUB_BYTES``/``HUB_EVENTS`` of events, the fleet
   feed ``FLEET_EVENTS``; a client that falls behind them is resumed as above (sessions) or
-  sent a new snapshot (fleet), never buffered for without bound;
+  sent a new snapshot (fleet), never buffered for without bound; a client's own reader
+  keeps only what its client has not taken yet, and waits while that is ``PRIVATE_AHEAD``;
 - idle costs a heartbeat per client and nothing more per client: a session with nothing to
   read has no reader thread (the fleet watcher's look at the session directories, shared by
   all clients, wakes it when its meta.json changes), and the watcher runs only while a
@@ -53,6 +54,7 @@ HEARTBEAT = b": keep-alive\n\n"
 HEARTBEAT_S = 15.0  # a stream with nothing to say sends a comment this often
 HUB_BYTES = 32 << 20  # encoded events a hub keeps at most
 HUB_EVENTS = 200_000
+PRIVATE_AHEAD = 2_000  # a client's own reader waits when it is this many events ahead
 FLEET_EVENTS = 10_000
 GRACE_S = 30.0  # a hub (or the fleet watcher) nobody uses is kept this long for reconnects
 SCAN_S = 1.0  # the fleet watcher looks at the session directories this often (at least)
@@ -122,11 +124,14 @@ class Feed:
             self.frames[i] = b""
             self.floor = self.keys[i]
             self.head += 1
+        self._compact()
+        self._wake()
+
+    def _compact(self) -> None:
         if self.head - self.base > max(1024, len(self.keys) // 2):
             cut = self.head - self.base
             del self.keys[:cut], self.frames[:cut]
             self.base = self.head
-        self._wake()
 
     def close(self) -> None:
         self.closed = True
@@ -145,6 +150,16 @@ class Feed:
 
     def key_at(self, index: int) -> Any:
         return self.keys[index - self.base]
+
+    def forget(self, index: int) -> None:
+        """Drop the events before ``index`` (its only reader has them)."""
+        while self.head < min(index, self.end):
+            i = self.head - self.base
+            self.size -= len(self.frames[i])
+            self.frames[i] = b""
+            self.floor = self.keys[i]
+            self.head += 1
+        self._compact()
 
     def take(self, index: int) -> list[bytes]:
         if index < self.head:
@@ -172,7 +187,9 @@ class Hub:
         self.streams = streams
         self.sid = sid
         self.shared = shared
-        self.feed = Feed((start, 0, 0, 0), HUB_BYTES, HUB_EVENTS)
+        most = (HUB_BYTES, HUB_EVENTS) if shared else (1 << 62, 1 << 62)  # see ``taken``
+        self.feed = Feed((start, 0, 0, 0), *most)
+        self._room = None if shared else threading.Semaphore(PRIVATE_AHEAD)
         self.next_turn = start
         self.cursor: Cursor = (start, 0, 0, 0)  # the reader's (its thread's)
         self.users = 0
@@ -204,6 +221,14 @@ class Hub:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def taken(self, index: int, count: int) -> None:
+        """A private hub's client took ``count`` events, up to ``index``: they are dropped,
+        and the reader may go on."""
+        if self._room is not None:
+            self.feed.forget(index)
+            for _ in range(count):
+                self._room.release()
 
     # ---------------------------------------------------------------- in its thread
     def _run(self) -> None:
@@ -316,6 +341,9 @@ class Hub:
         self._call(self._mark_idle, idle)
 
     def _post(self, key: Cursor, event: str, data: Any) -> None:
+        while self._room is not None and not self._room.acquire(timeout=0.5):
+            if self._stop.is_set():
+                return  # its client is gone
         self.cursor = max(self.cursor, key)
         self._call(self.feed.append, key, frame(event, data, cursor_id(key)))
 
@@ -430,6 +458,7 @@ class Fleet:
         old = self.rows
         first, self._first = self._first, False
         touched = {sid for sid, st in stamps.items() if self._stamps.get(sid) != st}
+        touched |= self._stamps.keys() - stamps.keys()  # removed: their hubs say so
         busy = {sid for sid, r in old.items() if r["status"] in ("running", "stalled")}
         self._stamps = stamps
         gone = [sid for sid in old if sid not in stamps]
@@ -563,6 +592,7 @@ class Streams:
                 if frames:
                     index += len(frames)
                     want = max(want, hub.feed.key_at(index - 1))
+                    hub.taken(index, len(frames))
                     yield b"".join(frames)
                     continue
                 if hub.feed.closed or (until_idle and hub.idle):

@@ -474,11 +474,13 @@ class LiveUsage:
     """The usage of a run so far, fed its output a line at a time: the usage of each model
     call (assistant message), summed. Claude repeats a message's usage on every content-block
     line of it, so each message id counts once, with its latest figures; output tokens are as
-    streamed so far (a lower bound). ``usage`` is None until a message reported some."""
+    streamed so far (a lower bound). ``usage`` is None until a message reported some;
+    ``model`` is the model the latest one names (what a cost estimate prices)."""
 
     def __init__(self) -> None:
         self._by_message: dict[str, Usage] = {}
         self.usage: Usage | None = None
+        self.model: str | None = None
 
     def feed(self, line: bytes) -> bool:
         """Take one output line; True if the usage so far changed."""
@@ -493,6 +495,9 @@ class LiveUsage:
         used = _usage(message.get("usage"))
         if used is None:
             return False
+        model = _str(message.get("model"))
+        if model and model != "<synthetic>":
+            self.model = model[:200]
         key = _str(message.get("id")) or f"#{len(self._by_message)}"
         if self._by_message.get(key) == used:
             return False

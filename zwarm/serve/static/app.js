@@ -272,7 +272,7 @@
     const who = el("td", "who");
     who.append(el("b", "", r.name || r.id.slice(0, 8)));
     if (r.name) who.append(el("span", "id", r.id.slice(0, 8) + " "));
-    who.append(el("span", "task", oneLine(r.damaged ? r.error : r.task, 140)));
+    who.append(el("span", "brief", oneLine(r.damaged ? r.error : r.task, 140)));
     const step = r.activity || (r.status === "failed" ? r.error : r.last_message) || "";
     tr.append(
       st,

@@ -1,0 +1,242 @@
+"""The dashboard of ``zwarm serve`` in a real headless browser (Debian's Chromium, driven by
+Playwright): the token from the URL fragment, the board updating live, a running session's
+steps appearing as the agent writes them, a follow-up, kill, remove and a new session, at
+desktop and phone widths; the page loads nothing from anywhere but the server.
+
+Screenshots of the board and a session view at both widths are saved as test artifacts in
+``.artifacts/screens/`` (git-ignored); with ``ZWARM_UPDATE_SCREENS=1`` also into
+``docs/screens/`` (the copies in the repository).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, wait_until
+from tests.serve.conftest import Server
+
+pytestmark = pytest.mark.timeout(300)
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+ARTIFACTS = ROOT / ".artifacts" / "screens"
+
+
+@pytest.fixture
+def browser() -> Any:
+    """A headless Chromium (skipped where there is none, unless under CI, where it must be)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("playwright is not installed")
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            raise AssertionError(f"{CHROMIUM} is missing (.ci/run installs it)")
+        pytest.skip("chromium is not installed")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _shot(page: Any, name: str, full: bool = False) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full)
+    if os.environ.get("ZWARM_UPDATE_SCREENS") == "1":
+        shutil.copy(path, ROOT / "docs" / "screens" / path.name)
+
+
+def _showcase(path: Path, rounds: int) -> Path:
+    """A codex turn that does a bit of everything, slowly enough to watch (then more)."""
+    items: list[dict[str, Any]] = [
+        {"type": "reasoning", "text": "The parser mixes tokenizing and tree building; split it."},
+        {"type": "agent_message", "text": "I'll split parser.py into lexer.py and tree.py."},
+        {"type": "todo_list", "items": [{"text": "split the module", "completed": True},
+                                        {"text": "run the tests", "completed": False}]},  # fmt: skip
+        {"type": "command_execution", "command": "/bin/bash -lc 'pytest -q tests/test_parser.py'",
+         "aggregated_output": "F..\nFAILED tests/test_parser.py::test_unicode - KeyError\n"
+         "1 failed, 2 passed in 0.04s\n", "exit_code": 1, "status": "failed"},  # fmt: skip
+        {"type": "file_change", "changes": [{"path": "src/lexer.py", "kind": "add"},
+                                            {"path": "src/parser.py", "kind": "update"}],
+         "status": "completed"},  # fmt: skip
+        {"type": "mcp_tool_call", "server": "docs", "tool": "search_docs",
+         "arguments": {"query": "unicode identifiers"}, "status": "completed",
+         "result": {"content": [{"type": "text", "text": "PEP 3131: identifiers are NFKC"}]}},
+        {"type": "command_execution", "command": "/bin/bash -lc 'pytest -q'",
+         "aggregated_output": "....... 7 passed in 0.11s\n", "exit_code": 0,
+         "status": "completed"},  # fmt: skip
+    ]
+    lines = ['{"type":"thread.started","thread_id":"01a1ffe6-3595-7f80-954f-f6552aa38b0a"}']
+    lines.append('{"type":"turn.started"}')
+    for k in range(rounds):
+        for i, item in enumerate(items if k == 0 else items[1:2]):
+            body = dict(item, id=f"item_{k}_{i}")
+            if k:
+                body["text"] = f"still working: step {k}"
+            lines.append(json.dumps({"type": "item.completed", "item": body}))
+    lines.append('{"type":"turn.completed","usage":{"input_tokens":900,"output_tokens":60}}')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _world(zw: Any, serve: Any) -> tuple[Server, str]:
+    """Three finished sessions and a server whose agents stream the showcase slowly."""
+    zw.spawn("add a --verbose flag to cli.py and document it in the README", "--name",
+             "verbose", env_extra=zw.replay("codex_toolcall"))  # fmt: skip
+    zw.spawn("write tests for parser.py, covering the empty input and unicode", "--model",
+             "sonnet", "--name", "tests", env_extra=zw.replay("claude_toolcall"))  # fmt: skip
+    zw.spawn("fix the flaky test in test_io.py", env_extra=zw.replay("codex_error"))
+    show = _showcase(zw.tmp / "showcase.jsonl", 200)
+    srv = serve(env_extra={"FAKE_REPLAY": str(show), "FAKE_LINE_DELAY": "0.6"})
+    body = {"task": "split parser.py into a lexer and a tree builder; keep the tests green",
+            "name": "refactor"}  # fmt: skip
+    sid = srv.post("/api/sessions", body).json()["id"]
+    return srv, sid
+
+
+def test_the_dashboard_in_a_real_browser(zw, serve, browser) -> None:
+    srv, sid = _world(zw, serve)
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    requests: list[str] = []
+    problems: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: m.type == "error" and problems.append(m.text))
+
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector(f"tr[data-id='{sid}'] .st-running")
+    assert page.evaluate("location.hash") == "#/"  # the token left the address bar
+    assert context.cookies() == []
+    for name in ("verbose", "tests"):
+        page.wait_for_selector(f"tr:has-text('{name}') .st-completed")
+    page.wait_for_selector("tr .st-failed")
+    page.wait_for_function(
+        "() => document.querySelector(`tr[data-id='%s'] .c-step`).textContent.length > 0" % sid
+    )
+    _shot(page, "serve-board-desktop")
+
+    # a running session: its steps appear as the agent writes them
+    page.click(f"tr[data-id='{sid}']")
+    page.wait_for_selector("#steps .step.k-command")
+    before = page.locator("#steps .step").count()
+    page.wait_for_function(f"() => document.querySelectorAll('#steps .step').length > {before}")
+    for kind in ("reasoning", "message", "todo", "command", "file_change", "tool_call"):
+        assert page.locator(f"#steps .k-{kind}").count() >= 1, kind
+    failed_cmd = page.locator("#steps .k-command .bad").first.text_content()
+    assert failed_cmd == " (exit 1)"
+    assert page.locator("#steps .k-command .ok").first.text_content() == " (exit 0)"
+    assert page.locator("#s-status").text_content().startswith("running")
+    _shot(page, "serve-session-desktop")
+
+    # a follow-up: queued behind the running turn
+    page.fill("#inject-text", "then update the README's parser section")
+    page.click("#inject-btn")
+    page.wait_for_selector("#toast:has-text('turn 2 queued')")
+    queued = srv.get(f"/api/sessions/{sid}").json()["queued"]
+    assert queued == ["then update the README's parser section"]
+    page.wait_for_selector("#s-facts:has-text('+1 queued')")
+
+    # phone width, while it runs
+    page.set_viewport_size(PHONE)
+    page.wait_for_timeout(300)
+    _shot(page, "serve-session-phone")
+    page.click(".back")
+    page.wait_for_selector(f"tr[data-id='{sid}']")
+    assert page.locator("th").first.is_hidden()  # cards, not a table, on a phone
+    _shot(page, "serve-board-phone")
+    page.set_viewport_size(DESKTOP)
+
+    # kill, after confirming
+    page.click(f"tr[data-id='{sid}']")
+    page.wait_for_selector("#kill-btn:visible")
+    page.click("#kill-btn")
+    page.wait_for_selector("#confirm-dialog[open]")
+    assert "Kill refactor?" in page.text_content("#confirm-text")
+    page.click("#confirm-ok")
+    page.wait_for_selector("#s-status .st-killed")
+    assert zw.json("show", sid)["status"] == "killed"
+    assert zw.json("show", sid)["queued"] == []  # dropped with the kill
+    page.wait_for_selector("#kill-btn", state="hidden")
+
+    # remove, after confirming (cancel first: nothing happens)
+    page.click("#rm-btn")
+    page.click("#confirm-cancel")
+    assert srv.get(f"/api/sessions/{sid}").status == 200
+    page.click("#rm-btn")
+    page.click("#confirm-ok")
+    page.wait_for_selector("#board:visible")
+    page.wait_for_selector(f"tr[data-id='{sid}']", state="detached")
+    assert srv.get(f"/api/sessions/{sid}").status == 404
+
+    # a new session from the page
+    page.click("#new-btn")
+    page.fill("#n-task", "add type hints to lexer.py")
+    page.fill("#n-name", "hints")
+    page.click("#new-submit")
+    page.wait_for_selector("#session:visible #steps .step")
+    made = [r for r in zw.json("ls") if r["name"] == "hints"]
+    assert len(made) == 1 and made[0]["source"] == "serve"
+    assert page.evaluate("location.hash") == f"#/s/{made[0]['id']}"
+
+    assert problems == []
+    outside = [u for u in requests if not u.startswith(srv.base + "/")]
+    assert outside == [], outside  # nothing loaded from anywhere else
+    context.close()
+
+
+def test_the_page_without_its_token(zw, server: Server, browser) -> None:
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{server.base}/")
+    page.wait_for_selector("#notoken:visible")
+    assert page.locator("#board").is_hidden()
+    page.goto(f"{server.base}/#token=not-the-token-{'x' * 40}")
+    page.wait_for_selector("#notoken:visible")
+    assert "refused the token" in page.text_content("#notoken-why")
+    page.close()
+
+
+def test_session_text_is_never_markup(zw, serve, browser) -> None:
+    """What an agent writes is shown as text: a message holding HTML runs nothing."""
+    evil = zw.tmp / "evil.jsonl"
+    msg = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
+    item = {"id": "i", "type": "agent_message", "text": msg}
+    evil.write_text(
+        '{"type":"turn.started"}\n'
+        + json.dumps({"type": "item.completed", "item": item})
+        + '\n{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}\n'
+    )
+    srv = serve(env_extra={"FAKE_REPLAY": str(evil)})
+    sid = srv.post("/api/sessions", {"task": msg}).json()["id"]
+    wait_until(lambda: zw.meta(sid)["status"] == "completed")
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector(f"tr[data-id='{sid}']")
+    page.click(f"tr[data-id='{sid}']")
+    page.wait_for_selector("#steps .k-message")
+    assert msg in page.text_content("#steps .k-message")
+    assert page.locator("#steps img, #s-task img, #sessions img").count() == 0
+    assert page.title() != "pwned"
+    page.close()
