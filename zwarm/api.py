@@ -11,6 +11,9 @@ and their stable JSON shapes. Must stay true:
   said (``Stream.problems``);
 - an operation on several sessions does every one it can and then reports each failure
   (``PartlyFailed``); references naming one session count once;
+- a session spawned from inside a running session's agent is its child (``engine.tree``:
+  parent verified, depth limited); kill and rm of a parent take its linked descendants and
+  say so in their results; listings roll each subtree's usage and cost up;
 - what a caller should know but is not an error goes through ``warn`` (never printed here);
 - it knows no agent's argv or event format: that is the adapters' (``zwarm.agents``).
 """
@@ -1041,7 +1044,7 @@ class Zwarm:
 
 _FINISHED = tuple(s.value for s in FINISHED)
 _ACTIVE = frozenset(s.value for s in ACTIVE)
-_KILL_THREADS = 32  # kill --all: sessions stopped at once (each mostly waits for exits)
+_KILL_THREADS = 256  # kill --all: stopped at once (each waits for its exits; 200 in one wave)
 
 
 def _flat(done: list[Any]) -> list[str]:

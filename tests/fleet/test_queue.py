@@ -125,6 +125,57 @@ def test_a_supervisor_killed_before_its_pass_strands_nothing(zw: ZW) -> None:
     assert wait_status(zw, b, "completed")["turns"][0]["started"]
 
 
+def test_or_the_next_supervisor_to_end_a_turn_starts_it(zw: ZW) -> None:
+    """The same worst moment, and no command at all: C's supervisor, ending C's turn, runs
+    the pass A's could not, and starts B."""
+    configure(zw, "[limits]\nmax_running = 2\n")
+    hold_a, hold_c = zw.tmp / "hold-a", zw.tmp / "hold-c"
+    hold_a.touch()
+    hold_c.touch()
+    env_a = zw.gated(hold_a, FAKE_REPLAY=zw.sample("codex_simple"))
+    env_c = zw.gated(hold_c, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("task A", env_extra=env_a)
+    c = zw.spawn("task C", env_extra=env_c)
+    b = zw.spawn("task B", env_extra=env_c)
+    assert meta(zw, b)["status"] == "queued"
+    sup = meta(zw, a)["turns"][0]["supervisor"]["pid"]
+    with held_scheduler_lock(zw):
+        hold_a.unlink()
+        wait_status(zw, a, "completed")
+        time.sleep(0.3)
+        os.kill(sup, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{sup}").exists() or _zombie(sup), message="gone")
+    assert meta(zw, b)["status"] == "queued"
+    hold_c.unlink()  # C ends; its supervisor's pass starts B (no zwarm command runs)
+    wait_status(zw, c, "completed")
+    assert wait_status(zw, b, "completed")["turns"][0]["started"]
+
+
+def test_a_supervisor_whose_starter_died_never_runs_a_queued_turn(zw: ZW) -> None:
+    """A pass that dies after starting B's supervisor but before recording the start leaves
+    B queued: that supervisor must run nothing (else B would run over the cap, unrecorded)."""
+    import sys
+
+    configure(zw, CAP1)
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("task A", env_extra=env)
+    b = zw.spawn("task B", env_extra=env)
+    orphan = subprocess.run(
+        [sys.executable, "-I", "-m", "zwarm.runtime.supervisor", str(zw.state_dir), b],
+        env={**zw.env, **env},
+        capture_output=True,
+        timeout=60,
+    )
+    assert orphan.returncode == 0, orphan.stderr
+    m = meta(zw, b)
+    assert m["status"] == "queued" and m["turns"][0].get("supervisor") is None
+    hold.unlink()
+    wait_status(zw, b, "completed")
+    assert meta(zw, a)["status"] == "completed" and _prompts(zw) == ["task A", "task B"]
+
+
 def test_spawns_killed_at_random_moments_strand_nothing(zw: ZW) -> None:
     """Spawn processes SIGKILLed anywhere (before, while or after creating their queued
     session, in the middle of a pass): every session that exists ends up run, never more than

@@ -254,7 +254,8 @@ def server(serve: Callable[..., Server]) -> Server:
 
 def codex_stream(path: Path, n: int, text: str = "step") -> Path:
     """A codex turn of ``n`` agent messages (``{text} {i}``), then its terminal event."""
-    lines = ['{"type":"thread.started","thread_id":"01a1ffe6-3595-7f80-954f-f6552aa38b0a"}', '{"type":"turn.started"}']
+    lines = ['{"type":"thread.started","thread_id":"01a1ffe6-3595-7f80-954f-f6552aa38b0a"}']
+    lines.append('{"type":"turn.started"}')
     for i in range(n):
         item = {"id": f"item_{i}", "type": "agent_message", "text": f"{text} {i}"}
         lines.append(json.dumps({"type": "item.completed", "item": item}, separators=(",", ":")))

@@ -45,7 +45,7 @@ def test_every_route_answers_as_the_cli_does(zw, serve) -> None:
     assert traj == {"steps": zw.json("trajectory", sid), "problems": []}
     kinds = [s["kind"] for s in traj["steps"]]
     assert kinds == ["reasoning", "message", "command", "message"]
-    assert srv.get(f"/api/sessions/first/trajectory?turn=1").json()["steps"] == traj["steps"]
+    assert srv.get("/api/sessions/first/trajectory?turn=1").json()["steps"] == traj["steps"]
 
     r = srv.post(f"/api/sessions/{sid}/messages", {"message": "and again"})
     assert r.status == 200, r.body
@@ -300,7 +300,8 @@ def test_token_file_is_private_kept_and_replaceable(zw, serve) -> None:
     fresh = serve("--new-token")
     assert fresh.token != first.token
     assert fresh.get("/api/sessions").status == 200
-    assert fresh.get("/api/sessions", headers={"Authorization": f"Bearer {first.token}"}).status == 401
+    old = {"Authorization": f"Bearer {first.token}"}
+    assert fresh.get("/api/sessions", headers=old).status == 401
     fresh.stop()
     os.chmod(path, 0o644)  # readable by others: not a secret any more, so replaced
     replaced = serve()

@@ -61,6 +61,9 @@ def browser() -> Any:
 
 
 def _shot(page: Any, name: str, full: bool = False) -> None:
+    """A screenshot from the top of the page, once no toast covers it."""
+    page.wait_for_selector("#toast", state="hidden", timeout=15_000)
+    page.evaluate("window.scrollTo(0, 0)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=full)
@@ -70,23 +73,21 @@ def _shot(page: Any, name: str, full: bool = False) -> None:
 
 def _showcase(path: Path, rounds: int) -> Path:
     """A codex turn that does a bit of everything, slowly enough to watch (then more)."""
+    failing = "F..\nFAILED tests/test_parser.py::test_unicode - KeyError\n1 failed, 2 passed\n"
+    todo = [{"text": "split the module", "completed": True}]
+    todo.append({"text": "run the tests", "completed": False})
+    changes = [{"path": "src/lexer.py", "kind": "add"}, {"path": "src/parser.py", "kind": "update"}]
+    found = {"content": [{"type": "text", "text": "PEP 3131: identifiers are NFKC"}]}
+    search = {"type": "mcp_tool_call", "server": "docs", "tool": "search_docs", "result": found}
+    search.update(arguments={"query": "unicode identifiers"}, status="completed")
     items: list[dict[str, Any]] = [
         {"type": "reasoning", "text": "The parser mixes tokenizing and tree building; split it."},
         {"type": "agent_message", "text": "I'll split parser.py into lexer.py and tree.py."},
-        {"type": "todo_list", "items": [{"text": "split the module", "completed": True},
-                                        {"text": "run the tests", "completed": False}]},  # fmt: skip
-        {"type": "command_execution", "command": "/bin/bash -lc 'pytest -q tests/test_parser.py'",
-         "aggregated_output": "F..\nFAILED tests/test_parser.py::test_unicode - KeyError\n"
-         "1 failed, 2 passed in 0.04s\n", "exit_code": 1, "status": "failed"},  # fmt: skip
-        {"type": "file_change", "changes": [{"path": "src/lexer.py", "kind": "add"},
-                                            {"path": "src/parser.py", "kind": "update"}],
-         "status": "completed"},  # fmt: skip
-        {"type": "mcp_tool_call", "server": "docs", "tool": "search_docs",
-         "arguments": {"query": "unicode identifiers"}, "status": "completed",
-         "result": {"content": [{"type": "text", "text": "PEP 3131: identifiers are NFKC"}]}},
-        {"type": "command_execution", "command": "/bin/bash -lc 'pytest -q'",
-         "aggregated_output": "....... 7 passed in 0.11s\n", "exit_code": 0,
-         "status": "completed"},  # fmt: skip
+        {"type": "todo_list", "items": todo},
+        _command("pytest -q tests/test_parser.py", failing, 1),
+        {"type": "file_change", "changes": changes, "status": "completed"},
+        search,
+        _command("pytest -q", "....... 7 passed in 0.11s\n", 0),
     ]
     lines = ['{"type":"thread.started","thread_id":"01a1ffe6-3595-7f80-954f-f6552aa38b0a"}']
     lines.append('{"type":"turn.started"}')
@@ -99,6 +100,12 @@ def _showcase(path: Path, rounds: int) -> Path:
     lines.append('{"type":"turn.completed","usage":{"input_tokens":900,"output_tokens":60}}')
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _command(command: str, output: str, code: int) -> dict[str, Any]:
+    return {"type": "command_execution", "command": f"/bin/bash -lc '{command}'",
+            "aggregated_output": output, "exit_code": code,
+            "status": "completed" if code == 0 else "failed"}  # fmt: skip
 
 
 def _world(zw: Any, serve: Any) -> tuple[Server, str]:
@@ -133,9 +140,8 @@ def test_the_dashboard_in_a_real_browser(zw, serve, browser) -> None:
     for name in ("verbose", "tests"):
         page.wait_for_selector(f"tr:has-text('{name}') .st-completed")
     page.wait_for_selector("tr .st-failed")
-    page.wait_for_function(
-        "() => document.querySelector(`tr[data-id='%s'] .c-step`).textContent.length > 0" % sid
-    )
+    step = f"document.querySelector(`tr[data-id='{sid}'] .c-step`)"
+    page.wait_for_function(f"() => {step}.textContent.length > 0")
     _shot(page, "serve-board-desktop")
 
     # a running session: its steps appear as the agent writes them
@@ -143,8 +149,10 @@ def test_the_dashboard_in_a_real_browser(zw, serve, browser) -> None:
     page.wait_for_selector("#steps .step.k-command")
     before = page.locator("#steps .step").count()
     page.wait_for_function(f"() => document.querySelectorAll('#steps .step').length > {before}")
-    for kind in ("reasoning", "message", "todo", "command", "file_change", "tool_call"):
-        assert page.locator(f"#steps .k-{kind}").count() >= 1, kind
+    kinds = ("reasoning", "message", "todo", "command", "file_change", "tool_call", "tool_result")
+    for kind in kinds:
+        page.wait_for_selector(f"#steps .k-{kind}")
+    page.wait_for_selector("#steps .k-command .ok")
     failed_cmd = page.locator("#steps .k-command .bad").first.text_content()
     assert failed_cmd == " (exit 1)"
     assert page.locator("#steps .k-command .ok").first.text_content() == " (exit 0)"
@@ -212,6 +220,8 @@ def test_the_page_without_its_token(zw, server: Server, browser) -> None:
     page.goto(f"{server.base}/")
     page.wait_for_selector("#notoken:visible")
     assert page.locator("#board").is_hidden()
+    page.close()
+    page = browser.new_page(viewport=DESKTOP)
     page.goto(f"{server.base}/#token=not-the-token-{'x' * 40}")
     page.wait_for_selector("#notoken:visible")
     assert "refused the token" in page.text_content("#notoken-why")

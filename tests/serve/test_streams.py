@@ -85,16 +85,15 @@ def test_fifty_clients_stream_at_once(zw, serve) -> None:
 
     def session_client(k: int) -> None:
         try:
-            ev = Events_open(srv, f"/api/sessions/{sid}/stream?until_idle=1")
+            ev = _open(srv, f"/api/sessions/{sid}/stream?until_idle=1")
             results[k] = [e.data["text"] for e in _steps(ev.rest(timeout=180))]
         except BaseException as e:  # reported below
             results[k] = e
 
     def fleet_client(k: int) -> None:
         try:
-            ev = Events_open(srv, "/api/events")
-            seen = ev.until(lambda e: e.event == "session" and e.data["status"] == "completed"
-                            or e.event == "snapshot" and _done_in(e.data, sid), timeout=180)  # fmt: skip
+            ev = _open(srv, "/api/events")
+            seen = ev.until(lambda e: _done_in(e, sid), timeout=180)
             results[k] = seen[-1].event
         except BaseException as e:
             results[k] = e
@@ -115,12 +114,14 @@ def test_fifty_clients_stream_at_once(zw, serve) -> None:
     print(f"50 clients, {n} steps each to 40 of them: {took:.1f} s")
 
 
-def Events_open(srv: Server, path: str) -> Events:  # noqa: N802 - reads like the class
+def _open(srv: Server, path: str) -> Events:
     return srv.stream(path, timeout=120)
 
 
-def _done_in(snapshot: dict[str, Any], sid: str) -> bool:
-    return any(r["id"] == sid and r["status"] == "completed" for r in snapshot["sessions"])
+def _done_in(e: Event, sid: str) -> bool:
+    """Whether event ``e`` of the fleet stream says session ``sid`` completed."""
+    rows = e.data["sessions"] if e.event == "snapshot" else [e.data] if e.event == "session" else []
+    return any(r["id"] == sid and r["status"] == "completed" for r in rows)
 
 
 def test_a_session_stream_follows_follow_ups_until_removed(zw, serve) -> None:
@@ -158,7 +159,8 @@ def test_a_stream_from_a_later_turn_and_after_an_id(zw, serve) -> None:
     assert [s.data["turn"] for s in steps] == [1] * 4 + [2] * 4
     only2 = _steps(srv.stream(f"/api/sessions/{sid}/stream?turn=2&until_idle=1").rest())
     assert [s.data for s in only2] == [s.data for s in steps[4:]]
-    after = _steps(srv.stream(f"/api/sessions/{sid}/stream?after={steps[5].id}&until_idle=1").rest())
+    later = f"/api/sessions/{sid}/stream?after={steps[5].id}&until_idle=1"
+    after = _steps(srv.stream(later).rest())
     assert [s.id for s in after] == [s.id for s in steps[6:]]
 
 
@@ -187,7 +189,8 @@ def test_the_fleet_stream_resumes_exactly(zw, serve) -> None:
 
     stale = srv.stream("/api/events", last_id="00000000.5")  # another server's id
     s = stale.next()
-    assert s is not None and s.event == "snapshot" and [r["id"] for r in s.data["sessions"]] == [sid]
+    assert s is not None and s.event == "snapshot"
+    assert [r["id"] for r in s.data["sessions"]] == [sid]
 
     srv.delete(f"/api/sessions/{sid}")
     gone = again.until(lambda e: e.event == "removed")

@@ -52,7 +52,8 @@ def cluster_problem() -> str | None:
     except subprocess.TimeoutExpired:
         return f"slurmctld does not answer: run {START}"
     if "UP" not in ping.stdout:
-        return f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): run {START}"
+        said = (ping.stdout.strip() or ping.stderr.strip() or "no answer").splitlines()[0]
+        return f"slurmctld is not up (scontrol ping: {said}): run {START}"
     if not any(s.strip("*~#") in ("idle", "mixed", "allocated") for s in nodes.stdout.split()):
         return f"no Slurm node is up ({nodes.stdout.strip()}): run {START}"
     return None

@@ -40,7 +40,7 @@ def test_turns_and_follow_ups_run_as_jobs(sl: ZW) -> None:
     assert first != second  # one job per turn
     assert job_state(first)[0] == job_state(second)[0] == "COMPLETED"
     # the agent ran in the job, with the exported variable; nothing kept its value
-    argv, prompt = sl.recorded()
+    _, prompt = sl.recorded()
     assert prompt.endswith(b"second message")
     env_seen = sl.record / "env1.json"
     assert secret in env_seen.read_text() and "SLURM_JOB_ID" in env_seen.read_text()
@@ -61,6 +61,8 @@ def test_pending_job_is_shown_queued_and_killed(sl: ZW) -> None:
     sl_config(sl, extra_args=["--begin=now+3600"])  # held by Slurm for an hour
     sid = sl.spawn("never starts", env_extra=sl.replay("codex_simple"))
     job = job_of(sl, sid)
+    with sl.api().store.transaction(sid) as s:  # waiting long past the local start grace
+        s.turns[0].started_at = "2000-01-01T00:00:00+00:00"
     row = {r["id"]: r for r in sl.json("ls")}[sid]
     assert row["status"] == "running" and row["launcher"] == "slurm"
     assert row["launcher_state"]["state"] == "PENDING"

@@ -345,7 +345,7 @@ def test_a_damaged_store_is_one_line(zw, inproc) -> None:
     with FakeChatServer([final("ok")]) as srv:
         assert inproc(srv, "x").returncode == 0
         (run_dir,) = runs(zw)
-        sql(run_dir, "UPDATE messages SET body = '{\"role\": \"wizard\"}' WHERE seq = 2")
+        sql(run_dir, 'UPDATE messages SET body = \'{"role": "wizard"}\' WHERE seq = 2')
         res = zw.run("orchestrate", "show", "last")
         assert res.returncode == 1 and "Traceback" not in res.stderr
         assert res.stderr.strip() == (

@@ -195,3 +195,86 @@ def test_wait_gone(cleanup) -> None:
     assert procs.wait_gone(ref, 0.1) is False
     p.kill()
     assert procs.wait_gone(ref, 30.0) is True
+
+
+# ------------------------------------------------------------------ shared /proc scans
+def test_marked_is_found_by_the_one_scan_and_only_for_its_session(cleanup) -> None:
+    """``marked`` reads each process's environment once: a process carrying the marker is
+    found for its session, never for another (nor for a session id it merely contains)."""
+    p = _marked("sleep 300", SID)
+    cleanup.append(p)
+    ref = wait_until(lambda: procs.identify(p.pid), message="marked sleep")
+    wait_until(lambda: ref in procs.marked(SID) or None, message="found by its marker")
+    assert ref not in procs.marked(SID[:-1] + "e")
+    assert ref in procs._scan()[SID]
+
+
+def test_concurrent_callers_share_scans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (kill --all took 7.6 s over 200 sessions): each kill scanned /proc; 32
+    callers at once now share a few scans."""
+    import threading
+
+    calls = []
+
+    def slow_scan() -> dict[str, list[ProcRef]]:
+        calls.append(1)
+        time.sleep(0.2)
+        return {SID: []}
+
+    monkeypatch.setattr(procs, "_MARKED", procs._SharedScan(slow_scan))
+    threads = [threading.Thread(target=procs.marked, args=(SID,)) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 1 <= len(calls) <= 3, len(calls)
+
+
+def test_a_caller_never_gets_a_scan_begun_before_it_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scan running when a caller asks may have missed a process started just before:
+    the caller waits for the next scan, which begins after it asked."""
+    import threading
+
+    began = threading.Event()
+    release = threading.Event()
+    n = [0]
+    ref = ProcRef(1, 1, "b")
+
+    def scan() -> dict[str, list[ProcRef]]:
+        n[0] += 1
+        mine = n[0]
+        if mine == 1:
+            began.set()
+            release.wait(10)
+        return {SID: [ProcRef(ref.pid, mine, "b")]}
+
+    monkeypatch.setattr(procs, "_MARKED", procs._SharedScan(scan))
+    first: list[list[ProcRef]] = []
+    t = threading.Thread(target=lambda: first.append(procs.marked(SID)))
+    t.start()
+    assert began.wait(10)
+    late: list[list[ProcRef]] = []
+    t2 = threading.Thread(target=lambda: late.append(procs.marked(SID)))
+    t2.start()
+    time.sleep(0.1)  # t2 now waits for scan 1 to end
+    release.set()
+    t.join(10)
+    t2.join(10)
+    assert [r.start_ticks for r in first[0]] == [1]
+    assert [r.start_ticks for r in late[0]] == [2]  # a scan begun after it asked
+
+
+def test_descendants_from_one_pass_match_psutil(cleanup) -> None:
+    """``descendants`` walks a shared parent map of /proc (one pass serves every concurrent
+    kill) and finds what psutil finds, grandchildren included, each once."""
+    p = _start("sh -c 'sleep 300 & sleep 301 & wait' & sleep 302 & wait")
+    cleanup.append(p)
+    ref = wait_until(lambda: procs.identify(p.pid), message="leader")
+    _children_refs(p.pid, 4)
+    want = {k.pid for k in psutil.Process(p.pid).children(recursive=True)}
+    got = procs.descendants(ref)
+    assert {r.pid for r in got} == want and len(got) == len(want)
+    assert all(procs.is_alive(r) for r in got)
+    assert procs._below(1, {1: [ref], ref.pid: [ProcRef(1, 1, "b")]}) == [ref]  # a loop ends

@@ -176,7 +176,7 @@ def test_a_state_dir_other_nodes_cannot_see_is_refused(
     launcher = slurm.SlurmLauncher(Store(tmp_path), Env(environ={}))
     monkeypatch.setattr(slurm, "fs_type", lambda path: "tmpfs")
     monkeypatch.setattr(slurm, "other_nodes", lambda partition: ["node1", "node2"])
-    with pytest.raises(OSError, match="on tmpfs, which Slurm's other nodes .node1, node2"):
+    with pytest.raises(OSError, match=r"on tmpfs, which Slurm's other nodes \(node1, node2"):
         launcher._check_shared(str(tmp_path), TABLE)
     monkeypatch.setattr(slurm, "other_nodes", lambda partition: [])  # one node: fine
     launcher._check_shared(str(tmp_path), TABLE)

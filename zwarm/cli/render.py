@@ -402,9 +402,12 @@ def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
         parts.append("after " + ", ".join(a[:8] for a in d["after"]))
     if parts:
         c.print("  ".join(parts))
-    note = fleet_note(d, now).strip()
-    if d["status"] in ("queued", "parked", "stalled") and (note or d.get("wait")):
-        said = " ".join(filter(None, [note, d.get("wait")]))
+    if d["status"] == "queued":  # its place, and why it waits (the scheduler's words)
+        place = f"#{d['queue_position']}" if d.get("queue_position") else ""
+        said = " · ".join(filter(None, [place, d.get("wait")]))
+    else:
+        said = fleet_note(d, now).strip()
+    if said and d["status"] in ("queued", "parked", "stalled"):
         c.print(f"[cyan]{esc(d['status'])}:[/] {esc(said)}")
 
 
@@ -441,7 +444,9 @@ def _turn(c: Any, t: dict[str, Any], now: float) -> None:
     c.rule(f"turn {t['n']} {t['status']} {ended}".strip())
     secs = took(t.get("started_at"), t.get("ended_at"), now)
     span = (
-        f"took {fmt_duration(secs)}" if t.get("ended_at") else f"running for {fmt_duration(secs)}"
+        f"took {fmt_duration(secs)}"
+        if t.get("ended_at")
+        else f"{'queued' if t['status'] == 'queued' else 'running'} for {fmt_duration(secs)}"
     )
     c.print(f"[dim]started {fmt_local(t['started_at'])}  {span}  context {t['context']}[/]")
     if t.get("launcher") not in (None, "local"):  # e.g. "slurm job 1234"

@@ -47,6 +47,12 @@ def diff_command(
     As a unified diff (coloured on a terminal), --stat, or --json: files with status,
     added/removed lines and hunks. For a session sharing its tree with others, a note says
     when another session ran there at the same time (its writes may be in the diff).
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name.
+
+    \b
+    Examples:
+      zwarm diff verbose --stat
+      zwarm diff 3f2a --turn 2 --json
     """
     api = get_api(ctx)
     if as_json:
@@ -90,7 +96,12 @@ def comment_command(
 
     Open comments go to the agent with the next `zwarm inject` (or now, with --send): each
     with its file, line and the diff lines around it, then the message. `zwarm show` lists
-    them.
+    them. SESSION is a session id, a unique prefix of it (4+ characters), or its name.
+
+    \b
+    Examples:
+      zwarm comment verbose cli.py:42 "this flag needs a test"
+      zwarm comment verbose --file review.txt --send
     """
     from zwarm.engine.review import parse_target
 
@@ -142,7 +153,12 @@ def merge_command(
 
     Refused while the session runs, and when the target checkout has uncommitted changes
     in files the merge touches; a conflict aborts the merge (nothing changes) and names the
-    conflicting files.
+    conflicting files. SESSION is a session id, a unique prefix of it (4+ characters), or its name.
+
+    \b
+    Examples:
+      zwarm merge verbose
+      zwarm merge 3f2a --into main --squash --message "Add --verbose"
     """
     res = get_api(ctx).merge(session, into=into, squash=squash, message=message)
     if as_json:
@@ -165,7 +181,13 @@ def merge_command(
 def apply_command(ctx: click.Context, session: str, turn: int | None, as_json: bool) -> None:
     """Apply SESSION's diff (or one --turn's) to the checkout here, without committing.
 
-    All or nothing: if any part does not apply, nothing changes.
+    All or nothing: if any part does not apply, nothing changes. SESSION is a session id,
+    a unique prefix of it (4+ characters), or its name.
+
+    \b
+    Examples:
+      zwarm apply verbose
+      zwarm apply 3f2a --turn 2
     """
     res = get_api(ctx).apply(session, turn)
     if as_json:

@@ -117,7 +117,8 @@ def children_map(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
     rows = list(rows)
     ids = {r["id"] for r in rows}
     kids: dict[str, list[str]] = {}
-    for r in sorted(rows, key=lambda r: (r.get("created_at") or "", r["id"])):
+    linked = [r for r in rows if r.get("parent_session_id")]
+    for r in sorted(linked, key=lambda r: (r.get("created_at") or "", r["id"])):
         parent = r.get("parent_session_id")
         if parent and parent in ids and parent != r["id"]:
             kids.setdefault(parent, []).append(r["id"])
@@ -144,79 +145,66 @@ def descendants(
     return out
 
 
-@dataclass
-class Totals:
-    """What a subtree used: tokens per kind, the known cost, how many sessions' cost is
-    unknown, and how many sessions it has."""
+_N = len(USAGE_KEYS)  # a subtree's totals: the usage keys, then cost, known, unpriced, count
 
-    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
-    cost: float = 0.0
-    known: int = 0
-    unpriced: int = 0
-    sessions: int = 0
 
-    def add_row(self, r: Mapping[str, Any]) -> None:
-        for k, v in (r.get("usage") or {}).items():
-            if k in self.usage and isinstance(v, int):
-                self.usage[k] += v
-        cost = r.get("cost_usd")
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool):
-            self.cost += cost
-            self.known += 1
-        else:
-            self.unpriced += 1
-        self.sessions += 1
+def _own(r: Mapping[str, Any]) -> list[float]:
+    usage = r.get("usage") or {}
+    out: list[float] = [v if isinstance(v := usage.get(k), int) else 0 for k in USAGE_KEYS]
+    cost = r.get("cost_usd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        out += [cost, 1, 0, 1]
+    else:
+        out += [0.0, 0, 1, 1]
+    return out
 
-    def add(self, other: Totals) -> None:
-        for k, v in other.usage.items():
-            self.usage[k] += v
-        self.cost += other.cost
-        self.known += other.known
-        self.unpriced += other.unpriced
-        self.sessions += other.sessions
 
-    @property
-    def cost_usd(self) -> float | None:
-        """The known part of the cost (a lower bound when ``unpriced``); None if none known."""
-        return round(self.cost, 8) if self.known else None
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "tree_sessions": self.sessions,
-            "tree_usage": dict(self.usage),
-            "tree_cost_usd": self.cost_usd,
-            "tree_unpriced": self.unpriced,
-        }
+def _fields(t: list[float]) -> dict[str, Any]:
+    """A subtree's totals as row fields: its known cost is a lower bound when
+    ``tree_unpriced`` counts sessions of unknown cost, and None when none is known."""
+    return {
+        "tree_sessions": int(t[_N + 3]),
+        "tree_usage": {k: int(t[i]) for i, k in enumerate(USAGE_KEYS)},
+        "tree_cost_usd": round(t[_N], 8) if t[_N + 1] else None,
+        "tree_unpriced": int(t[_N + 2]),
+    }
 
 
 def roll_up(rows: list[dict[str, Any]]) -> None:
     """Fill in each listing row's ``children`` and its subtree's totals (``tree_usage``,
     ``tree_cost_usd``, ``tree_unpriced``, ``tree_sessions``: the session and all its
-    descendants in the listing)."""
-    by_id = {r["id"]: r for r in rows}
+    descendants in the listing). A row in no tree keeps what ``api.row`` gave it (itself,
+    no children): only the rows of trees are walked."""
     kids = children_map(rows)
-    totals: dict[str, Totals] = {}
-    state: set[str] = set()
+    if not kids:
+        return
+    members = set(kids).union(*kids.values())
+    by_id = {r["id"]: r for r in rows if r["id"] in members}
+    totals: dict[str, list[float]] = {}
+    seen: set[str] = set()
     for root in by_id:
+        if root in seen:
+            continue
+        seen.add(root)
         stack = [(root, False)]
         while stack:
             sid, done = stack.pop()
-            if done:
-                t = Totals()
-                t.add_row(by_id[sid])
-                for k in kids.get(sid, []):
-                    if k in totals:  # one still being visited is a loop in the links: cut
-                        t.add(totals[k])
-                totals[sid] = t
+            if not done:
+                stack.append((sid, True))
+                for k in kids.get(sid, ()):
+                    if k not in seen:
+                        seen.add(k)
+                        stack.append((k, False))
                 continue
-            if sid in state:
-                continue
-            state.add(sid)
-            stack.append((sid, True))
-            stack.extend((k, False) for k in kids.get(sid, []) if k not in state)
+            t = _own(by_id[sid])
+            for k in kids.get(sid, ()):
+                sub = totals.get(k)  # missing: a loop in the links, cut there
+                if sub is not None:
+                    t = [a + b for a, b in zip(t, sub, strict=True)]
+            totals[sid] = t
     for sid, r in by_id.items():
-        r["children"] = list(kids.get(sid, []))
-        r.update(totals[sid].fields())
+        r["children"] = list(kids.get(sid, ()))
+        r.update(_fields(totals[sid]))
 
 
 def subtree(rows: list[dict[str, Any]], sid: str) -> list[dict[str, Any]]:

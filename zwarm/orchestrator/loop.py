@@ -179,7 +179,7 @@ def find_run(api: Zwarm, ref: str) -> tuple[RunStore, str]:
     rs = open_store(api, create=False)
     if rs is None:
         if ref == "last":
-            raise OrchestratorError("there is no orchestrator run to resume")
+            raise OrchestratorError("there is no orchestrator run yet")
         if not re.match(r"^[0-9a-f-]{1,40}\Z", ref):
             raise InvalidInput(f"invalid run id {ref!r}")
         raise OrchestratorError(f"no run matches {ref!r} (there are no runs in {api.state_dir})")

@@ -336,16 +336,17 @@ class RunStore:
     def tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``): all of it or none."""
         with _db_errors(self.path):
-            if not self.conn.in_transaction:
-                self.conn.execute("BEGIN IMMEDIATE")
-            try:
+            mine = not self.conn.in_transaction  # else: part of the one around it
+            try:  # a signal (Ctrl-C) anywhere in here leaves no transaction open
+                if mine:
+                    self.conn.execute("BEGIN IMMEDIATE")
                 yield self.conn
+                if mine:
+                    self.conn.execute("COMMIT")
             except BaseException:
-                if self.conn.in_transaction:
+                if mine and self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 raise
-            if self.conn.in_transaction:
-                self.conn.execute("COMMIT")
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with _db_errors(self.path):
@@ -361,7 +362,7 @@ class RunStore:
         runs = self.run_ids()
         if ref == "last":
             if not runs:
-                raise OrchestratorError("there is no orchestrator run to resume")
+                raise OrchestratorError("there is no orchestrator run yet")
             return runs[-1]
         if not _RUN_REF.match(ref):
             raise InvalidInput(f"invalid run id {ref!r}")

@@ -10,7 +10,9 @@ Owns every signal zwarm sends. Must stay true:
   process, even with its true start time, can never get it signalled;
 - killing a session's processes kills the agent's process group, every descendant, and every
   process carrying the marker (which also finds an agent whose supervisor died before
-  recording it, and children that left the group with ``setsid``).
+  recording it, and children that left the group with ``setsid``);
+- the /proc scans for markers and descendants are shared by concurrent callers (``kill
+  --all``) but never stale: each caller gets a scan that began after it asked.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from zwarm.model import ProcRef
 from zwarm.runtime import boot
@@ -107,7 +111,7 @@ def marked(sid: str) -> list[ProcRef]:
     ``kill --all`` stops 200 sessions with a few scans, not 200)."""
     if not _LINUX:
         return []
-    return list(_SCANS.fresh().get(sid, ()))
+    return list(_MARKED.fresh().get(sid, ()))
 
 
 def _scan() -> dict[str, list[ProcRef]]:
@@ -115,6 +119,7 @@ def _scan() -> dict[str, list[ProcRef]]:
     (the environment is read first: most processes carry none and cost one read)."""
     me, uid = os.getpid(), os.geteuid()
     want = MARKER.encode() + b"="
+    n = len(want)
     found: dict[str, list[ProcRef]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
@@ -127,7 +132,7 @@ def _scan() -> dict[str, list[ProcRef]]:
                 env = f.read()
         except OSError:
             continue
-        sids = {e[len(want) :].decode("ascii", "replace") for e in env.split(b"\0") if e.startswith(want)}
+        sids = {e[n:].decode("ascii", "replace") for e in env.split(b"\0") if e[:n] == want}
         ref = identify(pid) if sids else None
         if ref is not None and not _is_zombie(pid):
             for sid in sids:
@@ -135,18 +140,32 @@ def _scan() -> dict[str, list[ProcRef]]:
     return found
 
 
-class _SharedScan:
+def _tree() -> dict[int, list[ProcRef]]:
+    """One pass over /proc: every process's identity, by its parent's pid."""
+    kids: dict[int, list[ProcRef]] = {}
+    bid = boot_id()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat_fields(int(name))) is not None:
+            kids.setdefault(int(fields[1]), []).append(ProcRef(int(name), int(fields[19]), bid))
+    return kids
+
+
+K = TypeVar("K")
+
+
+class _SharedScan(Generic[K]):
     """Scans of /proc shared by concurrent callers, never stale: a caller gets the result of
     a scan that began after it asked (one running when it asked may have missed a process
     started just before), and one scan runs at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, scan: Callable[[], dict[K, list[ProcRef]]]) -> None:
+        self._scan = scan
         self._cond = threading.Condition()
         self._started = self._done = 0
         self._running = False
-        self._result: dict[str, list[ProcRef]] = {}
+        self._result: dict[K, list[ProcRef]] = {}
 
-    def fresh(self) -> dict[str, list[ProcRef]]:
+    def fresh(self) -> dict[K, list[ProcRef]]:
         with self._cond:
             target = self._started + 1  # the next scan to begin, after this call
             while self._done < target:
@@ -158,7 +177,7 @@ class _SharedScan:
                 try:
                     self._cond.release()
                     try:
-                        result = _scan()
+                        result = self._scan()
                     finally:
                         self._cond.acquire()
                     self._result, self._done = result, self._started
@@ -168,13 +187,16 @@ class _SharedScan:
             return self._result
 
 
-_SCANS = _SharedScan()
+_MARKED = _SharedScan(_scan)
+_TREES = _SharedScan(_tree)
 
 
 def descendants(ref: ProcRef) -> list[ProcRef]:
     """Identities of every live descendant of ``ref`` (empty if ``ref`` is not alive)."""
     if not is_alive(ref):
         return []
+    if _LINUX:  # one shared pass over /proc (psutil makes one per call)
+        return _below(ref.pid, _TREES.fresh())
     import psutil
 
     try:
@@ -182,6 +204,19 @@ def descendants(ref: ProcRef) -> list[ProcRef]:
     except psutil.Error:
         return []
     return [r for r in (identify(k.pid) for k in kids) if r is not None]
+
+
+def _below(pid: int, kids: dict[int, list[ProcRef]]) -> list[ProcRef]:
+    """Every process under ``pid`` in ``kids`` (parent pid -> children), each once."""
+    out: list[ProcRef] = []
+    todo, seen = [pid], {pid}
+    while todo:
+        for r in kids.get(todo.pop(), ()):
+            if r.pid not in seen:
+                seen.add(r.pid)
+                out.append(r)
+                todo.append(r.pid)
+    return out
 
 
 def kill_session(agent: ProcRef | None, sid: str, grace: float = 3.0) -> bool:

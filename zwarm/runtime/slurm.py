@@ -28,6 +28,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import time
@@ -113,6 +114,8 @@ class SlurmLauncher(Launcher):
 
         write_private(log, b"")  # a new file of ours (a planted link is replaced, not followed)
         argv = sbatch_argv(table, self.env.environ, sid, turn, str(log), after, after_any)
+        if shutil.which("sbatch", path=self.env.environ.get("PATH", os.defpath)) is None:
+            raise OSError("sbatch not found on PATH (Slurm's client commands are needed here)")
         script = job_script(table["python"] or self.env.python, root, sid, turn.n)
         r = _run(argv, SUBMIT_TIMEOUT_S, script.encode(), submit_env(self.env.environ))
         if r is None:
@@ -324,9 +327,10 @@ def jobs_state(jobs: Sequence[str]) -> dict[str, Job | None]:
             ask.append(job)
     if ask:
         got = _query(ask)
+        done = time.monotonic()  # an answer that took long is still fresh for CACHE_S
         for job in ask:
             out[job] = None if got is None else got.get(job, Job(job, ""))
-            _cache[job] = (now, out[job])
+            _cache[job] = (done, out[job])
     return out
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from zwarm.store import Store
 
 PARKED_POLL_S = 1.0  # a parked session's supervisor looks whether it was killed or resumed
+PASS_WAIT_S = 120.0  # longest a supervisor waits for the scheduler lock before it exits
 
 
 def run(state_dir: Path, sid: str) -> int:
@@ -206,7 +207,7 @@ def _afterwards(
         time.sleep(min(left, PARKED_POLL_S))
     try:
         if sched.pending() or scheduler.capped(manager.config):
-            sched.run()
+            sched.run(PASS_WAIT_S)  # held longer (by what?): the next command's pass runs it
     except Exception as e:  # the turn is recorded; the next command's pass starts the rest
         print(f"zwarm supervisor: scheduler pass failed: {type(e).__name__}: {e}", file=sys.stderr)
 

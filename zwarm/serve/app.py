@@ -25,6 +25,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 import msgspec
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -99,6 +101,7 @@ class Server:
         self.opts = opts
         self.streams = streams.Streams(self.new_api)
         self._mcp: Any = None
+        self._tasks: Any = None  # the lifespan's task group
 
     def new_api(self) -> Zwarm:
         return Zwarm(env=dataclasses.replace(self.opts.env))
@@ -127,9 +130,11 @@ class Server:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         try:
-            if self._mcp is not None:
-                async with self._mcp.run():
+            if self.opts.mcp:
+                async with anyio.create_task_group() as tg:
+                    self._tasks = tg  # /mcp's session manager runs here once it is used
                     yield
+                    tg.cancel_scope.cancel()
             else:
                 yield
         finally:
@@ -137,21 +142,47 @@ class Server:
 
     def mcp_route(self) -> Route:
         """zwarm's orchestrator tools over MCP's streamable HTTP transport (Host, Origin and
-        the token are checked by ``Guard``, as for every route)."""
-        from mcp.server.streamable_http_manager import (
-            StreamableHTTPASGIApp,
-            StreamableHTTPSessionManager,
-        )
+        the token are checked by ``Guard``, as for every route). The MCP SDK takes seconds to
+        import: it is loaded when ``/mcp`` is first used, and that request waits for it."""
+        self._mcp_ready = anyio.Event()
+        self._mcp_started = False
+        return Route("/mcp", _Asgi(self._mcp_app))
+
+    async def _run_mcp(self) -> None:
+        try:
+            manager = await anyio.to_thread.run_sync(self._mcp_manager, abandon_on_cancel=True)
+        except Exception as e:  # a broken MCP SDK: the rest of the server serves on
+            self.opts.log(f"zwarm serve: /mcp is not served: {type(e).__name__}: {e}")
+            self._mcp_ready.set()
+            return
+        async with manager.run():
+            self._mcp = manager
+            self._mcp_ready.set()
+            await anyio.sleep_forever()
+
+    def _mcp_manager(self) -> Any:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
         from mcp.server.transport_security import TransportSecuritySettings
 
         from zwarm.orchestrator.mcp_server import build_server
 
-        self._mcp = StreamableHTTPSessionManager(
+        return StreamableHTTPSessionManager(
             app=build_server(self.new_api()),
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             max_request_body_size=MAX_BODY,
         )
-        return Route("/mcp", StreamableHTTPASGIApp(self._mcp))
+
+    async def _mcp_app(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self._mcp_started:
+            self._mcp_started = True
+            self._tasks.start_soon(self._run_mcp)
+        with anyio.move_on_after(120):
+            await self._mcp_ready.wait()
+        if self._mcp is None:
+            reply = _json({"error": "MCP is not available on this server"}, 503)
+            await reply(scope, receive, send)
+            return
+        await self._mcp.handle_request(scope, receive, send)
 
     # ---------------------------------------------------------------- error handling
     def _handle(
@@ -337,6 +368,16 @@ class Server:
 
 
 # -------------------------------------------------------------------- helpers
+class _Asgi:
+    """An ASGI callable as a route's endpoint (a plain function would get a ``Request``)."""
+
+    def __init__(self, app: Callable[[Any, Any, Any], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
 def select(
     rows: list[dict[str, Any]],
     name: str | None,

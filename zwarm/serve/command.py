@@ -112,9 +112,10 @@ def _need_extra() -> None:
 
 
 def _has_mcp() -> bool:
-    try:
-        import mcp.server.streamable_http_manager  # noqa: F401
-    except ImportError:
+    """Whether the MCP SDK is installed (it is imported once the server runs: it is slow)."""
+    from importlib.util import find_spec
+
+    if find_spec("mcp") is None:
         warn("the MCP SDK is not installed: /mcp is not served (pip install 'zwarm[serve]')")
         return False
     return True
