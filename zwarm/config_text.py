@@ -92,7 +92,7 @@ DOCS: dict[str, dict[str, str]] = {
         "cpus": "CPUs per turn (--cpus-per-task); 0 = the partition's default.",
         "mem": 'Memory per turn ("4G"; --mem); "" = the partition\'s default.',
         "extra_args": "More sbatch arguments for every turn's job.",
-        "env": "Names of variables exported to the jobs (API keys...); values never written.",
+        "env": "Names of variables exported to the jobs (API keys...); zwarm writes no value.",
         "python": 'Python with zwarm on the compute nodes; "" = the one running zwarm here.',
     },
 }

@@ -231,8 +231,10 @@ def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     n = max(int(p.stem[4:]) for p in zw.record.glob("argv*.json"))
     got = json.loads((zw.record / f"env{n}.json").read_text())
     sid = res.stdout.strip()
-    # plus the session marker by which kill verifies a process is the session's own
+    # plus the session marker by which kill verifies a process is the session's own, and
+    # what makes a session the agent spawns its child, in the same state dir (engine.tree)
     want = {**user, "ZW_ADDED": "from config", "ZW_BOTH": "config wins", "ZWARM_SESSION_ID": sid}
+    want |= {"ZWARM_PARENT_SESSION": sid, "ZWARM_DIR": os.path.realpath(zw.state_dir)}
     assert got == want
 
 

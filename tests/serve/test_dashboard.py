@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +116,14 @@ def _world(zw: Any, serve: Any) -> tuple[Server, str]:
     zw.spawn("write tests for parser.py, covering the empty input and unicode", "--model",
              "sonnet", "--name", "tests", env_extra=zw.replay("claude_toolcall"))  # fmt: skip
     zw.spawn("fix the flaky test in test_io.py", env_extra=zw.replay("codex_error"))
+    git = ["git", "-C", str(zw.cwd), "-c", "user.email=t@t", "-c", "user.name=t"]
+    (zw.cwd / "parser.py").write_text("def parse(text):\n    return text.split()\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
+        subprocess.run([*git, *args], check=True)
     show = _showcase(zw.tmp / "showcase.jsonl", 200)
-    srv = serve(env_extra={"FAKE_REPLAY": str(show), "FAKE_LINE_DELAY": "0.6"})
+    edit = "printf 'def lex(text):\\n    return text.split()\\n' > lexer.py"
+    env = {"FAKE_REPLAY": str(show), "FAKE_LINE_DELAY": "0.6", "FAKE_SHELL": edit}
+    srv = serve(env_extra=env)
     body = {"task": "split parser.py into a lexer and a tree builder; keep the tests green",
             "name": "refactor"}  # fmt: skip
     sid = srv.post("/api/sessions", body).json()["id"]
@@ -166,6 +173,14 @@ def test_the_dashboard_in_a_real_browser(zw, serve, browser) -> None:
     queued = srv.get(f"/api/sessions/{sid}").json()["queued"]
     assert queued == ["then update the README's parser section"]
     page.wait_for_selector("#s-facts:has-text('+1 queued')")
+
+    # its diff (the running turn's end taken live) and its turns
+    page.click("#tabs [data-tab=diff]")
+    page.wait_for_selector("#diff .add:has-text('+def lex(text):')")
+    assert "1 file changed" in page.text_content("#diff")
+    page.click("#tabs [data-tab=turns]")
+    page.wait_for_selector("#turns tr:has-text('split parser.py') .st-running")
+    page.click("#tabs [data-tab=steps]")
 
     # phone width, while it runs
     page.set_viewport_size(PHONE)

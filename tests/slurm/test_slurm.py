@@ -195,3 +195,30 @@ def _counting(name: str, tmp: Path) -> Path:
     shim.write_text(f'#!/bin/sh\necho "$*" >> {d / "calls"}\nexec {real} "$@"\n')
     shim.chmod(0o755)
     return shim
+
+
+def test_hooks_run_inside_the_job(sl: ZW) -> None:
+    out = sl.tmp / "hooked.json"
+    text = (sl.state_dir / "config.toml").read_text()
+    sl.write_config(text + f'\n[hooks]\non_finish = "env > {out}.env; cat > {out}"\n')
+    sid = sl.spawn("hooked", env_extra=sl.replay("codex_simple"))
+    assert sl.wait(sid).returncode == 0
+    wait_until(out.exists, message="the hook's output")
+    assert f'"id": "{sid}"' in out.read_text() or f'"id":"{sid}"' in out.read_text()
+    env = Path(f"{out}.env").read_text()
+    assert f"ZWARM_HOOK_SESSION={sid}" in env and "SLURM_JOB_ID=" in env  # ran in the job
+
+
+def test_timeout_is_the_supervisors_timer_and_the_jobs_limit(sl: ZW) -> None:
+    env = sl.replay("codex_simple", FAKE_HANG="1")
+    sid = sl.spawn("hang", "--timeout", "3", env_extra=env)
+    limit = subprocess.run(
+        ["squeue", "--noheader", "--states=all", f"--jobs={job_of(sl, sid)}", "--format=%l"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
+    assert limit == "3:00"  # 3 s + 2 min to record the turn, in Slurm's minutes
+    row = wait_until(status(sl, sid), message="the supervisor's timeout")
+    assert row["status"] == "failed" and row["reason"] == "timeout", row
+    wait_until(lambda: not marked(sid), message="no process of it left")

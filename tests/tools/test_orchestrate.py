@@ -70,6 +70,9 @@ def test_delegate_two_wait_read_converse_verify_finish(zw) -> None:
         "get_trajectory",
         "wait",
         "end_session",
+        "get_diff",
+        "comment",
+        "merge",
         "bash",
     ]
     system = first.messages[0]

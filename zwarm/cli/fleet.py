@@ -69,7 +69,17 @@ def _print(as_json: bool, s: Any, what: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def resume_command(ctx: click.Context, session: str, as_json: bool) -> None:
-    """Resume a parked SESSION now, without waiting for its limit to reset."""
+    """Resume a parked SESSION now, without waiting for its limit to reset.
+
+    A session parked on a usage or rate limit ([limits] on_usage_limit = "wait") resumes by
+    itself at its reset time; this runs its parked turn again now, as a new turn (natively
+    where the agent reported its session). SESSION is a session id, a unique prefix of it
+    (4+ characters), or its name.
+
+    \b
+    Example:
+      zwarm resume 9bc1
+    """
     _print(as_json, get_api(ctx).resume(session), "resumed")
 
 
@@ -79,5 +89,13 @@ def resume_command(ctx: click.Context, session: str, as_json: bool) -> None:
 @click.pass_context
 def retry_command(ctx: click.Context, session: str, as_json: bool) -> None:
     """Run SESSION's failed or killed last turn again (the same prompt, natively resumed
-    where the agent allows): e.g. after its machine or supervisor died."""
+    where the agent allows): e.g. after its machine or supervisor died.
+
+    With caps configured ([limits] max_running...) the new turn is queued like any start.
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name.
+
+    \b
+    Example:
+      zwarm retry 3f2a
+    """
     _print(as_json, get_api(ctx).retry(session), "retried")

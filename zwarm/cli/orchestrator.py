@@ -9,7 +9,10 @@ Loaded lazily by ``zwarm.cli`` (``LAZY_COMMANDS``), as the attributes ``tools_co
 - ``orchestrate`` makes its process non-dumpable and removes ``ZWARM_ORCH_API_KEY`` from
   ``os.environ`` before anything else runs (``orchestrator.guard``), so the key stays in this
   process's memory: no session, bash command or file gets it;
-- it imports shared helpers from ``zwarm.cli.common``, never from ``zwarm.cli`` (no cycle).
+- it imports shared helpers from ``zwarm.cli.common``, never from ``zwarm.cli`` (no cycle);
+- ``orchestrate`` is a group whose default is ``run`` (``zwarm orchestrate TASK``): ``ls`` and
+  ``show`` are subcommands only as the first argument (``cli.runs`` prints them); a run stops
+  on SIGINT or SIGTERM with exit 130 or 143 and the command that resumes it.
 """
 
 from __future__ import annotations
@@ -169,6 +172,8 @@ def run_command(
             what = "interrupted" if signum == 2 else "terminated (SIGTERM); the run is saved"
             click.echo(f"{what}; continue with: zwarm orchestrate --resume {p.run.id}", err=True)
             ctx.exit(128 + signum)
+        finally:
+            p.rs.close()
     _report(run, as_json)
     ctx.exit(orch.EXIT.get(run.status, 1))
 
@@ -180,7 +185,8 @@ def _compact(
 
     p = orch.start_compaction(api, ref, flags)
     progress: orch.Progress = orch.Quiet() if quiet else orch.RichProgress()
-    out = orch.compact_now(api, orch.OpenAIChat(p.settings), p, progress)
+    with p.rs:
+        out = orch.compact_now(api, orch.OpenAIChat(p.settings), p, progress)
     if as_json:
         click.echo(json.dumps({"run_id": p.run.id, **out.__dict__}, separators=(",", ":")))
     elif out.compacted:

@@ -39,7 +39,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from zwarm.runtime.launcher import Launcher, Probe
 
 if TYPE_CHECKING:
+    from zwarm.config import Config
+    from zwarm.env import Env
     from zwarm.model import Reason, Turn
+    from zwarm.store import Store
 
 JOB_ID = re.compile(r"^[1-9][0-9]{0,11}\Z")
 QUERY_TIMEOUT_S = 5.0  # squeue, sacct, scancel, sinfo: longer means "slurm unreachable"
@@ -97,9 +100,9 @@ class SlurmLauncher(Launcher):
     name: ClassVar[str] = "slurm"
     batched: ClassVar[bool] = True
 
-    def __init__(self, store: Any, env: Any) -> None:
+    def __init__(self, store: Store, env: Env) -> None:
         super().__init__(store, env)
-        self._config: Any = None
+        self._config: Config | None = None
         self._shared_checked = False
 
     # ------------------------------------------------------------------ starting
@@ -109,13 +112,13 @@ class SlurmLauncher(Launcher):
         table = self._table()
         root = os.path.realpath(self.store.root)
         self._check_shared(root, table)
+        if shutil.which("sbatch", path=self.env.environ.get("PATH", os.defpath)) is None:
+            raise OSError("sbatch not found on PATH (Slurm's client commands are needed here)")
         log = self.store.turn_path(sid, turn.n, "slurm.log")
+        argv = sbatch_argv(table, self.env.environ, sid, turn, str(log), after, after_any)
         from zwarm.store.files import write_private
 
         write_private(log, b"")  # a new file of ours (a planted link is replaced, not followed)
-        argv = sbatch_argv(table, self.env.environ, sid, turn, str(log), after, after_any)
-        if shutil.which("sbatch", path=self.env.environ.get("PATH", os.defpath)) is None:
-            raise OSError("sbatch not found on PATH (Slurm's client commands are needed here)")
         script = job_script(table["python"] or self.env.python, root, sid, turn.n)
         r = _run(argv, SUBMIT_TIMEOUT_S, script.encode(), submit_env(self.env.environ))
         if r is None:
@@ -185,8 +188,13 @@ class SlurmLauncher(Launcher):
             from zwarm.model import Reason
 
             return Reason.SUPERVISOR_LOST, "no valid slurm job id recorded for the turn"
-        found = jobs_state([job]).get(job) or Job(job, "")
+        found = jobs_state([job]).get(job)  # the answer ``alive`` just had (CACHE_S)
         log = self.store.turn_path(sid, turn.n, "slurm.log")
+        if found is None:
+            from zwarm.model import Reason
+
+            why = f"slurm job {job} ended without recording the turn (Slurm unreachable since)"
+            return Reason.SUPERVISOR_LOST, why
         return lost_reason(found, str(log))
 
     # ------------------------------------------------------------------ stopping

@@ -80,7 +80,8 @@ def run_turn(state_dir: Path, sid: str, n: int) -> int:
     runs ``--after`` others is checked against them first (``Scheduler.held``). The next
     queued turn is handed to its launcher (a job of its own); a parked turn is left to the
     scheduler. SIGTERM (scancel, a time limit, preemption) stops the agent and exits without
-    recording: the launcher's reconcile says why. Exit status: 0 unless the session ended
+    recording: the launcher's reconcile says why. The session's hooks, if it ended, run here
+    (waited for: a job's leftovers die with it). Exit status: 0 unless the session ended
     failed or killed (what a Slurm ``afterok`` dependency waits on), 2 if not ours to run."""
     from zwarm.env import Env
     from zwarm.runtime import get_launcher
@@ -104,8 +105,11 @@ def run_turn(state_dir: Path, sid: str, n: int) -> int:
     from zwarm.model import Status
     from zwarm.runtime import hooks
 
-    hooks.session_ended(store, manager.config, sid)
-    return 1 if store.load(sid).status in (Status.FAILED, Status.KILLED) else 0
+    s = store.load(sid)
+    hooked = s.notify or any(manager.config.data["hooks"][e] for e in hooks.EVENTS)
+    if s.status.finished and hooked:  # run here: what a job leaves running dies with it
+        hooks.run(store.root, sid, hooks.unmarked(os.environ))
+    return 1 if s.status in (Status.FAILED, Status.KILLED) else 0
 
 
 def _terminated(sid: str, signum: int) -> None:
@@ -114,9 +118,7 @@ def _terminated(sid: str, signum: int) -> None:
     os._exit(128 + signum)
 
 
-def _one_turn(
-    manager: BaseSessionManager, sid: str, n: int, hand_off: bool = False
-) -> Turn | None:
+def _one_turn(manager: BaseSessionManager, sid: str, n: int, hand_off: bool = False) -> Turn | None:
     """Run turn ``n``: prepare the workspace, start the agent, wait, record. The next turn
     begun, or None (with ``hand_off``, it was handed to its launcher)."""
     kept = manager.prepare_turn(sid, n)  # the workspace: worktree setup, snapshot

@@ -504,7 +504,8 @@ class Fleet:
         return r
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
-        from zwarm.cli import follow, render
+        from zwarm.cli.follow import TurnWatch, tokens_so_far
+        from zwarm.cli.render import activity
         from zwarm.model import RUNS
 
         t = s.current
@@ -514,9 +515,9 @@ class Fleet:
         watch = self._watches.get(key)
         if watch is None:
             mgr = api.reader(s.adapter)
-            watch = self._watches[key] = follow.TurnWatch(mgr, api.store.turn_path(s.id, t.n))
+            watch = self._watches[key] = TurnWatch(mgr, api.store.turn_path(s.id, t.n))
         watch.poll()
-        return render.activity(watch.latest, 200) or None, follow.tokens_so_far(s, watch)
+        return activity(watch.latest, 200) or None, tokens_so_far(s, watch)
 
     def _forget(self, rows: dict[str, dict[str, Any]]) -> None:
         """Drop the watches of turns that no longer run."""
