@@ -278,6 +278,11 @@ def test_mcp_over_http(zw, server: Server) -> None:
     r = server.post("/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=h)
     names = {t["name"] for t in _mcp_result(r.body)["tools"]}
     assert {"delegate", "converse", "check_session", "wait"} <= names
+    call = {"name": "list_sessions", "arguments": {}}
+    r = server.post("/mcp", {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call},
+                    headers=h)  # fmt: skip
+    result = _mcp_result(r.body)
+    assert result["isError"] is False and result["structuredContent"]["ok"] is True
 
 
 def _mcp_result(body: bytes) -> Any:
@@ -349,3 +354,14 @@ def test_help_does_not_import_the_server(zw, args: list[str]) -> None:
     if args == ["--help"]:
         assert "serve" in res.stdout and not any(m.startswith("zwarm.serve") for m in imported)
     assert not re.search(r"Traceback", res.stdout + res.stderr)
+
+
+def test_without_the_extra_it_says_what_to_install(monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from zwarm.cli import cli
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
+    res = CliRunner().invoke(cli, ["serve"])
+    assert res.exit_code == 1
+    assert "pip install 'zwarm[serve]'" in res.output and "Traceback" not in res.output
