@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ZW, wait_until
 from tests.slurm.conftest import job_of, job_state, marked, sl_config, status
@@ -63,7 +64,12 @@ def test_pending_job_is_shown_queued_and_killed(sl: ZW) -> None:
     job = job_of(sl, sid)
     with sl.api().store.transaction(sid) as s:  # waiting long past the local start grace
         s.turns[0].started_at = "2000-01-01T00:00:00+00:00"
-    row = {r["id"]: r for r in sl.json("ls")}[sid]
+
+    def listed() -> dict[str, Any] | None:  # (retried: another test may pause slurmctld)
+        row: dict[str, Any] = {r["id"]: r for r in sl.json("ls")}[sid]
+        return row if row["launcher_state"]["state"] else None
+
+    row = wait_until(listed, message="slurm's answer")
     assert row["status"] == "running" and row["launcher"] == "slurm"
     assert row["launcher_state"]["state"] == "PENDING"
     assert row["launcher_state"]["handle"] == {"job": job}
