@@ -167,9 +167,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return raw.decode("utf-8", "replace")
 
-    def send_json(
-        self, status: int, payload: Any, headers: Sequence[tuple[str, str]] = ()
-    ) -> None:
+    def send_json(self, status: int, payload: Any, headers: Sequence[tuple[str, str]] = ()) -> None:
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -325,9 +325,7 @@ def test_kill_racing_the_start(zw: Any) -> None:
         m = meta(zw, sid)
         assert m["status"] == "killed", m
         sup = m["turns"][0]["supervisor"]
-        wait_until(
-            lambda sup=sup: not procs.is_alive(ProcRef(**sup)), message="supervisor exit"
-        )
+        wait_until(lambda sup=sup: not procs.is_alive(ProcRef(**sup)), message="supervisor exit")
     started = [json.loads(p.read_text())["pid"] for p in zw.record.glob("argv*.json")]
     for pid in started:
         wait_until(lambda pid=pid: not tree(pid), message=f"agent {pid} and its tree gone")

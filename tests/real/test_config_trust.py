@@ -114,9 +114,10 @@ def test_sandboxed_codex_cannot_unsandbox_its_next_turn_through_meta_json(
         d = project.wait(sid)
         assert d["status"] == "completed", (d["error"], project.stderr(sid)[-2000:])
         assert not outside.exists(), "turn 2 ran without its sandbox"
-        steps = project.cli_json("trajectory", sid, "--turn", "2", "--json")
-        touched = [s for s in steps if s["kind"] == "command" and "touch" in s["command"]]
-        assert touched and touched[0]["exit_code"] not in (0, None), touched  # it was tried
+        # it was tried: codex sent the model the failed command's output (a sandbox-denied
+        # command leaves no command item in codex's own stream)
+        reqs = project.server("codex").wait_for_requests(4)
+        assert "Read-only file system" in reqs[3].dump(), reqs[3].dump()[-2000:]
         assert not marker.exists() and victim.read_text() == "precious"
     finally:
         outside.unlink(missing_ok=True)

@@ -300,7 +300,7 @@ def test_settings_hold_what_gemini_needs_and_no_key() -> None:
     assert got["ui"] == {"theme": "x"}
     assert got["mcpServers"]["s"] == {"env": {"TOKEN": "$MY_TOKEN"}, "headers": {}}
     assert got["security"]["environmentVariableRedaction"]["allowed"] == [
-        "FOO", "ZWARM_SESSION_ID",
+        "FOO", "ZWARM_SESSION_ID", "ZWARM_PARENT_SESSION", "ZWARM_DIR",
     ]  # fmt: skip
     text = json.dumps(got)
     assert "AIzaSy" not in text and "literal-secret" not in text and "zzz" not in text
@@ -311,7 +311,7 @@ def test_overrides_come_last_but_never_drop_the_marker() -> None:
             "model": {"maxSessionTurns": 3}}  # fmt: skip
     got = home.settings(table(settings=over), {"GEMINI_API_KEY": "k"}, {})
     assert got["model"] == {"maxSessionTurns": 3}
-    assert got["security"]["environmentVariableRedaction"]["allowed"] == ["ZWARM_SESSION_ID"]
+    assert got["security"]["environmentVariableRedaction"]["allowed"] == list(home.KEEP)
     assert "maxAttempts" not in got["general"]  # 0: gemini's own default
 
 

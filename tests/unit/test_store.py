@@ -118,6 +118,7 @@ def test_failed_save_keeps_previous_session(store: Store, monkeypatch) -> None:
     sid = sid_("aa")
     add(store, sid)
     before = store.meta_path(sid).read_bytes()
+
     def boom(fd: int) -> None:
         raise OSError(5, "Input/output error")
 

@@ -126,8 +126,10 @@ def _syntax_message(e: msgspec.DecodeError, data: bytes) -> str:
         return "meta.json is not valid JSON: it ends early (truncated?)"
     # msgspec says "JSON is malformed: invalid character (byte 8)": once, in plain words
     what, _, at = msg.removeprefix("JSON is malformed: ").partition(" (byte ")
-    return f"meta.json is not valid JSON: {what} at byte {at.rstrip(')')}" if at else (
-        f"meta.json is not valid JSON: {what}"
+    return (
+        f"meta.json is not valid JSON: {what} at byte {at.rstrip(')')}"
+        if at
+        else (f"meta.json is not valid JSON: {what}")
     )
 
 

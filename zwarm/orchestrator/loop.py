@@ -632,9 +632,7 @@ def start_compaction(api: Zwarm, ref: str, flags: Mapping[str, Any]) -> Prepared
         _forget_key(api)
 
 
-def compact_now(
-    api: Zwarm, llm: ChatLLM, p: Prepared, progress: Progress
-) -> compaction.Outcome:
+def compact_now(api: Zwarm, llm: ChatLLM, p: Prepared, progress: Progress) -> compaction.Outcome:
     """``zwarm orchestrate --compact RUN``: compact run ``p`` now, by hand (its lock held:
     refused while it runs)."""
     with p.rs.lock(p.run.id):

@@ -42,6 +42,9 @@ from zwarm.errors import InvalidInput
 
 HOME_DIR = "gemini-home"
 MARKER = "ZWARM_SESSION_ID"  # zwarm.runtime.procs.MARKER (agents never import the runtime)
+# what the engine puts in every agent's environment and its shell commands need: the marker,
+# and the parent/state dir by which a `zwarm spawn` from inside becomes a child session
+KEEP = (MARKER, "ZWARM_PARENT_SESSION", "ZWARM_DIR")
 
 MAX_USER_SETTINGS = 1 << 20
 _SECRET_KEY = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
@@ -99,7 +102,7 @@ def settings(
     redaction = merged.setdefault("security", {}).setdefault("environmentVariableRedaction", {})
     allowed = redaction.get("allowed")
     allowed = [a for a in allowed if isinstance(a, str)] if isinstance(allowed, list) else []
-    redaction["allowed"] = [*allowed, MARKER] if MARKER not in allowed else allowed
+    redaction["allowed"] = [*allowed, *(k for k in KEEP if k not in allowed)]
     return merged
 
 
