@@ -133,6 +133,7 @@ def _world(zw: Any, serve: Any) -> tuple[Server, str]:
 def test_the_dashboard_in_a_real_browser(zw, serve, browser) -> None:
     srv, sid = _world(zw, serve)
     context = browser.new_context(viewport=DESKTOP)
+    context.set_default_timeout(90_000)  # a loaded 2-core machine: 30 s was seen to run out
     page = context.new_page()
     requests: list[str] = []
     problems: list[str] = []
