@@ -39,7 +39,7 @@ from zwarm.model import ProcRef, Session, Status, Turn, Usage  # noqa: E402
 from zwarm.store import Store  # noqa: E402
 
 SAMPLES = ROOT / "tests" / "fixtures" / "samples"
-GEN_VERSION = "3"
+GEN_VERSION = "4"  # 4: schema 3 (meta.json)
 
 # --------------------------------------------------------------------------- vocabulary
 
@@ -661,6 +661,42 @@ def ensure_tree(cache: Path, n: int, log: Any = print) -> tuple[Path, Path]:
     stamp.write_text(GEN_VERSION)
     log(f"  ... done in {time.perf_counter() - t0:.1f} s")
     return new, old
+
+
+def ensure_clone_tree(cache: Path, n: int, log: Any = print) -> tuple[Path, Path]:
+    """An ``n``-session tree (10,000, 50,000) made fast from the 1,000-session one: each
+    session's meta.json copied under a new id (every occurrence of the old id replaced), with
+    an empty ``turns/``. Enough for listings, which never read turn logs. Its 3.10.6 twin is
+    empty (figure 3 is measured at 1,000 only)."""
+    new, old = tree_paths(cache, n)
+    stamp = new.parent / f".complete-{n}"
+    if stamp.exists() and stamp.read_text() == GEN_VERSION + "-clone" and new.is_dir():
+        return new, old
+    src, _ = ensure_tree(cache, 1000, log)
+    log(f"  cloning {n:,} sessions from the 1,000-session tree under {new.parent} ...")
+    t0 = time.perf_counter()
+    for p in (new, old):
+        if p.exists():
+            shutil.rmtree(p)
+    store = Store(new)
+    store.ensure()
+    (old / ".zwarm" / "sessions").mkdir(parents=True)
+    metas = [(d.name, (d / "meta.json").read_bytes()) for d in sorted(store_dirs(src))]
+    rng = random.Random(7000 + n)
+    for i in range(n):
+        sid_old, data = metas[i % len(metas)]
+        sid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        d = store.sessions / sid
+        d.mkdir(mode=0o700)
+        (d / "turns").mkdir(mode=0o700)
+        write_private(d / "meta.json", data.replace(sid_old.encode(), sid.encode()))
+    stamp.write_text(GEN_VERSION + "-clone")
+    log(f"  ... done in {time.perf_counter() - t0:.1f} s")
+    return new, old
+
+
+def store_dirs(state: Path) -> list[Path]:
+    return [d for d in (state / "sessions").iterdir() if d.is_dir() and not d.name.startswith(".")]
 
 
 class RunningOverlay:

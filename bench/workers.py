@@ -201,7 +201,8 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
             info = None
         if info is None:
             with lock:
-                finished = spawner_rc is not None and len(done_at) == len(sup) and sup
+                # every supervisor reaped (what else was re-parented to us is reaped too)
+                finished = spawner_rc is not None and sup and set(sup) <= set(done_at)
             if finished or (spawner_rc is not None and not sup):
                 break
             if now > deadline:
@@ -219,7 +220,8 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
         own_cpu[pid] = own if own is not None else (_stat_self_s(pid) or 0.0)
         _, status, ru = os.wait4(pid, 0)
         total_cpu[pid] = ru.ru_utime + ru.ru_stime
-    wall = (max(done_at.values()) if done_at else time.perf_counter()) - t0
+    ends = [done_at[p] for p in sup if p in done_at]
+    wall = (max(ends) if ends else time.perf_counter()) - t0
     spawn_cpu = next((d["cpu_s"] for d in spawn_out if "cpu_s" in d), None)
     problems = []
     statuses: dict[str, int] = {}
@@ -238,8 +240,9 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
         problems.append(f"session statuses: {statuses}")
     if len(sup) != n:
         problems.append(f"{len(sup)} sessions spawned, expected {n}")
-    sup_cpu = sum(own_cpu.values())
-    agent_cpu = sum(total_cpu[p] - own_cpu[p] for p in total_cpu)
+    mine = [p for p in sup if p in total_cpu]  # the supervisors (not other re-parented ones)
+    sup_cpu = sum(own_cpu[p] for p in mine)
+    agent_cpu = sum(total_cpu[p] - own_cpu[p] for p in mine)
     shutil.rmtree(state, ignore_errors=True)
     return {
         "wall_s": wall,

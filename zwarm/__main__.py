@@ -1,5 +1,5 @@
 """``python -m zwarm``: the same entry point as the ``zwarm`` console script."""
 
-from zwarm.cli import main
+from zwarm.cli import run
 
-main()
+run()

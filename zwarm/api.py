@@ -54,6 +54,8 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm import config as config_mod
     from zwarm.engine import limits, tree
     from zwarm.engine.manager import BaseSessionManager
+    from zwarm.model import Turn
+    from zwarm.runtime import notify
     from zwarm.runtime.launcher import Launcher, Probe
 
 T = TypeVar("T")
@@ -61,6 +63,7 @@ WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
 LOG_CHUNK = 1 << 20  # logs streams a turn log in pieces this size: memory stays bounded
 CONTEXT_MODES = ("summary", "native")
 TICK_EVERY_S = 1.0  # a long-lived Zwarm (wait, the MCP server) runs a scheduler pass this often
+WAKE_S = 3.0  # a waiter reads its sessions again this often even when no file changed
 _RUN_ID = re.compile(RUN_ID)
 
 
@@ -322,7 +325,7 @@ class Zwarm:
     ) -> tuple[Session, str]:
         """Continue a session: starts the next turn, or queues it behind the running one."""
         check_prompt(message)
-        s = self.get(ref)
+        s = self.get(ref, history=False)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
         _check_tree(s)
@@ -379,11 +382,12 @@ class Zwarm:
     def resolve(self, ref: str) -> str:
         return self.store.resolve(ref)
 
-    def get(self, ref: str) -> Session:
-        """The session (reconciled), or ``DamagedSession``/``SessionNotFound``."""
+    def get(self, ref: str, history: bool = True) -> Session:
+        """The session (reconciled), or ``DamagedSession``/``SessionNotFound``; without
+        ``history``, archived turns left out (``Store.load``)."""
         sid = self.store.resolve(ref)
         self.tick()
-        s = self.store.load(sid)
+        s = self.store.load(sid, history)
         if s.status not in RUNS or self._alive(s):
             return s
         return self.reader(s.adapter).reconcile(s)
@@ -397,10 +401,10 @@ class Zwarm:
         if not force and now - self._ticked < TICK_EVERY_S:
             return
         self._ticked = now
+        if not self.store.pending():  # one directory read: nothing else when idle
+            return
         from zwarm.engine import scheduler
 
-        if not scheduler.pending(self.store):  # one directory read: nothing else when idle
-            return
         try:
             sched = scheduler.Scheduler(self.store, self.config, self.env, self._manager_cls)
             sched.run(scheduler.TICK_WAIT_S)
@@ -413,16 +417,34 @@ class Zwarm:
             raise InvalidInput(f"unknown status {status!r}")
         self.tick()
         with _gc_paused():  # the rows make no cycles; collections cost 10-20% over 1,000
-            found = [(sid, self.store.read(sid)) for sid in self.store.list_ids()]
-            probes = self._survey([s for _, s in found if isinstance(s, Session)])
-            every = [self._listed(sid, got, probes.get(sid)) for sid, got in found]
+            every, running = self._rows_of_finished()
+            probes = self._survey(running)
+            every += [self._listed(s.id, s, probes.get(s.id)) for s in running]
             _queue_places(every)
-            from zwarm.engine import tree
+            if any(r.get("parent_session_id") for r in every):
+                from zwarm.engine import tree
 
-            tree.roll_up(every)
+                tree.roll_up(every)  # only rows in a delegation tree change
         rows = [r for r in every if status is None or r["status"] == status]
         rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]))
         return rows
+
+    def _rows_of_finished(self) -> tuple[list[dict[str, Any]], list[Session]]:
+        """The rows of every session that is not running (each session dropped as soon as
+        its row is made: a listing's memory is its rows), and the running sessions, whose
+        rows wait for one survey of their launchers."""
+        rows: list[dict[str, Any]] = []
+        running: list[Session] = []
+        read = self.store.read
+        for sid in self.store.list_ids():
+            got = read(sid)
+            if isinstance(got, DamagedSession):
+                rows.append(damaged_row(sid, got.problem))
+            elif got.status in RUNS and got.current is not None:
+                running.append(got)
+            else:
+                rows.append(row(got))
+        return rows, running
 
     def _listed(
         self, sid: str, got: Session | DamagedSession, probe: Probe | None
@@ -469,7 +491,7 @@ class Zwarm:
     def show(self, ref: str) -> dict[str, Any]:
         """The session row plus every turn in full."""
         s = self.get(ref)
-        d = row(s.to_dict())
+        d = row(s)
         d["context_mode"] = s.context_mode
         d["requested_model"] = s.requested_model
         d["permissions"] = s.permissions
@@ -551,8 +573,8 @@ class Zwarm:
             sid, found = e.session_id, self._salvageable(e)
             n = _pick_turn(sid, found, turn)[0] if turn is not None else found[-1]
             return Stream(self._tail(sid, n, False), [f"{e}: showing turn {n}'s log as found"])
-        n = turn if turn is not None else len(s.turns)
-        if not 1 <= n <= len(s.turns):
+        n = turn if turn is not None else s.count
+        if not 1 <= n <= s.count:
             raise InvalidInput(f"session {s.id} has no turn {n}")
         path = self.store.turn_path(s.id, n)
         t = s.turns[n - 1]
@@ -562,28 +584,48 @@ class Zwarm:
 
     def _tail(self, sid: str, n: int, follow: bool) -> Iterator[bytes]:
         """Turn ``n``'s log; with ``follow``, until it ends, then each queued turn's that
-        starts after it (a finished turn and the start of the next are one transaction)."""
+        starts after it (a finished turn and the start of the next are one transaction).
+        Between reads it sleeps until the session's files change (``runtime.notify``), and
+        reads its meta.json again only when that changed or every ``WAKE_S``."""
         path = self.store.turn_path(sid, n)
         pos = 0
-        while True:
-            chunk = _read_at(path, pos, LOG_CHUNK)
-            if chunk:
-                pos += len(chunk)
-                yield chunk
-                continue
-            if not follow:
-                return
-            s = self.get(sid)
-            if s.turns[n - 1].status.finished:
-                if self._has_more(path, pos):
+        watch = self._watch([sid], turns=True) if follow else None
+        look = True  # meta.json may have changed since the session was last read
+        try:
+            while True:
+                chunk = _read_at(path, pos, LOG_CHUNK)
+                if chunk:
+                    pos += len(chunk)
+                    yield chunk
                     continue
-                if len(s.turns) > n:
-                    n, pos = n + 1, 0  # the next queued turn has begun: follow it too
-                    path = self.store.turn_path(sid, n)
-                    continue
-                if s.status.finished:
-                    return  # idle: no turn active, none to come
-            time.sleep(0.1)
+                if watch is None:
+                    return
+                if look:
+                    s = self.get(sid, history=False)
+                    if _finished(s, n):
+                        if self._has_more(path, pos):
+                            continue
+                        if s.count > n:
+                            n, pos = n + 1, 0  # the next queued turn has begun: follow it too
+                            path = self.store.turn_path(sid, n)
+                            continue
+                        if s.status.finished:
+                            return  # idle: no turn active, none to come
+                look = bool(watch.pause())
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def _lost(self, s: Session) -> bool:
+        """Whether ``s`` (as last read) may have lost what runs it: read it again then."""
+        return s.status.value in _ACTIVE and not self._alive(s)
+
+    def _watch(self, sids: list[str], turns: bool = False) -> notify.Sessions:
+        """What a waiter sleeps on: ``sids``' directories (and their turn logs)."""
+        from zwarm.runtime import notify
+
+        dirs = {sid: self.store.session_dir(sid) for sid in sids}
+        return notify.Sessions(dirs, turns=turns, every=WAKE_S)
 
     @staticmethod
     def _has_more(path: Path, pos: int) -> bool:
@@ -600,7 +642,10 @@ class Zwarm:
         any_: bool = False,
         all_running: bool = False,
     ) -> dict[str, Any]:
-        """Block until all (or any) of ``refs`` finish, or ``timeout``. Never busy-polls hard.
+        """Block until all (or any) of ``refs`` finish, or ``timeout``. Never polls: it sleeps
+        until a session's meta.json is replaced (``runtime.notify``) and reads again only the
+        sessions that changed; every ``WAKE_S`` it also asks whether what runs each one is
+        alive, and reads (reconciles) a lost one: a supervisor killed -9 writes nothing.
 
         References naming the same session count once. With ``all_running``, the sessions
         waited for are every one running when the call starts (none: it returns at once)."""
@@ -611,17 +656,21 @@ class Zwarm:
             ids += [r["id"] for r in rows if r["status"] in _ACTIVE]
         ids = list(dict.fromkeys(ids))
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            states = {sid: self.get(sid).status.value for sid in ids}
-            done = [sid for sid, st in states.items() if st not in _ACTIVE]
-            if (any_ and done) or len(done) == len(ids):
-                return {"timed_out": False, "statuses": states, "finished": done}
-            if deadline is not None and time.monotonic() >= deadline:
-                return {"timed_out": True, "statuses": states, "finished": done}
-            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
-            time.sleep(pause)
-            delay = min(delay * 1.5, 0.5)
+        found: dict[str, Session] = {}
+        with self._watch(ids) as watch:  # watching first: no change between a read and a sleep
+            look = set(ids)
+            while True:
+                found.update((sid, self.get(sid, history=False)) for sid in ids if sid in look)
+                states = {sid: found[sid].status.value for sid in ids}
+                done = [sid for sid, st in states.items() if st not in _ACTIVE]
+                if (any_ and done) or len(done) == len(ids):
+                    return {"timed_out": False, "statuses": states, "finished": done}
+                if deadline is not None and time.monotonic() >= deadline:
+                    return {"timed_out": True, "statuses": states, "finished": done}
+                look = watch.pause(_left(deadline))
+                if watch.due:  # no file changed: only a process that died can have
+                    self.tick()
+                    look = watch.changed | {sid for sid in ids if self._lost(found[sid])}
 
     def wait_turn(self, ref: str, n: int, timeout: float | None = None) -> tuple[Session, bool]:
         """Block until turn ``n`` of ``ref`` has finished (a queued message becomes turn ``n``
@@ -632,61 +681,103 @@ class Zwarm:
         timeout = check_timeout(timeout) if timeout != 0 else 0.0
         sid = self.store.resolve(ref)
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            s = self.get(sid)
-            if n < 1 or n > len(s.turns) + len(s.queue):
-                raise InvalidInput(f"session {sid} has no turn {n}")
-            if n <= len(s.turns) and s.turns[n - 1].status.finished:
-                if resumed_as(s, n) == n:
-                    return s, False
-                n = resumed_as(s, n)
-                continue
-            if n > len(s.turns) and s.status.finished and not s.queue:
-                raise SessionStateError(f"turn {n} of session {sid} was dropped (killed)")
-            if deadline is not None and time.monotonic() >= deadline:
-                return s, True
-            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
-            time.sleep(pause)
-            delay = min(delay * 1.5, 0.5)
+        with self._watch([sid]) as watch:
+            while True:
+                s = self.get(sid, history=False)  # archived turns: read once it is over
+                if n < 1 or n > s.count + len(s.queue):
+                    raise InvalidInput(f"session {sid} has no turn {n}")
+                if n <= s.count and _finished(s, n):
+                    s = self.get(sid)
+                    if resumed_as(s, n) == n:
+                        return s, False
+                    n = resumed_as(s, n)
+                    continue
+                if n > s.count and s.status.finished and not s.queue:
+                    raise SessionStateError(f"turn {n} of session {sid} was dropped (killed)")
+                if deadline is not None and time.monotonic() >= deadline:
+                    return s, True
+                while not watch.pause(_left(deadline)) and not _past(deadline):
+                    pass  # nothing of this session changed
 
     def kill(self, refs: list[str] | None = None, all_: bool = False) -> list[dict[str, Any]]:
         """Kill running sessions (whole process trees), and queued or parked ones (they never
-        start). With ``all_``, every one of them: the waiting first, so none starts in a slot
-        a kill frees. A kill that frees a slot lets the next queued session start. A session
-        killed takes its linked descendants with it (``engine.tree``), said in its row."""
+        start). With ``all_``, every one of them, together (``_kill_many``): the waiting are
+        recorded killed first, so none starts in a slot a kill frees. A kill that frees a slot
+        lets the next queued session start. A session killed takes its linked descendants
+        with it (``engine.tree``), said in its row."""
         if not all_:
             try:
                 return self._each(refs or [], self._kill_one)
             finally:
                 self.tick(force=True)
         rows = [r for r in self.sessions() if r["status"] in _ACTIVE]
-        for adapter in sorted({r["adapter"] for r in rows}):
-            with contextlib.suppress(ZwarmError):  # said by that session's own kill
-                self.reader(adapter)  # made once here, shared by the threads below
+        self._readers(rows)
         started = {"running", "stalled"}
         waiting = [r["id"] for r in rows if r["status"] not in started]
-        return self._kill_many(waiting) + self._kill_many(
-            [r["id"] for r in rows if r["status"] in started]
-        )
+        return self._kill_many(waiting, [r["id"] for r in rows if r["status"] in started])
 
-    def _kill_many(self, sids: list[str]) -> list[dict[str, Any]]:
-        """``_kill_one`` (no cascade: all go anyway) on each of ``sids`` at once: each kill
-        is its own transaction, then mostly waiting for processes to exit, so 200 take about
-        as long as one. Every kill is done before the first error (in ``sids`` order) is
-        raised; a session that finished meanwhile is left out."""
+    def _readers(self, rows: list[dict[str, Any]]) -> None:
+        """The readers of these sessions' adapters, made once here, before ``_kill_many``'s
+        threads share them."""
+        for adapter in sorted({r["adapter"] for r in rows}):
+            with contextlib.suppress(ZwarmError):  # said by that session's own kill
+                self.reader(adapter)
+
+    def _kill_many(self, *batches: list[str]) -> list[dict[str, Any]]:
+        """Kill the sessions of ``batches`` together (no cascade: all go anyway). Each is
+        recorded killed in its own transaction (a batch after the one before), then the
+        processes of all of them are stopped at once by their launchers (``stop_many``:
+        for local turns one scan of /proc, every signal sent before any wait), so 200 take
+        about as long as one. A session that finished meanwhile is left out; every kill is
+        done before the errors are raised (``PartlyFailed``, in order)."""
+        ended: dict[str, tuple[BaseSessionManager, int, Turn | None]] = {}
+        failed: dict[str, ZwarmError] = {}
+        for sids in batches:
+            self._end_killed(sids, ended, failed)
+        stops: dict[str, tuple[Launcher, list[tuple[str, Turn]]]] = {}
+        for sid, (manager, _, t) in ended.items():
+            if t is not None:
+                stops.setdefault(t.launcher, (manager.launcher(t), []))[1].append((sid, t))
+        for launcher, items in stops.values():
+            failed.update(launcher.stop_many(items))
+        done = [self._killed_row(sid, ended[sid][1]) for sid in ended if sid not in failed]
+        order = [sid for sids in batches for sid in sids if sid in failed]
+        if order:
+            raise PartlyFailed(done, [(sid, failed[sid]) for sid in order])
+        return done
+
+    def _end_killed(
+        self,
+        sids: list[str],
+        ended: dict[str, tuple[BaseSessionManager, int, Turn | None]],
+        failed: dict[str, ZwarmError],
+    ) -> None:
+        """Record each of ``sids`` killed (``end_killed``), into ``ended`` or ``failed``; a few
+        transactions at a time (each mostly waits for its disk writes)."""
         if not sids:
-            return []
+            return
         from concurrent.futures import ThreadPoolExecutor
 
-        def one(sid: str) -> dict[str, Any] | None:
-            with contextlib.suppress(SessionStateError):  # finished meanwhile
-                return self._kill_one(sid, cascade=False)
-            return None
+        def one(sid: str) -> tuple[BaseSessionManager, int, Turn | None] | ZwarmError | None:
+            try:
+                manager = self.reader(self.store.load(sid, history=False).adapter)
+                _, dropped, t = manager.end_killed(sid)
+            except SessionStateError:  # finished meanwhile
+                return None
+            except ZwarmError as e:
+                return e
+            return manager, dropped, t
 
         with ThreadPoolExecutor(max_workers=min(_KILL_THREADS, len(sids))) as pool:
-            futures = [pool.submit(one, sid) for sid in sids]
-        return [r for r in (f.result() for f in futures) if r is not None]
+            for sid, got in zip(sids, pool.map(one, sids), strict=True):
+                if isinstance(got, ZwarmError):
+                    failed[sid] = got
+                elif got is not None:
+                    ended[sid] = got
+
+    def _killed_row(self, sid: str, dropped: int) -> dict[str, Any]:
+        out = {**row(self.store.load(sid)), "dropped_queued": dropped}
+        return {**out, "children_killed": [], "children_left": []}
 
     def _kill_one(self, sid: str, cascade: bool = True) -> dict[str, Any]:
         """Kill ``sid``, then its linked descendants that are active (``engine.tree``): the
@@ -695,13 +786,14 @@ class Zwarm:
         s = self.store.load(sid)
         s, dropped = self.reader(s.adapter).kill(sid)
         killed, left = self._kill_linked(sid) if cascade else ([], [])
-        out = {**row(s.to_dict()), "dropped_queued": dropped}
+        out = {**row(s), "dropped_queued": dropped}
         return {**out, "children_killed": killed, "children_left": left}
 
     def _kill_linked(self, sid: str) -> tuple[list[str], list[str]]:
         """Kill the active linked descendants of ``sid`` (parent already killed, so it starts
-        no more; a child spawned meanwhile is found by the next scan, up to 3). Returns (the
-        ids killed, the active detached children left running)."""
+        no more; a child spawned meanwhile is found by the next scan, up to 3), together
+        (``_kill_many``). Returns (the ids killed, the active detached children left
+        running)."""
         from zwarm.engine import tree
 
         killed: list[str] = []
@@ -714,11 +806,12 @@ class Zwarm:
             todo = [d for d in c.linked if status.get(d) in _ACTIVE and d not in killed]
             if not todo:
                 break
-            for child in todo:
-                with contextlib.suppress(ZwarmError):  # finished meanwhile, or damaged
-                    adapter = self.store.load(child).adapter
-                    self.reader(adapter).kill(child)
-                    killed.append(child)
+            self._readers([r for r in rows if r["id"] in todo])
+            try:
+                done = self._kill_many(todo)
+            except PartlyFailed as e:  # finished meanwhile, or damaged: not killed here
+                done = e.done
+            killed += [r["id"] for r in done]
         return killed, left
 
     def _each(
@@ -1004,7 +1097,7 @@ class Zwarm:
         out: dict[str, Any] = {"session_id": s.id, "comments": made}
         if send:
             after, state = self.inject(s.id, message or review.COMMENT_PROMPT)
-            turn = len(after.turns) + (len(after.queue) if state == "queued" else 0)
+            turn = after.count + (len(after.queue) if state == "queued" else 0)
             out["sent"] = {"state": state, "turn": turn}
         return out
 
@@ -1044,7 +1137,7 @@ class Zwarm:
 
 _FINISHED = tuple(s.value for s in FINISHED)
 _ACTIVE = frozenset(s.value for s in ACTIVE)
-_KILL_THREADS = 256  # kill --all: stopped at once (each waits for its exits; 200 in one wave)
+_KILL_THREADS = 32  # kill --all: transactions at once (each mostly waits for its fsyncs)
 
 
 def _flat(done: list[Any]) -> list[str]:
@@ -1092,6 +1185,22 @@ def _check_tree(s: Session) -> None:
         )
 
 
+def _finished(s: Session, n: int) -> bool:
+    """Whether turn ``n`` of ``s`` has finished (an archived turn has: only finished turns
+    are archived)."""
+    t = s.turn(n)
+    return t.status.finished if t is not None else 1 <= n <= s.count
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (None: no deadline; never negative)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
 def _read_at(path: Path, pos: int, size: int) -> bytes:
     """Up to ``size`` bytes of the turn log ``path`` from ``pos`` (none if it is missing or not
     a regular file: a planted FIFO or link is never opened blocking or followed)."""
@@ -1126,7 +1235,7 @@ class Stream(Iterator[T]):
     then say what is missing."""
 
     def __init__(self, items: Iterator[T], problems: list[str] | None = None) -> None:
-        self.problems: list[str] = problems or []
+        self.problems: list[str] = problems if problems is not None else []
         self._items = items
 
     def __next__(self) -> T:
@@ -1144,29 +1253,42 @@ class Trajectory(Stream[Step]):
         turns: list[tuple[int, bool]],  # (turn number, running: its log may not exist yet)
         note: str | None = None,
     ) -> None:
-        super().__init__(self._numbered(mgr, sid, turns, note))
+        problems: list[str] = []  # shared with the generator, which holds no ``self``: a
+        # dropped half-read trajectory is freed (its file closed) at once, not by the GC
+        super().__init__(_numbered(problems, mgr, sid, turns, note), problems)
 
-    def _numbered(
-        self, mgr: BaseSessionManager, sid: str, turns: list[tuple[int, bool]], note: str | None
-    ) -> Iterator[Step]:
-        index = 0
-        if note is not None:
-            self.problems.append(note)
-            yield _problem(note, turns[0][0] if turns else None, index)
+    def __iter__(self) -> Iterator[Step]:
+        """The steps' own generator (the same one ``next`` advances): a ``for`` loop over a
+        200 MB trajectory then runs no Python ``__next__`` per step."""
+        return self._items
+
+
+def _numbered(
+    problems: list[str],
+    mgr: BaseSessionManager,
+    sid: str,
+    turns: list[tuple[int, bool]],
+    note: str | None,
+) -> Iterator[Step]:
+    """``Trajectory``'s steps, numbered across turns; each problem noted in ``problems``."""
+    index = 0
+    if note is not None:
+        problems.append(note)
+        yield _problem(note, turns[0][0] if turns else None, index)
+        index += 1
+    for n, running in turns:
+        path = mgr.store.turn_path(sid, n)
+        if not running and not os.path.lexists(path):
+            what = f"turn {n}'s log is missing ({path})"
+            problems.append(what)
+            yield _problem(what, n, index)
             index += 1
-        for n, running in turns:
-            path = mgr.store.turn_path(sid, n)
-            if not running and not os.path.lexists(path):
-                what = f"turn {n}'s log is missing ({path})"
-                self.problems.append(what)
-                yield _problem(what, n, index)
-                index += 1
-                continue
-            for step in mgr.turn_steps(sid, n):
-                step["turn"] = n
-                step["index"] = index
-                index += 1
-                yield step
+            continue
+        for step in mgr.turn_steps(sid, n):
+            step["turn"] = n
+            step["index"] = index
+            index += 1
+            yield step
 
 
 def _problem(message: str, turn: int | None, index: int) -> Step:
@@ -1192,7 +1314,7 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
     """The stable session JSON (ls rows, show header, tool results) from a session (or its
     JSON view, a meta dict)."""
     if isinstance(m, Session):
-        m = _summary(m)
+        return _session_row(m)
     turns = m.get("turns") or []
     return {
         "id": m["id"],
@@ -1224,6 +1346,87 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
         **_launcher_row(turns),
         "damaged": False,
     }
+
+
+def _session_row(s: Session) -> dict[str, Any]:
+    """``row`` of a ``Session``, read straight from its fields (``ls`` makes one per session:
+    no intermediate dict, no turn converted); the same keys in the same order."""
+    ws = s.workspace
+    cur = s.current
+    usage = s.usage
+    u = {
+        "input_tokens": usage.input_tokens,
+        "cached_input_tokens": usage.cached_input_tokens,
+        "output_tokens": usage.output_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+    cost = s.cost_usd
+    status = s.status.value
+    return {
+        "id": s.id,
+        "name": s.name,
+        "adapter": s.adapter,
+        "model": s.model,
+        "status": status,
+        "task": s.task,
+        "cwd": s.cwd,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+        "turns": s.count,
+        "usage": u,
+        "cost_usd": cost,
+        "cost_source": s.cost_source,
+        "agent_session_id": s.agent_session_id,
+        "last_message": s.last_message,
+        "error": s.error,
+        "reason": s.reason,
+        "queued": [q.message for q in s.queue],
+        "source": s.source,
+        "dangerous": s.dangerous,
+        "branch": ws.branch if ws else None,
+        "worktree": ws.tree if ws and ws.mode == "worktree" and not ws.removed else None,
+        "changes": _changes(s.changes),
+        "turn_changes": _all_turn_changes(s),
+        "group": s.group,
+        "priority": s.priority,
+        "after": list(s.after),
+        "max_cost_usd": s.max_cost_usd,
+        "max_tokens": s.max_tokens,
+        "auto_resumes": s.auto_resumes,
+        "queued_at": (cur.queued_at or cur.started_at) if cur and status == "queued" else None,
+        "queue_position": None,
+        "waiting_for": [],
+        "wait": cur.wait if cur else None,
+        "parked_until": cur.parked_until if cur else None,
+        "quiet_since": cur.quiet_since if cur else None,
+        "parent_session_id": s.parent_session_id,
+        "parent_run_id": s.parent_run_id,
+        "spawn_depth": s.spawn_depth,
+        "lifecycle": s.lifecycle,
+        "children": [],
+        "tree_sessions": 1,
+        "tree_usage": u,
+        "tree_cost_usd": cost,
+        "tree_unpriced": 0 if cost is not None else 1,
+        "launcher": cur.launcher if cur else None,
+        "launcher_state": None,
+        "damaged": False,
+    }
+
+
+def _changes(ch: Any) -> dict[str, int] | None:
+    return None if ch is None else {"files": ch.files, "added": ch.added, "removed": ch.removed}
+
+
+def _all_turn_changes(s: Session) -> list[dict[str, int] | None]:
+    """Every turn's change stats in order; archived turns' from the archive's summary."""
+    turns = s.turns
+    if not s.head_only:
+        return [_changes(t.changes) for t in turns]
+    assert s.archive is not None
+    archived = [_changes(c) for c in s.archive.changes]
+    return [_changes(turns[0].changes), *archived, *(_changes(t.changes) for t in turns[1:])]
 
 
 def _launcher_row(turns: list[Any]) -> dict[str, Any]:
@@ -1316,43 +1519,24 @@ def _worktree(ws: dict[str, Any] | None) -> str | None:
     return tree
 
 
-def _summary(s: Session) -> dict[str, Any]:
-    """What ``row`` reads of ``s``, without converting every turn (``ls`` does this per row)."""
-    import msgspec
+def select_rows(
+    rows: list[dict[str, Any]],
+    name: str | None = None,
+    adapter: str | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The rows matching every filter given, as ``zwarm ls`` and ``GET /sessions`` filter
+    them (names and sources by glob), the newest ``limit`` of them, still oldest first."""
+    from fnmatch import fnmatchcase
 
-    return {
-        **{f: getattr(s, f) for f in _ROW_FIELDS},
-        **{f: getattr(s, f) for f in _FLEET_FIELDS},
-        **{f: getattr(s, f) for f in _TREE_FIELDS},
-        "status": s.status.value,
-        "usage": msgspec.structs.asdict(s.usage),
-        "turns": s.turns,
-        "queue": [{"message": q.message} for q in s.queue],
-        "workspace": msgspec.to_builtins(s.workspace) if s.workspace else None,
-        "changes": msgspec.structs.asdict(s.changes) if s.changes else None,
-    }
-
-
-_ROW_FIELDS = (
-    "id",
-    "name",
-    "adapter",
-    "model",
-    "task",
-    "cwd",
-    "created_at",
-    "updated_at",
-    "cost_usd",
-    "cost_source",
-    "agent_session_id",
-    "last_message",
-    "error",
-    "reason",
-    "source",
-    "dangerous",
-)
-_FLEET_FIELDS = ("group", "priority", "after", "max_cost_usd", "max_tokens", "auto_resumes")
-_TREE_FIELDS = ("parent_session_id", "parent_run_id", "spawn_depth", "lifecycle")
+    if name is not None:
+        rows = [r for r in rows if r.get("name") and fnmatchcase(r["name"], name)]
+    if adapter is not None:
+        rows = [r for r in rows if r.get("adapter") == adapter]
+    if source is not None:
+        rows = [r for r in rows if r.get("source") and fnmatchcase(r["source"], source)]
+    return rows[-limit:] if limit else rows
 
 
 def damaged_row(sid: str, problem: str) -> dict[str, Any]:

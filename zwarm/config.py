@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from zwarm.agents import DEFAULT_AGENT
 from zwarm.errors import ConfigError
@@ -120,8 +121,7 @@ _HOOKS = ("on_finish", "on_fail")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailing newline
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(msgspec.Struct, frozen=True):
     """A validated configuration. ``data[table][key]`` always exists (defaults filled in).
 
     ``get``, ``command`` and the mapping ``table`` returns hand out a security-relevant value
@@ -132,7 +132,13 @@ class Config:
 
     data: dict[str, dict[str, Any]]
     path: str | None = None
-    source: ConfigSource | None = field(default=None, compare=False, repr=False)
+    source: ConfigSource | None = None  # neither compared nor shown (__eq__, __repr__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and (self.data, self.path) == (other.data, other.path)
+
+    def __repr__(self) -> str:
+        return f"Config(data={self.data!r}, path={self.path!r})"
 
     def get(self, table: str, key: str) -> Any:
         if self.source is not None:

@@ -19,17 +19,17 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+import msgspec
 
 STATE_DIR_NAME = ".zwarm"
 
 
-@dataclass
-class Env:
-    cwd: Path = field(default_factory=lambda: Path(os.getcwd()))
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+class Env(msgspec.Struct):
+    cwd: Path = msgspec.field(default_factory=lambda: Path(os.getcwd()))
+    environ: Mapping[str, str] = msgspec.field(default_factory=lambda: dict(os.environ))
     state_dir: Path | None = None  # explicit --state-dir
     clock: Callable[[], float] = time.time
     python: str = sys.executable

@@ -37,6 +37,7 @@ import pytest
 
 from zwarm.model import ProcRef, Session, schema
 from zwarm.runtime import procs as zprocs
+from zwarm.store import Store, history
 
 from ._helpers import ROOT, UUID, meta, spawn, wait_until
 
@@ -103,12 +104,13 @@ class MetaReader(threading.Thread):
             self._problem(sid, f"meta.json mode {oct(st.st_mode & 0o777)}")
         try:
             m = json.loads(b"".join(chunks))
-            schema.from_builtins(m)
+            s = _whole(self.sessions / sid, schema.from_builtins(m))
         except ValueError as e:
-            self._problem(sid, f"unreadable meta.json: {e}")
+            self._problem(sid, f"unreadable meta.json or history: {e}")
             return
         if REQUIRED - set(m):
             self._problem(sid, f"fields missing: {sorted(REQUIRED - set(m))}")
+        m = {**m, "turns": [t.to_dict() for t in s.turns]}  # archived turns too
         turns = [t["status"] for t in m["turns"]]
         before = self._turns.get(sid, [])
         if len(turns) < len(before):
@@ -122,6 +124,19 @@ class MetaReader(threading.Thread):
         if lost and m["status"] != "killed":  # kill drops the queue, on purpose
             self._problem(sid, f"messages lost: {sorted(lost)}")
         self._messages[sid] = msgs
+
+
+def _whole(d: Path, s: Session) -> Session:
+    """``s`` with its archived turns put back from its history file (``zwarm.store.history``):
+    exactly the bytes the meta.json just read says are valid, whatever was appended since."""
+    if s.head_only and s.archive is not None:
+        s.turns[1:1] = history.read(str(d), s.archive)
+    return s
+
+
+def _turns(zw: Any, sid: str) -> list[dict[str, Any]]:
+    """Every turn of ``sid`` as stored, archived ones included."""
+    return [t.to_dict() for t in Store(zw.state_dir).load(sid).turns]
 
 
 class Records:
@@ -274,7 +289,7 @@ def _round(
     for tok in [*spawned, *inject_target]:
         assert len(records.by_prompt.get(tok, [])) == 1, f"{tok} ran {records.by_prompt.get(tok)}"
     for t in targets:
-        m = meta(zw, t)
+        m = {**meta(zw, t), "turns": _turns(zw, t)}
         msgs = [x["message"] for x in m["turns"]]
         mine = [tok for tok in inject_target if inject_target[tok] == t]
         for tok in mine:

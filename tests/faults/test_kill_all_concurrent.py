@@ -1,11 +1,21 @@
 """``kill --all`` stops the running sessions at once, not one after another: each kill waits
 for its processes to exit (up to a grace period for an agent that ignores SIGTERM), so a
-serial kill over N sessions takes N grace periods."""
+serial kill over N sessions takes N grace periods. Every session is recorded killed first
+(the waiting ones before the running), then all their processes are stopped together: when
+the command returns, every process group, marked process and supervisor is gone, and each
+supervisor has recorded how its agent ended."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
+
+import pytest
+
+from zwarm.model import ProcRef
+from zwarm.runtime import procs
+from zwarm.runtime.local import LocalLauncher
 
 from ._helpers import agent_ref, alive, meta, spawn, supervisor_ref, wait_until
 
@@ -26,3 +36,58 @@ def test_kill_all_stops_sessions_concurrently(zw: Any) -> None:
     assert took < (N - 1) * GRACE_S, f"kill --all took {took:.1f} s"
     wait_until(lambda: not any(alive(r) for r in refs), message="every process gone")
     assert all(meta(zw, sid)["status"] == "killed" for sid in ids)
+
+
+def _groups_alive(pgids: set[int]) -> list[int]:
+    """Live (not zombie) processes in any of these process groups."""
+    found = []
+    for name in os.listdir("/proc"):
+        fields = procs._stat_fields(int(name)) if name.isdigit() else None
+        if fields is not None and not procs._dead(fields) and int(fields[2]) in pgids:
+            found.append(int(name))
+    return found
+
+
+def test_kill_all_leaves_no_process_of_twenty_sessions_that_ignore_sigterm(zw: Any) -> None:
+    """20 agents, each with a tree (a nested shell, a sleep that left the group with setsid),
+    all ignoring SIGTERM: the one shared grace ends in SIGKILL for all of them."""
+    env = zw.replay("codex_simple", FAKE_HANG="1", FAKE_IGNORE_TERM="1", FAKE_CHILDREN="2")
+    api = zw.api(env_extra=env)
+    ids = [api.spawn(f"hang {i}").id for i in range(20)]
+    for sid in ids:  # the agent, two shells, three sleeps
+        wait_until(lambda sid=sid: len(procs.marked(sid)) >= 6, message=f"{sid}'s tree")
+    members = [r for sid in ids for r in procs.marked(sid)]
+    pgids = {int(f[2]) for r in members if (f := procs._stat_fields(r.pid)) is not None}
+    sups = [ProcRef(**meta(zw, sid)["turns"][-1]["supervisor"]) for sid in ids]
+    killed = zw.json("kill", "--all")
+    assert sorted(r["id"] for r in killed) == sorted(ids)
+    assert len(pgids) == 40 and _groups_alive(pgids) == []
+    assert not any(procs.is_alive(r) for r in [*members, *sups])
+    assert not set(ids) & set(procs._scan())
+    for sid in ids:  # recorded by its supervisor before the command returned
+        turn = meta(zw, sid)["turns"][-1]
+        assert (meta(zw, sid)["status"], turn["signal"]) == ("killed", 9)
+
+
+def test_kill_all_records_every_session_before_stopping_any(
+    zw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiting and the running are all recorded killed, then one ``stop_many`` stops the
+    running together; no queued session starts in a slot the kill frees."""
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config("[limits]\nmax_running = 3\n")
+    api = zw.api(env_extra=zw.replay("codex_simple", FAKE_HANG="1"))
+    ids = [api.spawn(f"hang {i}").id for i in range(5)]
+    assert sorted(meta(zw, sid)["status"] for sid in ids) == ["queued"] * 2 + ["running"] * 3
+    wait_until(lambda: zw.calls() == 3, message="the 3 running agents started")
+    calls: list[tuple[int, list[str]]] = []
+    real = LocalLauncher.stop_many
+
+    def stop_many(self: LocalLauncher, items: Any) -> Any:
+        calls.append((len(items), [meta(zw, sid)["status"] for sid in ids]))
+        return real(self, items)
+
+    monkeypatch.setattr(LocalLauncher, "stop_many", stop_many)
+    assert sorted(r["id"] for r in api.kill(all_=True)) == sorted(ids)
+    assert calls == [(3, ["killed"] * 5)]
+    assert zw.calls() == 3 and {meta(zw, sid)["status"] for sid in ids} == {"killed"}

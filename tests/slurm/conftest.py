@@ -6,8 +6,9 @@ a Slurm that answers, every test here skips with the reason, or fails when ``CI=
 ``sl``: the ``zw`` world (fake agents, isolated state dir) with a trusted config.toml whose
 ``[launcher] default`` is ``slurm`` and whose ``[slurm] env`` exports the fake agents'
 ``FAKE_*`` settings to the jobs (``sl_config(**slurm_keys)`` rewrites it). Helpers read what
-Slurm says of a job (``job_state``) and find the processes carrying a session's marker on
-this machine, which is also the cluster's only node (``marked``). Every wait is on a
+Slurm says of a job (``job_state``; ``final_state`` once it has settled) and find the
+processes carrying a session's marker on this machine, which is also the cluster's only node
+(``marked``). Every wait is on a
 condition with a deadline; sessions left running are killed (``scancel``) at teardown.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tests.conftest import ZW
+from tests.conftest import ZW, wait_until
 
 FAKE_ENV = [
     "FAKE_REPLAY",
@@ -97,6 +98,18 @@ def job_state(job: str) -> tuple[str, str, str]:
     )
     parts = r.stdout.strip().split("|")
     return (parts[0], parts[1], parts[2]) if len(parts) == 3 else ("", "", "")
+
+
+def final_state(job: str) -> str:
+    """The state a job ends in: squeue shows ``COMPLETING`` for a moment after its batch
+    script exits (the epilog, the step's cleanup), which is no verdict yet."""
+
+    def settled() -> str | None:
+        state = job_state(job)[0]
+        return None if state in ("COMPLETING", "RUNNING", "CONFIGURING") else state
+
+    state: str = wait_until(settled, message=f"job {job} settled")
+    return state
 
 
 def marked(sid: str) -> list[int]:

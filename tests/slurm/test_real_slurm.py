@@ -19,7 +19,7 @@ import tomli_w
 
 from tests.fakes.llm import Reply, text
 from tests.real.world import ADAPTERS, RealWorld
-from tests.slurm.conftest import job_state
+from tests.slurm.conftest import final_state
 from zwarm.trust import trust_config
 
 
@@ -55,7 +55,7 @@ def test_real_agent_turns_run_as_jobs(real: SlurmWorld, adapter: str) -> None:
     assert d["last_message"] == "Hello from a node!"
     (t,) = d["turns_detail"]
     assert t["launcher"] == "slurm" and t["exit_code"] == 0
-    assert job_state(t["handle"]["job"])[0] == "COMPLETED"
+    assert final_state(t["handle"]["job"]) == "COMPLETED"
     assert srv.requests[0].contains("Say hello.")
 
     real.api().inject(sid, "Say it again.", context="native")

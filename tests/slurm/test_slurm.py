@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import ZW, wait_until
-from tests.slurm.conftest import job_of, job_state, marked, sl_config, status
+from tests.slurm.conftest import final_state, job_of, job_state, marked, sl_config, status
 
 LONG = 150.0  # Slurm checks time limits every 30 s: a 1-minute limit ends within ~95 s
 
@@ -39,7 +39,7 @@ def test_turns_and_follow_ups_run_as_jobs(sl: ZW) -> None:
     assert [t["launcher"] for t in m["turns"]] == ["slurm", "slurm"]
     first, second = job_of(sl, sid, 1), job_of(sl, sid, 2)
     assert first != second  # one job per turn
-    assert job_state(first)[0] == job_state(second)[0] == "COMPLETED"
+    assert final_state(first) == final_state(second) == "COMPLETED"
     # the agent ran in the job, with the exported variable; nothing kept its value
     _, prompt = sl.recorded()
     assert prompt.endswith(b"second message")

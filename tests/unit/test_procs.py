@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import psutil
 import pytest
@@ -278,3 +279,103 @@ def test_descendants_from_one_pass_match_psutil(cleanup) -> None:
     assert {r.pid for r in got} == want and len(got) == len(want)
     assert all(procs.is_alive(r) for r in got)
     assert procs._below(1, {1: [ref], ref.pid: [ProcRef(1, 1, "b")]}) == [ref]  # a loop ends
+
+
+# ------------------------------------------------------------------ stopping many at once
+def _sids(n: int) -> list[str]:
+    return [f"0f0f0f0f-0000-4000-8000-{i:012x}" for i in range(n)]
+
+
+def _marked_groups(cleanup, sids: list[str], script: str, each: int) -> list[tuple[ProcRef, str]]:
+    """One marked process group per session (a shell and its children): (leader, session id)
+    once every group has its ``each`` marked members."""
+    started = [_marked(script, sid) for sid in sids]
+    cleanup.extend(started)
+    for sid in sids:
+        wait_until(lambda sid=sid: len(procs.marked(sid)) >= each or None, message="members")
+    refs = [procs.identify(p.pid) for p in started]
+    assert all(r is not None for r in refs)
+    return [(r, sid) for r, sid in zip(refs, sids, strict=True) if r is not None]
+
+
+def _members(items: list[tuple[ProcRef, str]]) -> list[ProcRef]:
+    return [r for _, sid in items for r in procs.marked(sid)]
+
+
+def test_kill_sessions_scans_once_and_signals_all_before_waiting(
+    cleanup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (kill --all took 8 s over 200 sessions): each session's kill scanned /proc
+    and waited for its own processes before the next was signalled. Now one marker scan and
+    one tree pass serve every session, and every SIGTERM is sent before any exit is waited
+    for."""
+    items = _marked_groups(cleanup, _sids(6), "sleep 300 & sleep 301 & wait", 3)
+    members = _members(items)
+    scans: list[str] = []
+    events: list[int | str] = []
+    send, wait = procs._send, procs._Exits.wait
+
+    def counted(kind: str, scan: Any) -> Any:
+        return procs._SharedScan(lambda: scans.append(kind) or scan())
+
+    def sent(ref: ProcRef, fd: int | None, sig: int) -> None:
+        events.append(sig)
+        send(ref, fd, sig)
+
+    def waited(self: Any, timeout: float) -> list[ProcRef]:
+        events.append("wait")
+        return wait(self, timeout)
+
+    monkeypatch.setattr(procs, "_MARKED", counted("marked", procs._scan))
+    monkeypatch.setattr(procs, "_TREES", counted("tree", procs._tree))
+    monkeypatch.setattr(procs, "_send", sent)
+    monkeypatch.setattr(procs._Exits, "wait", waited)
+    assert procs.kill_sessions(items, grace=30.0) == [sid for _, sid in items]
+    assert sorted(scans) == ["marked", "tree"]
+    assert (
+        events[: events.index("wait")] == [signal.SIGTERM] * len(members) == [signal.SIGTERM] * 18
+    )
+    assert _all_gone(members)
+
+
+def test_kill_sessions_escalates_all_together(cleanup) -> None:
+    """Groups that ignore SIGTERM all get SIGKILL after one shared grace, and every member,
+    the leaders included, is gone when the call returns."""
+    items = _marked_groups(cleanup, _sids(4), "trap '' TERM; sleep 300 & sleep 301 & wait", 3)
+    members = _members(items)
+    assert len(procs.kill_sessions(items, grace=0.5)) == 4
+    assert _all_gone(members)
+    for p in cleanup:
+        assert p.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_waiting_on_pidfds_reads_no_proc_while_idle(
+    cleanup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel has pidfds, waiting for exits is one poll: no /proc read per round."""
+    if not procs._PIDFD:
+        pytest.skip("no pidfds here")
+    p = _start("sleep 300")
+    cleanup.append(p)
+    ref = wait_until(lambda: procs.identify(p.pid), message="sleep")
+    reads: list[str] = []
+    real = procs._read
+    with procs._Exits([ref]) as exits:
+        monkeypatch.setattr(procs, "_read", lambda path: reads.append(path) or real(path))
+        assert [r.pid for r in exits.wait(0.3)] == [p.pid]
+    assert reads == []
+    p.kill()
+    assert procs.wait_gone(ref, 30.0)
+
+
+def test_stopping_without_pidfds_polls_by_identity(
+    cleanup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No pidfds (an old kernel, no descriptor left): the same stop, by identity each round."""
+    monkeypatch.setattr(procs, "_PIDFD", False)
+    items = _marked_groups(cleanup, _sids(3), "trap '' TERM; sleep 300 & wait", 2)
+    members = _members(items)
+    assert len(procs.kill_sessions(items, grace=0.3)) == 3
+    assert _all_gone(members)
+    me = procs.identify(os.getpid())
+    assert me is not None and procs.wait_all_gone([me], 0.05) == [me]

@@ -22,9 +22,10 @@ import copy
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
+
+import msgspec
 
 from zwarm.agents import jsonl
 from zwarm.errors import InvalidInput
@@ -100,8 +101,7 @@ COMMON_SETTINGS: Mapping[str, Setting] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True)
-class AgentOptions:
+class AgentOptions(msgspec.Struct, frozen=True):
     """Everything argv building gets: config table plus session. Never the prompt."""
 
     command: tuple[str, ...]
@@ -109,7 +109,7 @@ class AgentOptions:
     model: str | None = None
     extra_args: tuple[str, ...] = ()
     dangerous: bool = False
-    settings: Mapping[str, Any] = field(default_factory=dict)  # the whole config table
+    settings: Mapping[str, Any] = msgspec.field(default_factory=dict)  # the whole config table
 
 
 class ConformanceSamples(NamedTuple):

@@ -6,25 +6,37 @@ line into a JSON object, and the accessors read fields without trusting their ty
 nothing about any agent's event format.
 
 Must stay true (an agent can write any bytes):
-- pure and stdlib-only; no function here raises on any input (a wrong-typed field reads as
-  empty, a line that is not a JSON object decodes to None);
+- pure and stdlib-only (msgspec only inside ``struct_decoder``, loaded when called); no
+  function here raises on any input (a wrong-typed field reads as empty, a line that is not a
+  JSON object decodes to None);
 - ``read_lines`` never loads a line longer than ``LINE_CAP`` (Python's own file iteration loads
   a whole line, whatever its size): it yields a ``Skipped`` marker for it instead, so memory is
   bounded by the cap whatever the stream; a last line without ``\\n`` is still a line;
 - every string ``decode`` returns is valid Unicode that encodes to UTF-8: invalid UTF-8 bytes
   and lone UTF-16 surrogates (``"\\ud83d"``, what JavaScript writes for a cut emoji) become
-  U+FFFD; otherwise ``decode`` gives exactly what ``json.loads`` gives for an object line.
+  U+FFFD; otherwise ``decode`` gives exactly what ``json.loads`` gives for an object line;
+- a ``struct_decoder`` decodes a line into a typed shape only where that agrees with
+  ``decode`` field for field, and raises one of ``STRUCT_ERRORS`` everywhere else (the caller
+  then uses ``decode``): msgspec rejects every lone surrogate escape, invalid UTF-8 in a field
+  it returns, control characters in strings, NaN, trailing data and wrong-typed fields, and
+  accepts exactly the JSON ``json.loads`` accepts otherwise (duplicate keys: the last wins);
+- a ``msgspec.Raw`` string is only given inside ``raw_strings`` and only cut from a line that
+  is ``raw_safe`` (msgspec does not check the UTF-8 of what it copies raw): copied out, it is
+  the same string as decoded, valid UTF-8 with no lone surrogate.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 Event = dict[str, Any]
+S = TypeVar("S")
 
 LINE_CAP = 8 << 20  # bytes: a longer line is skipped, never loaded
 _CHUNK = 1 << 20  # what an over-long line is discarded by
@@ -107,6 +119,47 @@ def _given_lines(lines: Iterable[Any], cap: int) -> Iterator[bytes | Skipped]:
             yield Skipped(number, len(line), cap)
         else:
             yield line
+
+
+STRUCT_ERRORS = (ValueError, TypeError, RecursionError)  # what a struct decoder raises
+_RAW_STRINGS: contextvars.ContextVar[bool] = contextvars.ContextVar("raw_strings", default=False)
+
+
+@contextlib.contextmanager
+def raw_strings() -> Iterator[None]:
+    """While open (in this thread or task), a parser may give a step's bulk string field (a
+    command's output) as a ``msgspec.Raw``: the JSON string exactly as the agent wrote it,
+    copied to the output instead of decoded and re-encoded (the same value; escapes such as
+    ``\\u00e9`` stay as written, where a re-encoding would write the character). Only for a
+    consumer that writes the steps as JSON (a msgspec encoder copies a Raw) and reads nothing
+    else of them (``trajectory --json``)."""
+    token = _RAW_STRINGS.set(True)
+    try:
+        yield
+    finally:
+        _RAW_STRINGS.reset(token)
+
+
+def raw_strings_wanted() -> bool:
+    """Whether ``raw_strings`` is open (checked once, when a parser starts)."""
+    return _RAW_STRINGS.get()
+
+
+def raw_safe(line: object) -> bool:
+    """Whether a Raw string field cut from ``line`` is safe to copy as is: the line is ASCII
+    bytes (so no invalid UTF-8; msgspec rejects lone surrogate escapes and control
+    characters everywhere)."""
+    return type(line) is bytes and line.isascii()
+
+
+def struct_decoder(shape: type[S]) -> Callable[[Any], S]:
+    """A decoder of one line (bytes or str) into the msgspec Struct ``shape``, unknown fields
+    skipped unread; raises one of ``STRUCT_ERRORS`` where it cannot answer as ``decode``
+    would (see the module's promises). Typically 3x faster than ``decode``."""
+    import msgspec
+
+    decoder: msgspec.json.Decoder[S] = msgspec.json.Decoder(shape)
+    return decoder.decode
 
 
 def decode(line: object) -> Event | None:

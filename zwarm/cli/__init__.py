@@ -10,7 +10,6 @@ Owns argument parsing, exit codes and choosing JSON or human output. Must stay t
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -131,6 +130,8 @@ def _emit_json(data: Any) -> None:
     try:
         out = msgspec.json.encode(data)
     except (TypeError, UnicodeEncodeError):  # not msgspec-encodable: the stdlib, ASCII-safe
+        import json  # only here: start-up (ls never imports it)
+
         out = json.dumps(data, separators=(",", ":")).encode()
     sys.stdout.flush()
     sys.stdout.buffer.write(out + b"\n")
@@ -253,7 +254,7 @@ def _after_start(
     if wait_:
         _turn_result(ctx, api, sid, n, as_json)
     elif as_json:
-        _emit_json(row(api.get(sid).to_dict()))
+        _emit_json(row(api.get(sid)))
     else:
         click.echo(sid)
 
@@ -281,7 +282,7 @@ def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool
         ctx.exit(130)
     n = resumed_as(s, n)  # a parked turn resumed, or retried: how its last run ended
     t = s.turns[n - 1]
-    r = {**row(s.to_dict()), "turn": n, "status": t.status.value, "error": t.error}
+    r = {**row(s), "turn": n, "status": t.status.value, "error": t.error}
     r["last_message"] = t.final_message if t.final_message is not None else r["last_message"]
     with _reader_may_go():
         if as_json:
@@ -316,7 +317,7 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
     """
     api = _api(ctx)
     s, state = api.inject(session, _read_task(message), context=context, timeout=timeout)
-    turn = len(s.turns) + (len(s.queue) if state == "queued" else 0)  # queue holds ours
+    turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:
         click.echo(f"{s.id} {state} (turn {turn})")  # with --wait: first
     if not wait_:
@@ -355,7 +356,9 @@ def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: 
     api = _api(ctx)
 
     def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return _select(rows, name_, adapter_, source, limit)
+        from zwarm.api import select_rows
+
+        return select_rows(rows, name_, adapter_, source, limit)
 
     if watch:
         from zwarm.cli import live
@@ -365,6 +368,7 @@ def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: 
     rows = select(api.sessions(status) if api.store.exists() else [])
     if as_json:
         _emit_json(rows)
+        _exit_now()
         return
     from zwarm.cli import render
     from zwarm.cli.text import terminal_width
@@ -376,26 +380,26 @@ def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: 
         tree.tree_table(rows, api.env.clock(), color=color, width=terminal_width())
         return
     render.session_table(rows, api.env.clock(), color=color, width=terminal_width())
+    _exit_now()
 
 
-def _select(
-    rows: list[dict[str, Any]],
-    name: str | None,
-    adapter: str | None,
-    source: str | None,
-    limit: int | None,
-) -> list[dict[str, Any]]:
-    """The rows matching every filter given (names and sources by glob), the newest
-    ``limit`` of them, still oldest first."""
-    from fnmatch import fnmatchcase
-
-    if name is not None:
-        rows = [r for r in rows if r.get("name") and fnmatchcase(r["name"], name)]
-    if adapter is not None:
-        rows = [r for r in rows if r.get("adapter") == adapter]
-    if source is not None:
-        rows = [r for r in rows if r.get("source") and fnmatchcase(r["source"], source)]
-    return rows[-limit:] if limit else rows
+def _exit_now() -> None:
+    """End a listing's process now that its output is out: freeing thousands of rows and
+    sessions one by one, and the interpreter's final collection, would cost a large listing
+    up to a fifth of its time. Only in zwarm's own process (``run``: not when ``main`` is called
+    by a program, nor under click's test runner, which swaps stdout); a flush that fails (a
+    closed pipe) is left to the usual exit path."""
+    out, err = sys.__stdout__, sys.__stderr__
+    if not _PROCESS or out is None or err is None or sys.stdout is not out:
+        return
+    if sys.stderr is not err:
+        return
+    try:
+        out.flush()
+        err.flush()
+    except OSError:
+        return
+    os._exit(0)
 
 
 @cli.command()
@@ -445,9 +449,18 @@ def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool, f
       zwarm trajectory verbose --turn 2 --full
       zwarm trajectory 3f2a -f
     """
-    from zwarm.cli import live
-
     api = _api(ctx)
+    if as_json and not follow:  # the live views' modules are not loaded (start-up)
+        from zwarm.agents import jsonl
+
+        steps = api.trajectory(session, turn)
+        with jsonl.raw_strings():  # big strings copied as the agent wrote them
+            _stream_json_array(steps)
+        if steps.problems:
+            _exit_problems(ctx, steps.problems)
+        return
+    from zwarm.cli import live, render
+
     if follow and as_json:
         sid = api.resolve(session)
         try:
@@ -459,12 +472,7 @@ def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool, f
     if follow:
         ctx.exit(live.follow_trajectory(api, session, turn, full))
     steps = api.trajectory(session, turn)
-    if as_json:
-        _stream_json_array(steps)
-    else:
-        from zwarm.cli import render
-
-        render.steps(steps, full=full, header=live.header(api, session))
+    render.steps(steps, full=full, header=live.header(api, session))
     _exit_problems(ctx, steps.problems)
 
 
@@ -480,37 +488,41 @@ def _exit_problems(ctx: click.Context, problems: list[str]) -> None:
 
 
 def _stream_json_array(items: Any, flush: bool = False) -> None:
-    """A JSON array, one item per line, written as ``items`` come (``flush``: each at once)."""
+    """A JSON array, one item per line, written as ``items`` come (``flush``: each at once):
+    encoded by msgspec into one buffer written out every ``_OUT_CHUNK`` bytes, so memory holds
+    one chunk, never the array; a ``msgspec.Raw`` value (``jsonl.raw_strings``) is copied as
+    is. An item msgspec cannot encode takes the stdlib encoder."""
+    import msgspec
+
     out = sys.stdout
-    dumps = _compact_dumps()
-    out.write("[")
-    first = True
+    out.flush()
+    raw = out.buffer
+    encode_into = msgspec.json.Encoder().encode_into
+    buf = bytearray(b"[")
+    sep = b""
     for item in items:
-        out.write(dumps(item) if first else "," + dumps(item))
-        out.write("\n")
-        if flush:
-            out.flush()
-        first = False
-    out.write("]\n")
+        buf += sep
+        sep = b","
+        mark = len(buf)
+        try:
+            encode_into(item, buf, -1)
+        except (TypeError, ValueError):  # e.g. a lone surrogate in a str
+            import json
+
+            del buf[mark:]
+            buf += json.dumps(item, separators=(",", ":"), default=msgspec.json.decode).encode()
+        buf += b"\n"
+        if flush or len(buf) >= _OUT_CHUNK:
+            raw.write(buf)
+            buf.clear()
+            if flush:
+                raw.flush()
+    buf += b"]\n"
+    raw.write(buf)
+    raw.flush()
 
 
-def _compact_dumps() -> Any:
-    """``JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode`` for dicts, with its C
-    encoder built once: ``encode`` builds a new one per call, a fifth of the cost of encoding
-    a 200 MB trajectory step by step. Same bytes (same encoder, same arguments)."""
-    from json import encoder
-
-    std = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-    make = encoder.c_make_encoder  # type: ignore[attr-defined]
-    if make is None:  # pragma: no cover - CPython always has it
-        return std.encode
-    enc = make({}, std.default, encoder.encode_basestring, None, ":", ",", False, False, True)
-    join = "".join
-
-    def dumps(item: Any) -> str:
-        return join(enc(item, 0)) if type(item) is dict else std.encode(item)
-
-    return dumps
+_OUT_CHUNK = 1 << 18  # bytes of encoded steps written at once
 
 
 @cli.command()
@@ -724,6 +736,17 @@ def demo(ctx: click.Context, keep: Path | None) -> None:
     ctx.exit(run_demo(obj.get("state_dir"), keep=keep))
 
 
+_PROCESS = False  # set by ``run``: this process is zwarm's own, and may end the quick way
+
+
 def main() -> NoReturn:
     cli.main(prog_name="zwarm")
     sys.exit(0)  # pragma: no cover - cli.main always exits
+
+
+def run() -> NoReturn:
+    """The ``zwarm`` console script and ``python -m zwarm``: ``main`` in a process of its
+    own, which a listing may end without tearing its objects down (``_exit_now``)."""
+    global _PROCESS
+    _PROCESS = True
+    main()

@@ -9,9 +9,12 @@ never a re-parse of the whole log. Two shapes:
   with its state intact; ``follow`` chains it across a session's turns, queued ones included;
 - ``TurnWatch`` never blocks: each ``poll`` parses the lines appended since the last one and
   keeps the latest step and the tokens reported so far.
-Must stay true: it knows no agent's format (parsing is the agent's, through its manager); it
-opens logs with ``open_read`` (no link followed, never blocking on a FIFO); memory is bounded
-by the parser's line cap plus one poll's read (``POLL_BYTES``) whatever the log's size.
+Must stay true: ``follow`` sleeps until the session's files change (``runtime.notify``),
+never on a short timer, and reads meta.json again only when it changed (or every
+``api.WAKE_S``: a process that died writes nothing); it knows no agent's format (parsing is
+the agent's, through its manager); it opens logs with ``open_read`` (no link followed, never
+blocking on a FIFO); memory is bounded by the parser's line cap plus one poll's read
+(``POLL_BYTES``) whatever the log's size.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from zwarm.api import Zwarm
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.model.steps import Step
+    from zwarm.runtime.notify import Sessions
 
 READ_BYTES = 1 << 20  # what LiveLog reads at once
 POLL_BYTES = 4 << 20  # what one TurnWatch.poll parses at most (it catches up over polls)
@@ -40,7 +44,9 @@ ENDED_EVERY_S = 0.5  # how often a waiting LiveLog asks whether its turn has end
 class LiveLog:
     """A turn log that may still grow, read as a binary file. While the turn runs,
     ``readline`` returns complete lines only, waiting for them; once ``ended()`` is true it
-    returns what is left, then b"" (end of file)."""
+    returns what is left, then b"" (end of file). With ``watch`` (the session's files,
+    ``runtime.notify``) it sleeps until they change instead of every ``poll_s``, and asks
+    ``ended()`` only when the session's meta.json may have changed."""
 
     def __init__(
         self,
@@ -48,6 +54,7 @@ class LiveLog:
         ended: Callable[[], bool],
         poll_s: float = 0.1,
         sleep: Callable[[float], None] = time.sleep,
+        watch: Sessions | None = None,
     ) -> None:
         self.path = path
         self.pos = 0
@@ -58,6 +65,8 @@ class LiveLog:
         self._fd: int | None = None
         self._done = False
         self._asked = 0.0
+        self._watch = watch
+        self._look = True  # (with a watch) meta.json may have changed since ended() was asked
 
     def readline(self, size: int = -1) -> bytes:
         while True:
@@ -73,7 +82,13 @@ class LiveLog:
                     continue
                 self._done = True
                 return self._take(len(self._buf))
+            self._pause()
+
+    def _pause(self) -> None:
+        if self._watch is None:
             self._sleep(self._poll)
+        elif self._watch.pause():
+            self._look = True
 
     def _take(self, n: int) -> bytes:
         line = bytes(self._buf[:n])
@@ -87,6 +102,9 @@ class LiveLog:
         return self.pos - len(self._buf)
 
     def _turn_over(self) -> bool:
+        if self._watch is not None:
+            look, self._look = self._look, False
+            return look and self._ended()
         now = time.monotonic()
         if now - self._asked < ENDED_EVERY_S:
             return False
@@ -131,18 +149,29 @@ def follow(
 ) -> Iterator[Step | TurnEnd]:
     """The session's steps (numbered as ``Zwarm.trajectory`` numbers them), live: every turn
     from the first (or only ``only_turn``), then each turn that starts after them, until the
-    session is idle (finished: no turn active, none to come). A ``TurnEnd`` follows each turn."""
+    session is idle (finished: no turn active, none to come). A ``TurnEnd`` follows each turn.
+    Between writes it sleeps until the session's files change (``runtime.notify``)."""
+    from zwarm.api import WAKE_S
+    from zwarm.runtime.notify import Sessions
+
+    with Sessions({sid: api.store.session_dir(sid)}, turns=True, every=WAKE_S) as watch:
+        yield from _follow(api, sid, only_turn, poll_s, watch)
+
+
+def _follow(
+    api: Zwarm, sid: str, only_turn: int | None, poll_s: float, watch: Sessions
+) -> Iterator[Step | TurnEnd]:
     s = api.get(sid)
     mgr = api.reader(s.adapter)
     n, index = only_turn or 1, 0
     while True:
-        if n > len(s.turns):
+        if n > s.count:
             if only_turn is not None or s.status.finished:
                 return
-            time.sleep(poll_s)  # between turns: the next one is about to begin
+            watch.pause()  # between turns: the next one is about to begin
             s = api.get(sid)
             continue
-        log = LiveLog(api.store.turn_path(sid, n), _ender(api, sid, n), poll_s)
+        log = LiveLog(api.store.turn_path(sid, n), _ender(api, sid, n), poll_s, watch=watch)
         try:
             for step in mgr.iter_steps(log):
                 step["turn"], step["index"] = n, index
@@ -159,8 +188,9 @@ def follow(
 
 def _ender(api: Zwarm, sid: str, n: int) -> Callable[[], bool]:
     def ended() -> bool:
-        s = api.get(sid)
-        return n > len(s.turns) or s.turns[n - 1].status.finished
+        s = api.get(sid, history=False)  # asked at every wake-up: no archived turn read
+        t = s.turn(n)
+        return n > s.count or t is None or t.status.finished
 
     return ended
 
@@ -294,14 +324,14 @@ def tokens_so_far(s: Session, watch: TurnWatch | None) -> int:
     delta)."""
     t = s.current
     active = t is not None and not t.status.finished
-    total = sum(x.usage.total_tokens for x in (s.turns[:-1] if active else s.turns))
+    total = s.spent()[0] - (t.usage.total_tokens if t is not None and active else 0)
     if t is None or not active:
         return total
     live = watch.usage if watch is not None else None
     if live is None:
         return total + t.usage.total_tokens
     if t.context == "native" and watch is not None and watch.mgr.usage_cumulative_on_resume:
-        prev = [p.reported_usage for p in s.turns[:-1] if p.reported_usage is not None]
-        if prev:
-            live = live.minus(prev[-1])
+        prev = s.resumed(t, t.agent_session_id or s.agent_session_id)
+        if prev is not None and prev.reported_usage is not None:
+            live = live.minus(prev.reported_usage)
     return total + live.total_tokens

@@ -4,6 +4,10 @@
 Owns what refreshes on screen. Must stay true:
 - turn logs are read incrementally (``zwarm.cli.follow``): a refresh costs what the agents
   wrote since the last one, never a re-parse of a whole log;
+- an idle view costs nothing: it sleeps on the state dir (``runtime.notify``) and reads again
+  only what changed (and everything every ``FULL_EVERY_S``); ``top`` paints each distinct
+  cell once (``_Painter``) and redraws only a frame that changed, so a second in which only
+  the clocks moved reads no file and renders no markup;
 - the progress line goes to stderr and only when stderr is a terminal; stdout carries only
   the command's result, so pipes and ``--json`` see exactly what they did before;
 - ``top`` restores the terminal however it ends (q, Ctrl-C, an error); on a non-terminal it
@@ -20,21 +24,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from zwarm.cli import follow, render
 from zwarm.cli.common import get_api
-from zwarm.cli.text import oneline
+from zwarm.cli.text import cells, oneline
 from zwarm.env import parse_iso
 from zwarm.model import RUNS, Status
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
     from zwarm.model import Session
+    from zwarm.runtime import notify
 
 REFRESH_S = 1.0
+FULL_EVERY_S = 5.0  # top reads every session again this often even when no file changed
+WATCHED_ROWS = 200  # top watches the running sessions and this many of the latest others
+PAINTED_CELLS = 4096  # cells kept painted (see ``_Painter``)
+LAST_MIN = 12  # top's last column (what the agent does) keeps this many cells if it can
+SPIN_FPS = 1  # the spinner's steps per second while ``wait`` blocks (each redraw costs CPU)
 _IDLE = ("completed", "failed", "killed", "damaged")  # listed rows with nothing to watch
 
 
@@ -69,27 +80,31 @@ def top(
     ``select`` and ``status`` filter the sessions as ``zwarm ls`` does."""
     board = Board(api, select, status)
     c = render.console()
+    paint = _Painter(c)
     if not sys.stdout.isatty():
         board.refresh()
-        c.print(board.render(height=None))
+        sys.stdout.write("".join(x + "\n" for x in board.lines(paint, c.size.width, None)))
         return
-    from rich.live import Live
-
     try:
-        with _Keys() as keys, Live(console=c, screen=True, auto_refresh=False) as live:
+        with _Keys() as keys, _Screen(sys.stdout) as screen, board:
+            pause = interval
             while True:
-                began = time.monotonic()
-                board.refresh()
-                live.update(board.render(height=c.size.height), refresh=True)
-                spent = time.monotonic() - began  # a huge state dir: refresh less often
-                if keys.wait(max(interval, 3 * spent)) in ("q", "Q"):
+                size = c.size
+                screen.show(board.lines(paint, size.width, size.height))
+                if keys.wait(pause) in ("q", "Q"):
                     return
+                spent = board.update()  # a huge state dir: refresh less often
+                pause = max(interval, 3 * spent)
     except KeyboardInterrupt:
         return
 
 
 class Board:
-    """The sessions ``top`` shows, refreshed: rows, and a ``TurnWatch`` per running turn."""
+    """The sessions ``top`` shows, refreshed: rows, and a ``TurnWatch`` per running turn.
+
+    Used as a context manager it watches the state dir (``runtime.notify``): ``update`` reads
+    the sessions again only when a watched session (or the set of sessions) changed, reads
+    the turn logs that grew, and does everything every ``FULL_EVERY_S`` whatever changed."""
 
     def __init__(
         self, api: Zwarm, select: Callable[[Rows], Rows] | None = None, status: str | None = None
@@ -101,10 +116,42 @@ class Board:
         self.running: dict[str, Session] = {}
         self.watches: dict[tuple[str, int], follow.TurnWatch] = {}
         self.now = time.time()
+        self.notify: notify.Watcher | None = None
+        self._dirs: dict[Path, str] = {}  # watched session dirs (and turns/ dirs): their ids
+        self._full = 0.0  # when everything was last read
+
+    def __enter__(self) -> Board:
+        from zwarm.runtime import notify
+
+        self.notify = notify.Watcher()
+        self.notify.add(self.api.store.sessions)  # sessions added or removed
+        self.refresh()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.notify is not None:
+            self.notify.close()
+            self.notify = None
+
+    def update(self) -> float:
+        """What changed since the last look, read again (see the class); the seconds spent."""
+        began = time.monotonic()
+        self.now = self.api.env.clock()
+        changed = self.notify.wait(0) if self.notify is not None else set()
+        logs = {p for p in changed if p.name == "turns"}
+        if changed - logs or began - self._full >= FULL_EVERY_S:  # a meta.json replaced, a
+            self.refresh()  # session added or removed; or a process died (writing nothing)
+            return time.monotonic() - began
+        grew = {self._dirs.get(p) for p in logs}
+        for (sid, _), w in self.watches.items():
+            if sid in grew:
+                w.poll()
+        return time.monotonic() - began
 
     def refresh(self) -> None:
         """List the sessions again, and read what each active turn wrote since last time."""
         api = self.api
+        self._full = time.monotonic()
         self.now = api.env.clock()
         self.rows = self.select(api.sessions(self.status) if api.has_sessions() else [])
         self.running = self._active()
@@ -117,6 +164,8 @@ class Board:
                 mgr = api.reader(self.running[sid].adapter)
                 w = self.watches[(sid, n)] = follow.TurnWatch(mgr, api.store.turn_path(sid, n))
             w.poll()
+        if self._watch_dirs():
+            self._full = 0.0  # read again at the next update what changed before its watch
 
     def _active(self) -> dict[str, Session]:
         from zwarm.errors import ZwarmError
@@ -126,31 +175,44 @@ class Board:
             if r["status"] in _IDLE:
                 continue
             try:
-                s = self.api.get(r["id"])
+                s = self.api.store.load(r["id"], history=False)  # reconciled just now
             except ZwarmError:
                 continue  # removed or damaged since it was listed: shown as listed
             if s.current is not None and not s.status.finished:
                 active[s.id] = s
         return active
 
-    def render(self, height: int | None) -> Any:
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
+    def _watch_dirs(self) -> bool:
+        """Watch the running sessions (their turn logs too) and the latest others; whether
+        a directory was added."""
+        if self.notify is None:
+            return False
+        store = self.api.store
+        wanted: dict[Path, str] = {}
+        for sid in [*self.running, *(r["id"] for r in self.rows[-WATCHED_ROWS:])]:
+            wanted[store.session_dir(sid)] = sid
+            if sid in self.running:
+                wanted[store.session_dir(sid) / "turns"] = sid
+        for p in [p for p in self._dirs if p not in wanted]:
+            self.notify.discard(p)
+        added = [p for p in wanted if p not in self._dirs]
+        for p in added:
+            self.notify.add(p, content=p.name == "turns")
+        self._dirs = wanted
+        return bool(added)
 
+    def lines(self, paint: _Painter, width: int, height: int | None) -> list[str]:
+        """The screen: title, a blank line, the table cut to ``width`` cells and, with
+        ``height``, to the rows that fit."""
         running = sorted(self.running.values(), key=lambda s: s.turns[-1].started_at)
         done = [r for r in reversed(self.rows) if r["id"] not in self.running]
         room = None if height is None else max(1, height - 5)
-        t = Table(box=None, pad_edge=False, expand=True, header_style="bold")
-        for name, kw in _TOP_COLUMNS:
-            t.add_column(name, **kw)
-        for s in running[:room]:
-            t.add_row(*self._running_row(s))
-        left = None if room is None else max(0, room - len(running))
-        for r in done[:left]:
-            t.add_row(*self._finished_row(r))
-        head = Text.from_markup(self._title())
-        return Group(head, Text(""), t)
+        rows = [self._running_row(s) for s in running[:room]]
+        left = None if room is None else max(0, room - len(rows))
+        rows += [self._finished_row(r) for r in done[:left]]
+        head = tuple(f"[bold]{name}[/]" for name, _ in _TOP_COLUMNS)
+        table = _table(paint, [head, *rows], width)
+        return [paint.cell(self._title(), width)[0], "", *table]
 
     def _title(self) -> str:
         clock = time.strftime("%H:%M:%S", time.localtime(self.now))
@@ -195,15 +257,110 @@ class Board:
         )
 
 
-_TOP_COLUMNS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("ID", {"no_wrap": True}),
-    ("NAME", {"no_wrap": True, "max_width": 16}),
-    ("STATUS", {"no_wrap": True}),
-    ("TURN", {"no_wrap": True, "justify": "right"}),
-    ("TIME", {"no_wrap": True, "justify": "right"}),
-    ("TOKENS", {"no_wrap": True, "justify": "right"}),
-    ("NOW / LAST", {"no_wrap": True, "overflow": "ellipsis", "ratio": 1}),
+_TOP_COLUMNS: tuple[tuple[str, str], ...] = (  # name, justify (the last column fills the rest)
+    ("ID", "left"),
+    ("NAME", "left"),
+    ("STATUS", "left"),
+    ("TURN", "right"),
+    ("TIME", "right"),
+    ("TOKENS", "right"),
+    ("NOW / LAST", "left"),
 )
+_GAP = "  "
+
+
+def _table(paint: _Painter, rows: list[tuple[str, ...]], width: int) -> list[str]:
+    """``rows`` of markup cells as terminal lines of at most ``width`` cells: each column as
+    wide as its widest cell (the widest shrunk, cells cut with …, when they do not fit), the
+    last one filling what is left."""
+    painted = [[paint.cell(c) for c in r[:-1]] for r in rows]
+    natural = [max((p[i][1] for p in painted), default=0) for i in range(len(_TOP_COLUMNS) - 1)]
+    widths = _fit(natural, width - len(_GAP) * len(natural) - LAST_MIN)
+    rest = max(1, width - sum(widths) - len(_GAP) * len(widths))
+    out = []
+    for r, row in zip(rows, painted, strict=True):
+        parts = []
+        for i, ((text, used), w) in enumerate(zip(row, widths, strict=True)):
+            if used > w:
+                text, used = paint.cell(r[i], w)
+            parts.append(_pad(text, w - used, _TOP_COLUMNS[i][1]))
+        parts.append(paint.cell(r[-1], rest)[0])
+        out.append(_GAP.join(parts))
+    return out
+
+
+def _fit(widths: list[int], room: int) -> list[int]:
+    """``widths`` shrunk, one cell at a time, until they fit in ``room``: the widest of NAME
+    and STATUS first (down to a few cells), then the widest of all."""
+    widths = list(widths)
+    room = max(room, len(widths))
+    for cols, least in (((1, 2), 4), (range(len(widths)), 1)):
+        while sum(widths) > room:
+            i = max(cols, key=lambda i: widths[i])
+            if widths[i] <= least:
+                break
+            widths[i] -= 1
+    return widths
+
+
+def _pad(text: str, room: int, justify: str) -> str:
+    return " " * room + text if justify == "right" else text + " " * room
+
+
+class _Painter:
+    """Rich markup as terminal text (ANSI styles, or plain where the console has no color),
+    with its width in cells; each distinct cell is rendered once, so a refresh in which only
+    the clocks moved costs almost nothing."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self._cache: dict[tuple[str, int | None], tuple[str, int]] = {}
+
+    def cell(self, markup: str, width: int | None = None) -> tuple[str, int]:
+        """``markup`` painted, and its width; with ``width``, cut to it (ending in …)."""
+        key = (markup, width)
+        got = self._cache.get(key)
+        if got is None:
+            if len(self._cache) >= PAINTED_CELLS:
+                self._cache.clear()
+            got = self._cache[key] = self._paint(markup, width)
+        return got
+
+    def _paint(self, markup: str, width: int | None) -> tuple[str, int]:
+        if "[" not in markup and width is None:  # plain (cells are cleaned by their makers)
+            return markup, cells(markup)
+        text = self.console.render_str(markup)
+        if width is not None:
+            text.truncate(width, overflow="ellipsis")
+        with self.console.capture() as cap:
+            self.console.print(text, end="", soft_wrap=True)
+        return cap.get(), int(text.cell_len)
+
+
+class _Screen:
+    """The terminal's alternate screen, redrawn a frame at a time and only when the frame
+    changed; the cursor hidden meanwhile. Restored however the block ends."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.shown = ""
+
+    def __enter__(self) -> _Screen:
+        self._write("\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._write("\x1b[?25h\x1b[?1049l")
+
+    def show(self, lines: list[str]) -> None:
+        frame = "\x1b[H" + "\x1b[K\r\n".join(lines) + "\x1b[K\x1b[J"
+        if frame != self.shown:
+            self._write(frame)
+            self.shown = frame
+
+    def _write(self, data: str) -> None:
+        self.out.write(data)
+        self.out.flush()
 
 
 class _Keys:
@@ -254,7 +411,7 @@ def follow_trajectory(api: Zwarm, ref: str, turn: int | None, full: bool) -> int
     c = render.console()
     shown = None
     try:
-        c.print(render.trajectory_header(row(s.to_dict()), _live_tokens(api, s)), soft_wrap=True)
+        c.print(render.trajectory_header(row(s), _live_tokens(api, s)), soft_wrap=True)
         for item in follow.follow(api, s.id, turn):
             if isinstance(item, follow.TurnEnd):
                 c.print(_turn_end(item.session, item.n))
@@ -287,7 +444,7 @@ def header(api: Zwarm, ref: str) -> str:
         s = api.get(ref)
     except ZwarmError:  # damaged: what can be shown follows, the damage said with it
         return f"[bold]session {render.esc(oneline(ref, 80))}[/] · [red]damaged[/]"
-    return render.trajectory_header(row(s.to_dict()), _live_tokens(api, s))
+    return render.trajectory_header(row(s), _live_tokens(api, s))
 
 
 def _turn_end(s: Session, n: int) -> str:
@@ -327,13 +484,23 @@ def progress(api: Zwarm, ids: Callable[[], list[str]]) -> Iterator[None]:
     watcher = _Progress(Zwarm(env=api.env), ids)  # its own API object: it runs in a thread
     stop = threading.Event()
     live = Live(watcher.view(), console=render.console(stderr=True), transient=True,
-                refresh_per_second=8, redirect_stdout=False, redirect_stderr=False)  # fmt: skip
+                refresh_per_second=SPIN_FPS, redirect_stdout=False,
+                redirect_stderr=False)  # fmt: skip
 
     def poll() -> None:
-        while not stop.wait(0.5):
-            with contextlib.suppress(Exception):  # a view must never break the wait
-                watcher.poll()
-                live.update(watcher.view())
+        look: set[str] | None = None  # the sessions to read again (None: every one)
+        logs = True  # whether their turn logs may have grown
+        try:
+            while not stop.is_set():
+                try:
+                    watcher.poll(look, logs)
+                    live.update(watcher.view())
+                    look, logs = watcher.pause(0.5)
+                except Exception:  # a view must never break the wait
+                    look, logs = None, True
+                    stop.wait(0.5)
+        finally:
+            watcher.close()
 
     thread = threading.Thread(target=poll, name="zwarm-progress", daemon=True)
     with live:
@@ -346,44 +513,78 @@ def progress(api: Zwarm, ids: Callable[[], list[str]]) -> Iterator[None]:
 
 
 class _Progress:
+    """What ``progress`` shows: read when the sessions' files change (``runtime.notify``);
+    only the clocks move otherwise, at no cost."""
+
     def __init__(self, api: Zwarm, ids: Callable[[], list[str]]) -> None:
         from rich.spinner import Spinner
 
         self.api = api
         self.ids = ids
-        self.spinner = Spinner("dots", text="waiting…")
+        self.spinner = Spinner("dots", text="waiting…", speed=SPIN_FPS * 0.08)  # a frame a step
         self.lines: list[str] = []
+        self.sessions: dict[str, Session] = {}
         self.watches: dict[tuple[str, int], follow.TurnWatch] = {}
         self.started = time.monotonic()
+        self.watch: notify.Sessions | None = None
 
-    def poll(self) -> None:
+    def pause(self, timeout: float) -> tuple[set[str], bool]:
+        """Sleep until a session's files change or ``timeout``; the sessions to read again,
+        and whether any file changed (a turn log may have grown)."""
+        from zwarm.runtime import notify
+
+        if self.watch is None:
+            # never a look at everything: ``wait`` itself finds a lost session, and its
+            # reconciling rewrites that session's meta.json, which wakes this watch
+            dirs = {sid: self.api.store.session_dir(sid) for sid in self.ids()}
+            self.watch = notify.Sessions(dirs, turns=True, every=None)
+        look = self.watch.pause(timeout)
+        return look, bool(look) or self.watch.woke
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+
+    def poll(self, look: set[str] | None = None, logs: bool = True) -> None:
+        """Read again the sessions in ``look`` (None: every one) and, with ``logs``, what
+        their turn logs added; then the lines shown."""
         from zwarm.errors import ZwarmError
 
-        now = self.api.env.clock()
-        lines, done = [], 0
         for sid in self.ids():
-            try:
-                s = self.api.get(sid)
-            except ZwarmError:
-                continue
-            t = s.current
-            if t is None or s.status.finished:
-                done += 1
-                continue
-            w = self.watches.get((sid, t.n))
+            if look is None or sid in look or sid not in self.sessions:
+                try:
+                    self.sessions[sid] = self.api.get(sid, history=False)
+                except ZwarmError:
+                    self.sessions.pop(sid, None)
+        running = [s for s in self.sessions.values() if s.current and not s.status.finished]
+        for s in running:
+            assert s.current is not None
+            w = self.watches.get((s.id, s.current.n))
             if w is None:
-                path = self.api.store.turn_path(sid, t.n)
-                w = self.watches[(sid, t.n)] = follow.TurnWatch(self.api.reader(s.adapter), path)
-            w.poll()
+                path = self.api.store.turn_path(s.id, s.current.n)
+                w = follow.TurnWatch(self.api.reader(s.adapter), path)
+                self.watches[(s.id, s.current.n)] = w
+                w.poll()
+            elif logs:
+                w.poll()
+        self._compose(running, len(self.sessions) - len(running))
+
+    def _compose(self, running: list[Session], done: int) -> None:
+        now = self.api.env.clock()
+        lines = []
+        for s in running[:8]:
+            t = s.current
+            assert t is not None
+            w = self.watches[(s.id, t.n)]
             doing = render.activity(w.latest, 120) or "starting…"
             clock = render.fmt_clock(now - parse_iso(t.started_at))
             tokens = render.fmt_tokens(follow.tokens_so_far(s, w))
             state = "" if s.status is Status.RUNNING else f"{s.status.value} · "
-            lines.append(f"{sid[:8]} turn {t.n} · {state}{clock} · {tokens} tokens · {doing}")
+            lines.append(f"{s.id[:8]} turn {t.n} · {state}{clock} · {tokens} tokens · {doing}")
         waited = render.fmt_clock(time.monotonic() - self.started)
         more = f", {done} finished" if done else ""
         self.spinner.update(text=f"waiting {waited}{more}")
-        self.lines = lines[:8]
+        self.lines = lines
 
     def view(self) -> Any:
         from rich.console import Group

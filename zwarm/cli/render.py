@@ -24,7 +24,7 @@ from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
 from zwarm.model.steps import Step
 
-_COLORS = {
+COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",
     "stalled": "33;1",
     "queued": "36",
@@ -233,7 +233,7 @@ def session_table(
             cell = cut(row[i], shown[h])
             cell = cell if h == "TASK" else pad(cell, shown[h])
             if color and k and h == "STATUS":
-                cell = f"\x1b[{_COLORS.get(row[i].split()[0], '0')}m{cell}\x1b[0m"
+                cell = f"\x1b[{COLORS.get(row[i].split()[0], '0')}m{cell}\x1b[0m"
             parts.append(cell)
         lines.append(_GAP.join(parts).rstrip())
     out.write("\n".join(lines) + "\n")

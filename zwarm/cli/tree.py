@@ -18,19 +18,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from zwarm.cli.render import fleet_note, fmt_cost, fmt_tokens, short_reason
+from zwarm.cli.render import COLORS, fleet_note, fmt_cost, fmt_tokens, short_reason
 from zwarm.cli.text import cut, oneline, pad
 
-_COLORS = {
-    "running": "33",
-    "stalled": "33;1",
-    "queued": "36",
-    "parked": "36",
-    "completed": "32",
-    "failed": "31",
-    "killed": "35",
-    "damaged": "41;37",
-}
 _TASK_MAX = 60
 _GAP = "  "
 
@@ -135,7 +125,7 @@ def tree_table(
     for k, row in enumerate(table):
         parts = [pad(cell, widths[i]) for i, cell in enumerate(row[:-1])]
         if color and k and row[1]:
-            parts[1] = f"\x1b[{_COLORS.get(row[1].split()[0], '0')}m{parts[1]}\x1b[0m"
+            parts[1] = f"\x1b[{COLORS.get(row[1].split()[0], '0')}m{parts[1]}\x1b[0m"
         used = sum(widths) + len(_GAP) * len(widths)
         room = _TASK_MAX if width is None else max(1, width - used)
         lines.append(_GAP.join([*parts, cut(row[-1], room)]).rstrip())

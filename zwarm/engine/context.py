@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from zwarm.model.steps import Step
 
@@ -24,17 +25,16 @@ _MAX_ERRORS = 10
 _NOTE_ROOM = 80  # '(N earlier turns omitted to fit the context budget)'
 
 
-@dataclass
-class Digest:
+class Digest(msgspec.Struct):
     """The part of a turn a follow-up needs."""
 
     n: int
     status: str
     message: str
     final_message: str | None = None
-    commands: list[tuple[str, int | None]] = field(default_factory=list)
-    files: list[tuple[str, str]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    commands: list[tuple[str, int | None]] = msgspec.field(default_factory=list)
+    files: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)
     more_commands: int = 0
     log_size: int = -1  # size of the turn log this digest was built from
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from zwarm.errors import InvalidInput
-from zwarm.model import Reason, Session, Status, TurnOutcome, Usage
+from zwarm.model import Reason, Session, TurnOutcome, Usage
 from zwarm.model.records import NAME
 
 if TYPE_CHECKING:
@@ -33,8 +34,7 @@ _GROUP = re.compile(NAME)
 MIN_PARK_S = 1.0
 
 
-@dataclass(frozen=True)
-class Fleet:
+class Fleet(msgspec.Struct, frozen=True):
     """What spawn says about a session's place in the fleet (all optional)."""
 
     after: tuple[str, ...] = ()
@@ -97,9 +97,8 @@ def spent(
 ) -> tuple[int, float]:
     """(total tokens, known cost in USD) of ``s``'s turns, plus what a streaming turn reported
     so far (``extra``, ``extra_cost``)."""
-    tokens = sum(t.usage.total_tokens for t in s.turns) + (extra.total_tokens if extra else 0)
-    cost = sum(t.cost_usd or 0.0 for t in s.turns) + (extra_cost or 0.0)
-    return tokens, cost
+    tokens, cost = s.spent()
+    return tokens + (extra.total_tokens if extra else 0), cost + (extra_cost or 0.0)
 
 
 def over_budget(
@@ -149,16 +148,14 @@ def spent_today(sessions: list[Session], now: float) -> float:
     day = today(now)
     total = 0.0
     for s in sessions:
-        for t in reversed(s.turns):
-            if t.ended_at is None or t.cost_usd is None or t.status is Status.QUEUED:
-                continue
+        for ended_at, cost in s.ended_costs():
             try:
-                when = parse_iso(t.ended_at)
+                when = parse_iso(ended_at)
             except ValueError:
                 continue
             if today(when) != day:
                 if when < now - 86400:
                     break  # turns are in order: the older ones ended before today too
                 continue
-            total += t.cost_usd
+            total += cost
     return total

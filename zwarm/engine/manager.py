@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
 
 from zwarm.agents.base import Agent, AgentOptions
 from zwarm.config import Config
@@ -251,8 +252,9 @@ class BaseSessionManager(abc.ABC):
     ) -> tuple[Session, str]:
         """Start the next turn, or queue ``message`` if a turn is running. Returns the state
         as it was under the lock (once released, the turn may end and the next one start);
-        messages left queued by a lost supervisor run first, and then ours is queued."""
-        with self.store.transaction(sid) as s:
+        messages left queued by a lost supervisor run first, and then ours is queued.
+        Archived turns are not read (a follow-up's summary reads them if it needs them)."""
+        with self.store.transaction(sid, history=False) as s:
             self._reconcile_locked(s)
             now = self.env.now_iso()
             message = _with_comments(s, message)
@@ -269,7 +271,7 @@ class BaseSessionManager(abc.ABC):
     def _begin_next(self, s: Session) -> Turn:
         """Pop the first queued message into a new running turn (prompt written). Lock held."""
         q = s.queue.pop(0)
-        n = len(s.turns) + 1
+        n = s.count + 1
         mode = q.context
         if mode == "native" and not s.agent_session_id:
             mode = "summary"  # the agent never reported a session id to resume
@@ -316,7 +318,7 @@ class BaseSessionManager(abc.ABC):
     def _must_queue(self, s: Session) -> bool:
         from zwarm.engine import scheduler as scheduler_mod
 
-        return scheduler_mod.capped(self.config) or (len(s.turns) == 1 and bool(s.after))
+        return scheduler_mod.capped(self.config) or (s.count == 1 and bool(s.after))
 
     def scheduler(self) -> scheduler_mod.Scheduler:
         """The state dir's scheduler (``engine.scheduler``), with this manager's config."""
@@ -331,7 +333,14 @@ class BaseSessionManager(abc.ABC):
 
     # ------------------------------------------------------------------ follow-up context
     def _followup_prompt(self, s: Session, message: str) -> str:
-        digests = [self.digest(s, t) for t in s.turns]
+        """The summary-mode prompt of a follow-up: every earlier turn's digest (archived
+        ones read from the history: the lock is held, so it cannot change)."""
+        turns = s.turns
+        if s.head_only:
+            last = s.archive.turns + 1 if s.archive else 1
+            archived = [t for t in self.store.load(s.id).turns if 1 < t.n <= last]
+            turns = [turns[0], *archived, *turns[1:]]
+        digests = [self.digest(s, t) for t in turns]
         task = self._full_task(s)
         table = self.config.table("summary")
         return build_followup(task, digests, message, table["budget_chars"], table["full_turns"])
@@ -411,7 +420,7 @@ class BaseSessionManager(abc.ABC):
                 "meta.json disagrees with the session's launch record about its workspace: refused"
             )
         resume = s.agent_session_id if t.context == "native" else None
-        opts = dataclasses.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass)
+        opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass)
         env = self.agent_env()
         env[procs.MARKER] = s.id
         env.pop(procs.SUPERVISOR_MARKER, None)
@@ -429,9 +438,9 @@ class BaseSessionManager(abc.ABC):
         1: ``[workspace]`` copy, link, setup; its output starts the turn's stderr) and snapshot
         the session's tree. Returns whether the stderr file was started here, or None if the
         turn must not run (preparing failed: recorded, the worktree removed; or it ended)."""
-        s = self.store.load(sid)
-        t = s.turns[n - 1]
-        if t.status.finished:
+        s = self.store.load(sid, history=False)
+        t = s.turn(n)
+        if t is None or t.status.finished:
             return None
         ws = self._pinned(s)
         if ws is None or t.before is not None:  # none; or prepared already (a deferred turn)
@@ -441,8 +450,10 @@ class BaseSessionManager(abc.ABC):
             return None
         before = self._snapshot(ws, sid, n, "before")
         if before is not None:
-            with self.store.transaction(sid) as s:
-                s.turns[n - 1].before = before
+            with self.store.transaction(sid, history=False) as s:
+                t = s.turn(n)
+                if t is not None:
+                    t.before = before
         return wrote
 
     def _pinned(self, s: Session) -> Workspace | None:
@@ -479,8 +490,9 @@ class BaseSessionManager(abc.ABC):
             return True
         with contextlib.suppress(ZwarmError):
             ws_mod.remove(ws, self.env.environ)
-        with self.store.transaction(s.id) as s:
-            t = s.turns[t.n - 1]
+        n = t.n
+        with self.store.transaction(s.id, history=False) as s:
+            t = s.turn(n) or t
             if s.workspace is not None:
                 s.workspace.removed = True
             if t.status in (Status.RUNNING, Status.STALLED):
@@ -499,14 +511,15 @@ class BaseSessionManager(abc.ABC):
 
     def _after_turn(self, sid: str, n: int) -> tuple[str | None, Changes | None, Changes | None]:
         """Turn ``n``'s after snapshot, what it changed, and what the session changed so far."""
-        s = self.store.load(sid)
+        s = self.store.load(sid, history=False)
         ws = self._pinned(s)
         if ws is None or ws.removed:
             return None, None, None
         after = self._snapshot(ws, sid, n, "after")
         if after is None:
             return None, None, None
-        before = s.turns[n - 1].before
+        t = s.turn(n)
+        before = t.before if t is not None else None
         start = ws_mod.start_of(s, ws)
         try:
             from zwarm.engine import diffs
@@ -536,8 +549,10 @@ class BaseSessionManager(abc.ABC):
         outcome = self.read_outcome(sid, n)
         stderr_tail = _tail(self.store, sid, n)
         after, changes, whole = self._after_turn(sid, n)
-        with self.store.transaction(sid) as s:
-            t = s.turns[n - 1]
+        with self.store.transaction(sid, history=False) as s:
+            t = s.turn(n)
+            if t is None:
+                return None
             t.after, t.changes = after, changes
             if whole is not None:
                 s.changes = whole
@@ -611,7 +626,7 @@ class BaseSessionManager(abc.ABC):
             s.model = o.model
         if o.final_message is not None:
             t.final_message = o.final_message[:MESSAGE_KEEP_CHARS]
-        prev = self._resumed_from(s, t)
+        prev = s.resumed(t, t.agent_session_id) if t.context == "native" else None
         if o.usage is not None:
             t.reported_usage = o.usage
             base = prev.reported_usage if prev and self.usage_cumulative_on_resume else None
@@ -624,22 +639,12 @@ class BaseSessionManager(abc.ABC):
         else:
             t.cost_usd = self.estimate_cost(t.usage, s.model) if o.usage else None
 
-    @staticmethod
-    def _resumed_from(s: Session, t: Turn) -> Turn | None:
-        """The latest earlier turn of the same agent session, when ``t`` resumed it natively."""
-        if t.context != "native" or not t.agent_session_id:
-            return None
-        for prev in reversed(s.turns[: t.n - 1]):
-            if prev.agent_session_id == t.agent_session_id:
-                return prev
-        return None
-
     # ------------------------------------------------------------------ reconcile and kill
     def reconcile(self, s: Session) -> Session:
         """``s`` with a dead-but-running turn fixed on disk (cheap when nothing is wrong)."""
         if not self._looks_lost(s):
             return s
-        with self.store.transaction(s.id) as fresh:
+        with self.store.transaction(s.id, history=not s.head_only) as fresh:
             self._reconcile_locked(fresh)
         return fresh
 
@@ -671,6 +676,16 @@ class BaseSessionManager(abc.ABC):
 
     def kill(self, sid: str) -> tuple[Session, int]:
         """Kill the running turn (agent's whole tree) and drop the queue. Returns (s, dropped)."""
+        _, dropped, t = self.end_killed(sid)
+        if t is not None:
+            self.launcher(t).stop(sid, t)
+        return self.store.load(sid), dropped
+
+    def end_killed(self, sid: str) -> tuple[Session, int, Turn | None]:
+        """``kill``'s record: the running turn ended killed and the queue dropped, in one
+        transaction, before anything is signalled. Returns (s, dropped, the turn whose
+        processes its launcher must now stop, or None: a queued turn has none). ``kill
+        --all`` records every session first, then stops them together (``stop_many``)."""
         with self.store.transaction(sid) as s:
             self._reconcile_locked(s)
             t = s.current
@@ -683,9 +698,8 @@ class BaseSessionManager(abc.ABC):
                 s.queue.clear()
         if t is None or not running:
             raise SessionStateError(f"session {sid} is not running ({s.status.value})")
-        if t.started:  # a queued turn has nothing to stop; a parked one, its waiting supervisor
-            self.launcher(t).stop(sid, t)
-        return self.store.load(sid), dropped
+        # a parked turn's supervisor waits for its time: stopped too
+        return s, dropped, t if t.started else None
 
     # ------------------------------------------------------------------ retry and resume
     def rerun(self, sid: str, kind: str, schedule: bool = True) -> tuple[Session, bool]:
@@ -701,7 +715,7 @@ class BaseSessionManager(abc.ABC):
             assert t is not None
             if t.status is Status.PARKED:
                 by = "zwarm" if kind == "auto" else "the user"
-                why = f"{t.error or t.reason}; resumed by {by} as turn {len(s.turns) + 1}"
+                why = f"{t.error or t.reason}; resumed by {by} as turn {s.count + 1}"
                 transitions.end(s, t, Status.FAILED, self.env.now_iso(), t.reason, why)
                 s.auto_resumes += 1 if kind == "auto" else 0
             queued = self._admit(s, self._begin_rerun(s, t))
@@ -727,7 +741,7 @@ class BaseSessionManager(abc.ABC):
         """A new running turn with ``t``'s prompt: natively resumed when ``t``'s own agent
         session is known (with the prompt's message), else the same prompt file as a fresh
         run (the task, or the same summary follow-up). Lock held."""
-        n = len(s.turns) + 1
+        n = s.count + 1
         try:
             prompt, _ = read_file(self.store.turn_path(s.id, t.n, "prompt"), PROMPT_MAX_BYTES)
         except OSError as e:
@@ -772,8 +786,7 @@ class StartRefused(Exception):
     """A turn's agent must not be started (its session's records disagree); says why."""
 
 
-@dataclasses.dataclass(frozen=True)
-class AgentLaunch:
+class AgentLaunch(msgspec.Struct, frozen=True):
     """How to run one turn's agent: its argv, working directory and environment."""
 
     argv: list[str]
@@ -790,7 +803,7 @@ def _with_comments(s: Session, message: str) -> str:
         return message
     from zwarm.engine.review import render_comments
 
-    n = len(s.turns) + len(s.queue) + 1
+    n = s.count + len(s.queue) + 1
     for c in pending:
         c.sent_turn = n
     return f"{render_comments(pending)}\n\n{message}"

@@ -47,9 +47,10 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from zwarm.engine import limits, transitions
 from zwarm.env import parse_iso
@@ -69,15 +70,12 @@ _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 
 def waiting_dir(store: Store) -> Path:
     """Where the waiting files are: ``scheduler/waiting/<id>`` in the state dir."""
-    return store.root / "scheduler" / "waiting"
+    return store.waiting
 
 
 def pending(store: Store) -> bool:
     """Whether any session waits (one directory read: what every command checks first)."""
-    try:
-        return any(_ID.match(n) for n in os.listdir(waiting_dir(store)))
-    except OSError:
-        return False
+    return store.pending()
 
 
 def capped(config: Config) -> bool:
@@ -100,22 +98,20 @@ def _agent_cap(config: Config, adapter: str) -> int:
     return value if isinstance(value, int) else 0
 
 
-@dataclass
-class Report:
+class Report(msgspec.Struct):
     """What one pass did: sessions started, ended without starting, resumed from parking."""
 
-    started: list[str] = field(default_factory=list)
-    ended: list[str] = field(default_factory=list)
-    resumed: list[str] = field(default_factory=list)
+    started: list[str] = msgspec.field(default_factory=list)
+    ended: list[str] = msgspec.field(default_factory=list)
+    resumed: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class _Running:
+class _Running(msgspec.Struct):
     """How many sessions run, in all and per agent and group."""
 
     total: int = 0
-    agents: Counter[str] = field(default_factory=Counter)
-    groups: Counter[str] = field(default_factory=Counter)
+    agents: Counter[str] = msgspec.field(default_factory=Counter)
+    groups: Counter[str] = msgspec.field(default_factory=Counter)
 
     def add(self, s: Session) -> None:
         self.total += 1

@@ -43,7 +43,7 @@ def begin(s: Session, turn: Turn) -> None:
     cur = s.current
     if cur is not None and cur.status in ACTIVE:
         raise TransitionError(f"session {s.id} already has an active turn ({cur.n}, {cur.status})")
-    if turn.status not in (Status.RUNNING, Status.QUEUED) or turn.n != len(s.turns) + 1:
+    if turn.status not in (Status.RUNNING, Status.QUEUED) or turn.n != s.count + 1:
         raise TransitionError(f"turn {turn.n} of session {s.id} cannot begin")
     if turn.status is Status.QUEUED:
         turn.started = False

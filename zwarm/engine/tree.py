@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from zwarm.errors import DamagedSession, InvalidInput, SessionNotFound, StoreError
 from zwarm.model import RUNS, USAGE_KEYS, Session, Usage
@@ -40,8 +41,7 @@ DIR_VAR = "ZWARM_DIR"  # its state dir: a spawn from inside the agent lands in t
 _ID = re.compile(SESSION_ID)
 
 
-@dataclass(frozen=True)
-class Lineage:
+class Lineage(msgspec.Struct, frozen=True):
     """A new session's place in a tree: its parent session or run, its depth, its lifecycle."""
 
     parent_session_id: str | None = None
@@ -216,13 +216,12 @@ def subtree(rows: list[dict[str, Any]], sid: str) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- kill and rm
-@dataclass
-class Cascade:
+class Cascade(msgspec.Struct):
     """What goes with a parent: its linked descendants (breadth first), and the detached
     children met on the way (each kept, with everything under it)."""
 
-    linked: list[str] = field(default_factory=list)
-    detached: list[str] = field(default_factory=list)
+    linked: list[str] = msgspec.field(default_factory=list)
+    detached: list[str] = msgspec.field(default_factory=list)
 
 
 def cascade(rows: list[dict[str, Any]], sid: str) -> Cascade:
@@ -262,7 +261,7 @@ def over_budget(store: Store, s: Session) -> str | None:
         extra = Usage()
         for d in below:
             extra = extra + d.usage
-        cost = sum(t.cost_usd or 0.0 for d in below for t in d.turns)
+        cost = sum(d.spent()[1] for d in below)
         me = sessions.get(a.id, a)
         why = limits.over_budget(me, extra, cost)
         if why is not None:

@@ -21,13 +21,13 @@ one worktree per session. Must stay true:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from zwarm.engine import git
 from zwarm.errors import GitError, WorkspaceError, WouldLoseWork
@@ -61,6 +61,8 @@ def _real(p: Path) -> Path:
 
 def repo_dir(root: Path, repo: Path) -> Path:
     """The folder holding ``repo``'s worktrees: its name and a hash of its path."""
+    import hashlib  # lazily: it loads OpenSSL (~3 MB), which a supervisor never needs
+
     digest = hashlib.sha1(str(repo).encode("utf-8", "surrogateescape")).hexdigest()[:8]
     name = _SLUG.sub("_", repo.name)[:40] or "repo"
     return root / f"{name}-{digest}"
@@ -71,8 +73,7 @@ def _inside(p: Path, parent: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------- detect, plan
-@dataclasses.dataclass(frozen=True)
-class Found:
+class Found(msgspec.Struct, frozen=True):
     """The repository a directory is in: its main worktree, the tree itself, the directory
     relative to the tree's top."""
 
@@ -96,8 +97,7 @@ def detect(cwd: Path, environ: Mapping[str, str]) -> Found | None:
     return Found(repo, tree, "" if rel == "." else rel)
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """A worktree to make at spawn: from ``base`` of ``found.repo``, on ``branch`` (None: the
     default, ``zwarm/<name or id>``), under ``root``."""
 
@@ -465,7 +465,12 @@ def start_of(s: Session, ws: Workspace) -> str | None:
     mode) the snapshot taken before its first turn that has one."""
     if ws.mode == "worktree":
         return ws.base
-    return next((t.before for t in s.turns if t.before), None)
+    turns = s.turns
+    if turns and turns[0].before:
+        return turns[0].before
+    if s.archive is not None and s.head_only and s.archive.first_before:
+        return s.archive.first_before
+    return next((t.before for t in turns[1:] if t.before), None)
 
 
 def git_dir_tree(ws: Workspace) -> str:

@@ -7,8 +7,12 @@ Must stay true:
   finite, ids and agent session ids match strict patterns (they reach argv and paths), times are
   ISO 8601, paths are absolute, so nothing a file says can crash or mislead a reader;
 - derived fields (``status``, ``usage``, ``cost_usd``, ``last_message``, ``error``, ``reason``)
-  are recomputed from ``turns`` by ``refresh()`` on every load: what a file claims for them is
-  never believed;
+  are recomputed from ``turns`` (and, for turns moved to the session's history file, from the
+  ``archive`` summary kept with them) by ``refresh()`` on every load: what a file claims for
+  them is never believed;
+- turn ``n`` is found by ``Session.turn(n)`` and the number of turns is ``Session.count``, never
+  by list position: a session loaded without its history (``head``) holds turn 1 and the turns
+  after the archived ones only (``Archive``);
 - this module imports only the standard library and msgspec (it is on every command's path).
 """
 
@@ -143,6 +147,47 @@ class Comment(Struct):
     sent_turn: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None  # sent with this turn
 
 
+class Resumable(Struct, kw_only=False):
+    """What a later turn that resumes an agent session natively needs of that session's
+    latest archived turn: what the agent had reported (maybe cumulative) by then."""
+
+    reported_usage: Usage | None = None
+    reported_cost_usd: Money | None = None
+
+
+class Spend(Struct, array_like=True):
+    """When an archived turn ended and what it cost (what ``max_cost_per_day`` counts)."""
+
+    ended_at: When
+    cost_usd: Money
+
+
+class Archive(Struct):
+    """The finished turns moved out of ``meta.json`` into the session's history file
+    (``zwarm.store.history``): turns 2 .. ``turns`` + 1, in ``bytes`` bytes of it, and what
+    ``refresh`` and the engine need of them without reading it (their sums, the latest final
+    message, each one's change stats, what a native resume needs). Turn 1 is never archived.
+    Kept so that a turn's cost to its supervisor does not grow with the turns before it."""
+
+    turns: Annotated[int, Meta(ge=0, le=1_000_000)] = 0
+    bytes: Count = 0
+    usage: Usage = msgspec.field(default_factory=Usage)
+    cost_usd: Money = 0.0  # the priced finished turns' costs
+    priced: Count = 0  # finished turns that ran and have a cost
+    unpriced: Count = 0  # finished turns that ran and have no cost
+    last_message: Text | None = None
+    changes: Annotated[list[Changes | None], Meta(max_length=1_000_000)] = msgspec.field(
+        default_factory=list
+    )
+    resumes: Annotated[dict[AgentSessionId, Resumable], Meta(max_length=1000)] = msgspec.field(
+        default_factory=dict
+    )
+    first_before: Sha | None = None  # the earliest before-snapshot among them
+    recent: Annotated[list[Spend], Meta(max_length=100_000)] = msgspec.field(
+        default_factory=list
+    )  # the costs of those that ended in the 2 days before they were archived
+
+
 class Turn(Struct):
     """One turn: one agent process run, from prompt to exit."""
 
@@ -241,22 +286,114 @@ class Session(Struct):
     last_message: Text | None = None
     error: Text | None = None
     reason: Reason | None = None
-    schema_version: int = 2
+    archive: Archive | None = None  # turns moved to the history file (``zwarm.store.history``)
+    schema_version: int = 3
 
     @property
     def current(self) -> Turn | None:
         return self.turns[-1] if self.turns else None
 
+    @property
+    def count(self) -> int:
+        """How many turns the session has (archived ones included)."""
+        if self.turns:
+            return self.turns[-1].n
+        return self.archive.turns + 1 if self.archive and self.archive.turns else 0
+
+    @property
+    def head_only(self) -> bool:
+        """Whether archived turns are left out of ``turns`` (loaded without the history)."""
+        a = self.archive
+        return a is not None and a.turns > 0 and (len(self.turns) < 2 or self.turns[1].n != 2)
+
+    def turn(self, n: int) -> Turn | None:
+        """Turn ``n``, or None if the session has no such turn in memory (an archived turn
+        of a session loaded without its history is not)."""
+        turns = self.turns
+        if 0 < n <= len(turns) and turns[n - 1].n == n:
+            return turns[n - 1]
+        for t in reversed(turns):
+            if t.n == n:
+                return t
+            if t.n < n:
+                break
+        return None
+
+    def resumed(self, t: Turn, agent_session_id: str | None) -> Resumable | None:
+        """What the latest turn before ``t`` of the agent session ``agent_session_id``
+        reported (usage, cost: cumulative for some agents), archived turns included."""
+        if not agent_session_id:
+            return None
+        archived = self.archive.resumes if self.archive and self.head_only else {}
+        for prev in reversed(self.turns):
+            if prev.n >= t.n:
+                continue
+            if prev.n == 1 and agent_session_id in archived:
+                return archived[agent_session_id]
+            if prev.agent_session_id == agent_session_id:
+                return Resumable(prev.reported_usage, prev.reported_cost_usd)
+        return None
+
+    def spent(self) -> tuple[int, float]:
+        """(total tokens, known cost in USD) of every turn, archived ones included; a
+        running turn's cost counts once it is recorded."""
+        a = self.archive if self.archive is not None and self.head_only else None
+        tokens = a.usage.total_tokens if a else 0
+        cost = a.cost_usd if a else 0.0
+        for t in self.turns:
+            tokens += t.usage.total_tokens
+            cost += t.cost_usd or 0.0
+        return tokens, cost
+
+    def ended_costs(self) -> list[tuple[str, float]]:
+        """(ended_at, cost) of the finished turns with a cost, latest first: the archived
+        ones' of the last days (``Archive.recent``) included, in their place."""
+        out = [
+            (t.ended_at, t.cost_usd)
+            for t in reversed(self.turns[1:])
+            if t.ended_at is not None and t.cost_usd is not None and t.status is not Status.QUEUED
+        ]
+        if self.archive is not None and self.head_only:
+            out += [(r.ended_at, r.cost_usd) for r in reversed(self.archive.recent)]
+        first = self.turns[0] if self.turns else None
+        ok = first is not None and first.ended_at and first.cost_usd is not None
+        if first is not None and ok and first.status is not Status.QUEUED:
+            assert first.ended_at is not None and first.cost_usd is not None
+            out.append((first.ended_at, first.cost_usd))
+        return out
+
+    def check_numbers(self) -> str | None:
+        """What is wrong with the turn numbers, if anything: turn 1 first, then consecutive
+        (after the archived ones, when the history is left out)."""
+        turns = self.turns
+        archived = self.archive.turns if self.archive else 0
+        if archived and not turns:
+            return "it archives turns but has no turn 1"
+        expect = 1
+        for i, t in enumerate(turns):
+            if i == 1 and archived and t.n != 2:
+                expect += archived
+            if t.n != expect:
+                return f"turn {t.n} is where turn {expect} should be"
+            expect += 1
+        return None
+
     def refresh(self) -> None:
-        """Recompute the derived fields from ``turns``, in one pass (every load runs this:
-        ``ls`` once per session)."""
+        """Recompute the derived fields from ``turns`` (and the archive's sums when the
+        history is left out), in one pass (every load runs this: ``ls`` once per session)."""
         turns = self.turns
         last = turns[-1] if turns else None
         self.status = last.status if last else Status.FAILED
+        a = self.archive if self.archive is not None and self.head_only else None
         i = c = o = r = 0
         costs: list[float] = []
         priced = True  # every finished turn has a cost
         msg = None
+        if a is not None:
+            u = a.usage
+            i, c, o, r = u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens
+            costs = [a.cost_usd] if a.priced else []
+            priced, msg = not a.unpriced, a.last_message
         for t in turns:
             u = t.usage
             i, c = i + u.input_tokens, c + u.cached_input_tokens
@@ -266,7 +403,7 @@ class Session(Struct):
                     priced = False
                 else:
                     costs.append(t.cost_usd)
-            if t.final_message:
+            if t.final_message and (t.n > 1 or msg is None):
                 msg = t.final_message
         self.usage = Usage(i, c, o, r)
         # unknown (None) unless every finished turn is priced: never shown as zero

@@ -8,12 +8,15 @@ Must stay true:
 - a file whose ``schema_version`` is newer than ``SCHEMA_VERSION`` is refused, never rewritten;
 - older versions are upgraded in memory by ``MIGRATIONS``, in order, one version at a time
   (as simonw/llm orders its migrations); the file on disk is rewritten only by a later save;
-- ``encode`` writes compact UTF-8 JSON with the current ``schema_version``.
+- ``encode`` writes compact UTF-8 JSON with the current ``schema_version``, and only the turns
+  that belong in ``meta.json``: a session loaded with its history (``zwarm.store.history``)
+  is written without the archived turns;
+- turn numbers are checked (``Session.check_numbers``): a file whose turns are not 1, then
+  consecutive after the archived ones, is damaged.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +24,7 @@ import msgspec
 
 from zwarm.model.records import Session
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MAX_META_BYTES = 64 * 1024 * 1024  # a larger meta.json is damaged, never loaded
 
 _decoder = msgspec.json.Decoder(Session)
@@ -51,6 +54,13 @@ def decode(data: bytes) -> Session:
         raise ValueError("meta.json is nested too deeply") from None
     if s.schema_version != SCHEMA_VERSION:
         return _decode_other_version(data, None)
+    return _checked(s)
+
+
+def _checked(s: Session) -> Session:
+    wrong = s.check_numbers()
+    if wrong is not None:
+        raise ValueError(f"meta.json's turns are out of order: {wrong}")
     s.refresh()
     return s
 
@@ -58,7 +68,11 @@ def decode(data: bytes) -> Session:
 def encode(s: Session) -> bytes:
     s.refresh()
     s.schema_version = SCHEMA_VERSION
-    return _encoder.encode(s)
+    a = s.archive
+    if a is None or not a.turns or s.head_only:
+        return _encoder.encode(s)
+    live = [s.turns[0], *s.turns[1 + a.turns :]]
+    return _encoder.encode(msgspec.structs.replace(s, turns=live))
 
 
 def from_builtins(d: Any) -> Session:
@@ -72,8 +86,7 @@ def from_builtins(d: Any) -> Session:
         raise ValueError("meta.json is nested too deeply") from None
     except msgspec.ValidationError as e:
         raise ValueError(_validation_message(e)) from None
-    s.refresh()
-    return s
+    return _checked(s)
 
 
 def _decode_other_version(data: bytes, err: msgspec.DecodeError | None) -> Session:
@@ -81,6 +94,8 @@ def _decode_other_version(data: bytes, err: msgspec.DecodeError | None) -> Sessi
     if version == SCHEMA_VERSION:
         assert err is not None
         raise ValueError(_validation_message(err))
+    import json  # only an older version's file comes here (start-up: ls never needs it)
+
     try:
         d = json.loads(data)
     except UnicodeDecodeError as e:
@@ -100,6 +115,14 @@ def _version_of(data: bytes, err: msgspec.DecodeError | None) -> int:
         raise ValueError(_syntax_message(e, data)) from None
     except RecursionError:
         raise ValueError("meta.json is nested too deeply") from None
+    v = _known_version(v)
+    if v < 1:
+        raise ValueError(f"meta.json has an invalid schema_version {v}")
+    return v
+
+
+def _known_version(v: Any) -> int:
+    """``v`` as a schema version this zwarm can read or migrate; ``ValueError`` if not."""
     if type(v) is not int:
         raise ValueError("meta.json has no schema_version")
     if v > SCHEMA_VERSION:
@@ -107,8 +130,6 @@ def _version_of(data: bytes, err: msgspec.DecodeError | None) -> int:
             f"meta.json has schema_version {v}, newer than this zwarm understands "
             f"({SCHEMA_VERSION}); upgrade zwarm"
         )
-    if v < 1:
-        raise ValueError(f"meta.json has an invalid schema_version {v}")
     return v
 
 
@@ -182,20 +203,23 @@ def _v1_procref(ref: Any) -> dict[str, Any] | None:
     return None if ticks is None else {"pid": pid, "start_ticks": ticks[0], "boot_id": ticks[1]}
 
 
+def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 kept every turn in meta.json; version 3 may move finished ones to the history
+    file (``archive``). A version-2 file has none there: nothing to convert."""
+    d["schema_version"] = 3
+    return d
+
+
 # (from_version, step): each step turns version N into N + 1.
-MIGRATIONS: list[tuple[int, Callable[[dict[str, Any]], dict[str, Any]]]] = [(1, _v1_to_v2)]
+MIGRATIONS: list[tuple[int, Callable[[dict[str, Any]], dict[str, Any]]]] = [
+    (1, _v1_to_v2),
+    (2, _v2_to_v3),
+]
 
 
 def migrate(d: dict[str, Any]) -> dict[str, Any]:
     """``d`` upgraded to ``SCHEMA_VERSION``, step by step; ``ValueError`` if impossible."""
-    v = d.get("schema_version")
-    if type(v) is not int:
-        raise ValueError("meta.json has no schema_version")
-    if v > SCHEMA_VERSION:
-        raise ValueError(
-            f"meta.json has schema_version {v}, newer than this zwarm understands "
-            f"({SCHEMA_VERSION}); upgrade zwarm"
-        )
+    v = _known_version(d.get("schema_version"))
     for start, step in MIGRATIONS:
         if d["schema_version"] == start:
             d = step(d)

@@ -437,7 +437,7 @@ def session_view(s: Session, new: bool) -> Result:
         "source": s.source,
         "cwd": s.cwd,
         "task": short(s.task, TASK_CHARS),
-        "turns": len(s.turns),
+        "turns": s.count,
         "current_turn": turn,
         "last_message": short(s.last_message, MESSAGE_CHARS),
         "error": s.error,
@@ -544,11 +544,11 @@ def _converse(tb: Toolbox, a: dict[str, Any]) -> Result:
     s, state = tb.api.inject(
         a["session_id"], a["message"], context=a.get("context"), timeout=a.get("timeout")
     )
-    turn = len(s.turns) + (len(s.queue) if state == "queued" else 0)
+    turn = s.count + (len(s.queue) if state == "queued" else 0)
     out: Result = {"session_id": s.id, "state": state, "turn": turn}
     if state == "queued":
         out["note"] = (
-            f"turn {len(s.turns)} is still running; this message starts turn {turn} "
+            f"turn {s.count} is still running; this message starts turn {turn} "
             "when the turns ahead of it finish"
         )
     return out
@@ -557,7 +557,7 @@ def _converse(tb: Toolbox, a: dict[str, Any]) -> Result:
 def _check_session(tb: Toolbox, a: dict[str, Any]) -> Result:
     s = tb.api.get(a["session_id"])
     looked = tb.looked()
-    r = row(s.to_dict())
+    r = row(s)
     new = looked.is_new(looked.load(), r)
     looked.mark([r])
     view = session_view(s, new)
@@ -629,7 +629,7 @@ def _end_session(tb: Toolbox, a: dict[str, Any]) -> Result:
         )
     fresh = tb.api.get(s.id)
     if killed:
-        tb.looked().mark([row(fresh.to_dict())])
+        tb.looked().mark([row(fresh)])
     if delete:
         tb.api.rm([s.id], force=True)
     out: Result = {
@@ -714,7 +714,7 @@ def _wait_loop(
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
-        rows = {sid: row(tb.api.get(sid).to_dict()) for sid in ids}
+        rows = {sid: row(tb.api.get(sid)) for sid in ids}
         finished = [r for r in rows.values() if r["status"] in _FINISHED]
         if len(finished) == len(ids):
             return rows, True
@@ -792,7 +792,7 @@ def _get_trajectory(tb: Toolbox, a: dict[str, Any]) -> Result:
     out: Result = {
         "session_id": s.id,
         "status": s.status.value,
-        "turns": len(s.turns),
+        "turns": s.count,
         "total_steps": budget.count,
         "steps": budget.steps(),
     }

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -175,6 +174,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def notify(s: Session, environ: Mapping[str, str], log: Log) -> None:
     """A desktop notification that ``s`` ended (``notify-send``, where present)."""
+    import shutil  # lazily: it loads zlib, bz2 and lzma, which a supervisor never needs
+
     exe = shutil.which("notify-send", path=environ.get("PATH", os.defpath))
     if exe is None:
         log.line("notify: notify-send is not installed: no notification")

@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
+
+import msgspec
 
 if TYPE_CHECKING:
     from zwarm.env import Env
+    from zwarm.errors import ZwarmError
     from zwarm.model import Reason, Turn
     from zwarm.store import Store
 
 
-@dataclass(frozen=True)
-class Probe:
+STOP_THREADS = 64  # stop_many's default: stops waiting on their launcher at once
+
+
+class Probe(msgspec.Struct, frozen=True):
     """Where what runs a turn stands, as its launcher knows it.
 
     ``alive`` False means it verifiably ended (the engine reconciles the turn if its end was
@@ -67,6 +71,24 @@ class Launcher(abc.ABC):
     @abc.abstractmethod
     def stop(self, sid: str, turn: Turn) -> None:
         """Stop the turn's agent (its whole tree) and what runs it; idempotent."""
+
+    def stop_many(self, items: Sequence[tuple[str, Turn]]) -> dict[str, ZwarmError]:
+        """``stop`` for many turns at once (``kill --all``): the errors by session id. Here
+        each in its own thread; a launcher that can stop many together overrides this."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from zwarm.errors import ZwarmError
+
+        def one(item: tuple[str, Turn]) -> ZwarmError | None:
+            try:
+                self.stop(*item)
+            except ZwarmError as e:
+                return e
+            return None
+
+        with ThreadPoolExecutor(max_workers=max(1, min(STOP_THREADS, len(items)))) as pool:
+            errors = list(pool.map(one, items))
+        return {sid: e for (sid, _), e in zip(items, errors, strict=True) if e is not None}
 
     def survey(self, items: Sequence[tuple[str, Turn]]) -> dict[str, Probe]:
         """``{session id: Probe}`` for many running turns at once (``(session id, turn)``):

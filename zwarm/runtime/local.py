@@ -1,7 +1,7 @@
 """``LocalLauncher``: each turn runs under a detached supervisor process on this machine.
 
 Owns starting the supervisor (``runtime.supervisor``), telling whether it lives, and stopping
-a turn's processes. Must stay true:
+a turn's processes (many turns' at once for ``kill --all``). Must stay true:
 - the supervisor is started isolated (``python -I``: no ``PYTHON*`` variables, no user site,
   no script dir on ``sys.path``) with ``/`` as its working directory, so nothing an agent
   planted in the state dir or its working directory is ever imported by it;
@@ -9,7 +9,10 @@ a turn's processes. Must stay true:
   ``ZWARM_SESSION_ID``; its agent gets ``ZWARM_SESSION_ID=<id>``: these markers are how a kill
   verifies a process belongs to the session (``runtime.procs``);
 - it is recorded on the turn (pid, start ticks, boot id) in the same transaction that made the
-  turn running, before this call returns.
+  turn running, before this call returns;
+- a stop returns once the supervisor is gone (it records how its agent ended), or has been
+  terminated after ``SUPERVISOR_GRACE_S``: only a supervisor verified by its marker is waited
+  for or signalled.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import os
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from zwarm.model import Turn
 from zwarm.runtime import procs
 from zwarm.runtime.launcher import Launcher
 from zwarm.store.files import open_append
+
+if TYPE_CHECKING:
+    from zwarm.errors import ZwarmError
 
 SUPERVISOR = "zwarm.runtime.supervisor"
 SUPERVISOR_GRACE_S = 10.0
@@ -65,10 +71,20 @@ class LocalLauncher(Launcher):
         return ref is not None and procs.verified(ref, sid, procs.SUPERVISOR_MARKER)
 
     def stop(self, sid: str, turn: Turn) -> None:
-        procs.kill_session(turn.agent, sid)
-        sup = turn.supervisor
-        if sup is not None and not procs.wait_gone(sup, SUPERVISOR_GRACE_S):
-            procs.terminate(sup, sid, procs.SUPERVISOR_MARKER)
+        self.stop_many([(sid, turn)])
+
+    def stop_many(self, items: Sequence[tuple[str, Turn]]) -> dict[str, ZwarmError]:
+        """Stop the turns together: every agent's tree at once (``procs.kill_sessions``: one
+        scan of /proc for all, every SIGTERM sent before any wait), then wait for all their
+        (verified) supervisors, which record their turns' ends, and terminate any that
+        outlive ``SUPERVISOR_GRACE_S``."""
+        procs.kill_sessions([(t.agent, sid) for sid, t in items])
+        sups = [(t.supervisor, sid) for sid, t in items if t.supervisor is not None]
+        mine = [(r, sid) for r, sid in sups if procs.verified(r, sid, procs.SUPERVISOR_MARKER)]
+        late = {r.pid for r in procs.wait_all_gone([r for r, _ in mine], SUPERVISOR_GRACE_S)}
+        left = [(r, sid) for r, sid in mine if r.pid in late]
+        procs.terminate_all(left, procs.SUPERVISOR_MARKER)
+        return {}
 
 
 def supervisor_env(environ: Mapping[str, str], sid: str) -> dict[str, str]:

@@ -11,18 +11,26 @@ Owns every signal zwarm sends. Must stay true:
 - killing a session's processes kills the agent's process group, every descendant, and every
   process carrying the marker (which also finds an agent whose supervisor died before
   recording it, and children that left the group with ``setsid``);
-- the /proc scans for markers and descendants are shared by concurrent callers (``kill
-  --all``) but never stale: each caller gets a scan that began after it asked.
+- stopping is signal first, wait once: every SIGTERM of a stop (of all the sessions of
+  ``kill_sessions``) is sent before waiting for any exit, and the exits are waited for
+  together, as pidfds in one poll where the kernel has them (a signal through a pidfd
+  reaches that very process, never a successor with its pid), else by identity once per
+  round; what outlives the grace gets SIGKILL;
+- the /proc scans for markers and descendants are shared by concurrent callers, one of each
+  per stop however many sessions it stops, but never stale: each caller gets a scan that
+  began after it asked. They read with os-level calls, and a process's environment costs one
+  read (its uid and state are looked up only when it carries a marker).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Generic, Self, TypeVar
 
 from zwarm.model import ProcRef
 from zwarm.runtime import boot
@@ -31,6 +39,9 @@ MARKER = "ZWARM_SESSION_ID"  # in the agent's environment (and so its descendant
 SUPERVISOR_MARKER = "ZWARM_SUPERVISOR_OF"  # in the supervisor's
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _LINUX = boot.LINUX
+_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+POLL_S = 0.02  # a round, for processes waited for without a pidfd
+KILLED_WAIT_S = 1.0  # after SIGKILL: how long a stop waits for the processes to be gone
 
 
 def _boot_facts() -> tuple[str, float]:
@@ -41,11 +52,26 @@ def boot_id() -> str:
     return _boot_facts()[0]
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
+def _read(path: str) -> bytes | None:
+    """A whole /proc file in os-level calls (no buffered file object), None if unreadable."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 65536)
+        if len(data) == 65536:  # a large environment
+            data += b"".join(iter(lambda: os.read(fd, 65536), b""))
+        return data
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    data = _read(f"/proc/{pid}/stat")
+    if not data or b")" not in data:
         return None
     # the command name may contain spaces and parens: fields start after the last ')'
     return data[data.rindex(b")") + 2 :].split()
@@ -78,28 +104,24 @@ def legacy_ticks(create_time: float) -> tuple[int, str] | None:
 
 def is_alive(ref: ProcRef | None) -> bool:
     """True only if ``ref.pid`` is running and is the same process (same start, same boot)."""
-    if ref is None or ref.boot_id != boot_id():
+    if ref is None or ref.boot_id != boot_id() or not 0 < ref.pid < 2**31:
         return False
-    if start_ticks(ref.pid) != ref.start_ticks:
-        return False
-    return not _is_zombie(ref.pid)
-
-
-def _is_zombie(pid: int) -> bool:
     if not _LINUX:
-        return False
-    fields = _stat_fields(pid)
-    return fields is None or fields[0] in (b"Z", b"X")
+        return start_ticks(ref.pid) == ref.start_ticks
+    fields = _stat_fields(ref.pid)  # one read: start ticks and state
+    return fields is not None and int(fields[19]) == ref.start_ticks and not _dead(fields)
+
+
+def _dead(fields: list[bytes]) -> bool:
+    return fields[0] in (b"Z", b"X")
 
 
 def has_marker(pid: int, sid: str, name: str = MARKER) -> bool:
     """Whether ``pid`` was started with ``<name>=<sid>`` in its environment."""
     if not _LINUX:
         return True  # no /proc: identity (pid + start time) is all there is to check
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read()
-    except OSError:
+    env = _read(f"/proc/{pid}/environ")
+    if env is None:
         return False
     want = f"{name}={sid}".encode()
     return env.startswith(want + b"\0") or (b"\0" + want + b"\0") in env or env == want
@@ -108,36 +130,51 @@ def has_marker(pid: int, sid: str, name: str = MARKER) -> bool:
 def marked(sid: str) -> list[ProcRef]:
     """Every live process of this user that carries ``sid``'s marker, as a scan of /proc
     begun after this call was made finds them (a scan is shared by the calls waiting for it:
-    ``kill --all`` stops 200 sessions with a few scans, not 200)."""
+    concurrent kills make a few scans, not one each)."""
     if not _LINUX:
         return []
     return list(_MARKED.fresh().get(sid, ()))
 
 
 def _scan() -> dict[str, list[ProcRef]]:
-    """One pass over /proc: the live processes of this user by the session marker they carry
-    (the environment is read first: most processes carry none and cost one read)."""
+    """One pass over /proc: the live processes of this user by the session marker they carry.
+    Most processes carry none and cost one read of their environment; only a marked one is
+    asked its owner and state."""
     me, uid = os.getpid(), os.geteuid()
-    want = MARKER.encode() + b"="
-    n = len(want)
     found: dict[str, list[ProcRef]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
-        pid = int(name)
-        try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
-                continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
+        env = _read(f"/proc/{name}/environ")
+        if not env or _WANT not in env:
             continue
-        sids = {e[n:].decode("ascii", "replace") for e in env.split(b"\0") if e[:n] == want}
-        ref = identify(pid) if sids else None
-        if ref is not None and not _is_zombie(pid):
+        sids = _markers(env)
+        ref = _own_live(int(name), uid) if sids else None
+        if ref is not None:
             for sid in sids:
                 found.setdefault(sid, []).append(ref)
     return found
+
+
+_WANT = MARKER.encode() + b"="
+
+
+def _markers(env: bytes) -> set[str]:
+    n = len(_WANT)
+    return {e[n:].decode("ascii", "replace") for e in env.split(b"\0") if e[:n] == _WANT}
+
+
+def _own_live(pid: int, uid: int) -> ProcRef | None:
+    """``pid``'s identity if it is a live (not zombie) process of user ``uid``."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != uid:
+            return None
+    except OSError:
+        return None
+    fields = _stat_fields(pid)
+    if fields is None or _dead(fields):
+        return None
+    return ProcRef(pid, int(fields[19]), boot_id())
 
 
 def _tree() -> dict[int, list[ProcRef]]:
@@ -195,15 +232,20 @@ def descendants(ref: ProcRef) -> list[ProcRef]:
     """Identities of every live descendant of ``ref`` (empty if ``ref`` is not alive)."""
     if not is_alive(ref):
         return []
-    if _LINUX:  # one shared pass over /proc (psutil makes one per call)
-        return _below(ref.pid, _TREES.fresh())
+    return _descendants(ref, _TREES.fresh() if _LINUX else None)
+
+
+def _descendants(ref: ProcRef, kids: dict[int, list[ProcRef]] | None) -> list[ProcRef]:
+    """``ref``'s descendants from a pass over /proc (``kids``), else from psutil."""
+    if kids is not None:
+        return _below(ref.pid, kids)
     import psutil
 
     try:
-        kids = psutil.Process(ref.pid).children(recursive=True)
+        found = psutil.Process(ref.pid).children(recursive=True)
     except psutil.Error:
         return []
-    return [r for r in (identify(k.pid) for k in kids) if r is not None]
+    return [r for r in (identify(k.pid) for k in found) if r is not None]
 
 
 def _below(pid: int, kids: dict[int, list[ProcRef]]) -> list[ProcRef]:
@@ -222,15 +264,46 @@ def _below(pid: int, kids: dict[int, list[ProcRef]]) -> list[ProcRef]:
 def kill_session(agent: ProcRef | None, sid: str, grace: float = 3.0) -> bool:
     """Stop everything of session ``sid``: the agent's group and tree if ``agent`` is verified
     (identity and marker), and every process carrying the marker. True if anything was."""
-    leader = agent if agent is not None and verified(agent, sid) else None
-    targets = {r.pid: r for r in marked(sid)}
-    if leader is not None:
-        targets.update((r.pid, r) for r in (leader, *descendants(leader)))
-    targets = {p: r for p, r in targets.items() if p != os.getpid()}
-    if not targets:
-        return False
-    _stop(leader.pid if leader else None, list(targets.values()), grace)
-    return True
+    return bool(kill_sessions([(agent, sid)], grace))
+
+
+def kill_sessions(items: Sequence[tuple[ProcRef | None, str]], grace: float = 3.0) -> list[str]:
+    """``kill_session`` for many sessions at once (``kill --all``): one marker scan and at
+    most one tree pass for all of them, every SIGTERM sent before any exit is waited for,
+    one wait for all (SIGKILL for what outlives ``grace``). The ids that had anything."""
+    marks = _MARKED.fresh() if _LINUX and items else {}
+    leaders: dict[str, list[ProcRef]] = {}
+    for a, sid in items:
+        if a is not None and _found(a, sid, marks):
+            leaders.setdefault(sid, []).append(a)
+    kids = _TREES.fresh() if _LINUX and leaders else None
+    targets: dict[int, ProcRef] = {}
+    hit: list[str] = []
+    for sid in dict.fromkeys(sid for _, sid in items):
+        mine = [*marks.get(sid, ())]
+        for leader in leaders.get(sid, ()):
+            mine += [leader, *_descendants(leader, kids)]
+        mine = [r for r in mine if r.pid != os.getpid()]
+        if mine:
+            hit.append(sid)
+            targets.update((r.pid, r) for r in mine)
+    if targets:
+        _stop([a for group in leaders.values() for a in group], list(targets.values()), grace)
+    return hit
+
+
+def _found(agent: ProcRef, sid: str, marks: dict[str, list[ProcRef]]) -> bool:
+    """``agent`` verified: found carrying ``sid``'s marker by the scan (live, same identity)."""
+    return agent in marks.get(sid, ()) if _LINUX else verified(agent, sid)
+
+
+def stop_marked(refs: list[ProcRef], sid: str, grace: float = 3.0) -> bool:
+    """Stop those of ``refs`` that are alive and carry session ``sid``'s marker (a caller's
+    own descendants, found without a scan of /proc). True if any was."""
+    targets = [r for r in refs if r.pid != os.getpid() and verified(r, sid)]
+    if targets:
+        _stop([], targets, grace)
+    return bool(targets)
 
 
 def verified(ref: ProcRef, sid: str, name: str = MARKER) -> bool:
@@ -244,61 +317,124 @@ def kill_tree(agent: ProcRef, grace: float = 3.0) -> bool:
     on behalf of a session record use ``kill_session``."""
     if not is_alive(agent):
         return False
-    _stop(agent.pid, [agent, *descendants(agent)], grace)
+    _stop([agent], [agent, *descendants(agent)], grace)
     return True
-
-
-def _stop(pgid: int | None, targets: list[ProcRef], grace: float) -> None:
-    _signal_all(pgid, targets, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(is_alive(t) for t in targets):
-        time.sleep(0.02)
-    left = [t for t in targets if is_alive(t)]
-    if left:
-        _signal_all(pgid, left, signal.SIGKILL)
-
-
-def _signal_all(pgid: int | None, targets: list[ProcRef], sig: int) -> None:
-    if pgid is not None and any(t.pid == pgid and is_alive(t) for t in targets):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for t in targets:
-        if is_alive(t):
-            try:
-                os.kill(t.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def terminate(ref: ProcRef, sid: str | None = None, name: str = MARKER, grace: float = 3.0) -> bool:
     """Stop one verified process (SIGTERM, then SIGKILL). True if it was alive. With ``sid``,
     only if it carries that session's marker ``name``."""
-    if not is_alive(ref) or (sid is not None and not has_marker(ref.pid, sid, name)):
-        return False
-    try:
-        os.kill(ref.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not is_alive(ref):
-            return True
-        time.sleep(0.02)
-    if is_alive(ref):
-        try:
-            os.kill(ref.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return True
+    return bool(terminate_all([(ref, sid)], name, grace))
+
+
+def terminate_all(
+    items: Sequence[tuple[ProcRef, str | None]], name: str = MARKER, grace: float = 3.0
+) -> list[ProcRef]:
+    """``terminate`` for many processes at once (signalled together, waited for together);
+    those that were alive (and marked, where a session id is given)."""
+    refs = [r for r, sid in items if is_alive(r) and (sid is None or has_marker(r.pid, sid, name))]
+    if refs:
+        _stop([], refs, grace)
+    return refs
 
 
 def wait_gone(ref: ProcRef, timeout: float) -> bool:
     """Wait until ``ref`` is no longer alive; True if it went within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while is_alive(ref):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return not wait_all_gone([ref], timeout)
+
+
+def wait_all_gone(refs: Sequence[ProcRef], timeout: float) -> list[ProcRef]:
+    """Wait until none of ``refs`` is alive, or ``timeout``: those still alive then."""
+    with _Exits(refs) as exits:
+        return exits.wait(timeout)
+
+
+def _stop(leaders: Sequence[ProcRef], targets: Sequence[ProcRef], grace: float) -> None:
+    """SIGTERM every target and each live leader's group, wait for all at once (up to
+    ``grace``), then SIGKILL what is left and wait (briefly) for it to go."""
+    with _Exits(targets) as exits:
+        exits.send(signal.SIGTERM, leaders)
+        if exits.wait(grace):
+            exits.send(signal.SIGKILL, leaders)
+            exits.wait(KILLED_WAIT_S)
+
+
+class _Exits:
+    """Live processes to signal and wait for, together. Each is held as a pidfd where the
+    kernel has them (opened, then its identity checked: the pidfd is that process), so a
+    signal reaches that very process and its exit wakes one poll for all; the others (no
+    pidfds, or none left) are checked by identity once per round."""
+
+    def __init__(self, refs: Iterable[ProcRef]) -> None:
+        self._live: dict[int, tuple[ProcRef, int | None]] = {}
+        for r in refs:
+            if r.pid in self._live:
+                continue
+            fd = _pidfd(r)
+            if is_alive(r):
+                self._live[r.pid] = (r, fd)
+            elif fd is not None:
+                os.close(fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._drop(list(self._live))
+
+    def send(self, sig: int, leaders: Sequence[ProcRef] = ()) -> None:
+        """``sig`` to each live leader's process group, then to each process still held."""
+        for g in leaders:
+            if g.pid in self._live and is_alive(g):  # its group id is still its own
+                try:
+                    os.killpg(g.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for ref, fd in self._live.values():
+            _send(ref, fd, sig)
+
+    def wait(self, timeout: float) -> list[ProcRef]:
+        """Wait until every held process has exited, or ``timeout``: those still running."""
+        deadline = time.monotonic() + timeout
+        poller = select.poll()
+        by_fd = {fd: pid for pid, (_, fd) in self._live.items() if fd is not None}
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        while True:
+            self._drop([p for p, (r, fd) in self._live.items() if fd is None and not is_alive(r)])
+            left = deadline - time.monotonic()
+            if not self._live or left <= 0:
+                return [r for r, _ in self._live.values()]
+            if len(by_fd) < len(self._live):
+                left = min(left, POLL_S)
+            ready = poller.poll(max(1, round(left * 1000)))
+            for fd, _ in ready:
+                poller.unregister(fd)
+            self._drop([by_fd.pop(fd) for fd, _ in ready])
+
+    def _drop(self, pids: list[int]) -> None:
+        for pid in pids:
+            _, fd = self._live.pop(pid)
+            if fd is not None:
+                os.close(fd)
+
+
+def _pidfd(ref: ProcRef) -> int | None:
+    """A pidfd for ``ref.pid`` (to be checked against ``ref``), None where there is none: no
+    pidfds here, the process gone, or no descriptor left (it is then waited for by polls)."""
+    if not _PIDFD:
+        return None
+    try:
+        return os.pidfd_open(ref.pid)
+    except OSError:
+        return None
+
+
+def _send(ref: ProcRef, fd: int | None, sig: int) -> None:
+    try:
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        elif is_alive(ref):
+            os.kill(ref.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -23,20 +23,33 @@ Must stay true:
   ``kill`` either sees it recorded or prevents it from starting;
 - the agent's exit status is collected before its process group is killed, without reaping
   the leader, so the group id can't be reused meanwhile;
-- it builds only what it needs (store, config, the session's manager), not the API facade.
+- it builds only what it needs (store, config, the session's manager), not the API facade,
+  and imports no more than a turn needs (no click, rich, psutil, hashlib/OpenSSL, shutil,
+  dataclasses: ``tests/unit/test_supervisor_lean.py`` holds the list);
+- it is the child subreaper of its agents (Linux): what leaves the agent's group (setsid, a
+  double fork) is re-parented to it, so at a turn's end it finds the marked leftovers among
+  its own descendants, at the cost of what the agent left, never of every process on the
+  machine (a scan of /proc where children cannot be listed); it reaps them once the agent is;
+- start-up runs without the cyclic GC (it allocates much and frees little) and the process
+  ends with ``os._exit`` once all is recorded (no teardown); the GC is on, start-up objects
+  frozen, from the moment it waits for its agent, however long the turn or a parked wait.
 """
 
 from __future__ import annotations
 
-import contextlib
+import gc
+
+if __name__ == "__main__":  # a supervisor's start allocates much and frees little: no
+    gc.disable()  # collections until it waits for its agent (``_gc_on``)
+
+import contextlib  # every import below runs with the GC switched off
 import os
 import signal
 import subprocess
 import sys
 import threading
-import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from zwarm.model import RUNS
 from zwarm.runtime import procs
@@ -47,8 +60,10 @@ if TYPE_CHECKING:
     from zwarm.runtime.watch import Watch
     from zwarm.store import Store
 
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans below us are re-parented to us
 PARKED_POLL_S = 1.0  # a parked session's supervisor looks whether it was killed or resumed
 PASS_WAIT_S = 120.0  # longest a supervisor waits for the scheduler lock before it exits
+_SUBREAPER = False  # set by main: this process is the child subreaper of its agents
 
 
 def run(state_dir: Path, sid: str) -> int:
@@ -56,7 +71,7 @@ def run(state_dir: Path, sid: str) -> int:
 
     store = Store(state_dir)
     with store.lock(sid):  # whoever started us holds it until our turn is saved
-        s = store.load(sid)
+        s = store.load(sid, history=False)
     manager = _manager(store, s.adapter)
     turn, me = s.current, procs.identify(os.getpid())
     mine = turn is not None and turn.supervisor in (None, me)
@@ -89,8 +104,8 @@ def run_turn(state_dir: Path, sid: str, n: int) -> int:
 
     store = Store(state_dir)
     with store.lock(sid):  # whoever submitted us may still hold it: our turn is saved then
-        s = store.load(sid)
-    t = s.turns[n - 1] if 0 < n <= len(s.turns) else None
+        s = store.load(sid, history=False)
+    t = s.turn(n)
     ours = t is not None and t.status in RUNS and t.supervisor is None and t.agent is None
     launcher = get_launcher(t.launcher, store, Env(state_dir=store.root)) if t else None
     if not ours or t is None or launcher is None or not launcher.runs_here(sid, t):
@@ -105,7 +120,7 @@ def run_turn(state_dir: Path, sid: str, n: int) -> int:
     from zwarm.model import Status
     from zwarm.runtime import hooks
 
-    s = store.load(sid)
+    s = store.load(sid, history=False)
     hooked = s.notify or any(manager.config.data["hooks"][e] for e in hooks.EVENTS)
     if s.status.finished and hooked:  # run here: what a job leaves running dies with it
         hooks.run(store.root, sid, hooks.unmarked(os.environ))
@@ -133,6 +148,7 @@ def _one_turn(manager: BaseSessionManager, sid: str, n: int, hand_off: bool = Fa
     if watch is not None:
         watch.finish()
     returncode = proc.wait()
+    _reap_orphans()
     stop = watch.stopped if watch is not None else None
     return manager.finish_turn(sid, n, returncode, timed_out, stop, hand_off=hand_off)
 
@@ -154,9 +170,9 @@ def _start_agent(
     from zwarm.errors import ZwarmError
 
     me = procs.identify(os.getpid())
-    with manager.store.transaction(sid) as s:
-        t = s.turns[n - 1]
-        if t.status not in RUNS:  # ended, or still queued (whoever started us died first)
+    with manager.store.transaction(sid, history=False) as s:
+        t = s.turn(n)
+        if t is None or t.status not in RUNS:  # ended, or still queued (its starter died)
             return None
         t.supervisor = me
         try:
@@ -177,10 +193,11 @@ def _watch(manager: BaseSessionManager, sid: str, n: int, pid: int) -> Watch | N
     """A watch over turn ``n`` (stall, budget: ``runtime.watch``) if its session needs one."""
     from zwarm.runtime import watch
 
-    s = manager.store.load(sid)
-    if not watch.needed(s):
+    s = manager.store.load(sid, history=False)
+    t = s.turn(n)
+    if not watch.needed(s) or t is None:
         return None
-    w = watch.Watch(manager, sid, n, s.turns[n - 1].agent or procs.identify(pid))
+    w = watch.Watch(manager, sid, n, t.agent or procs.identify(pid))
     w.start()
     return w
 
@@ -198,8 +215,9 @@ def _afterwards(
     from zwarm.model import Status
 
     sched = scheduler.Scheduler(manager.store, manager.config, manager.env, manager_class)
+    _gc_on()  # a parked wait may last hours
     while True:
-        s = manager.store.load(sid)
+        s = manager.store.load(sid, history=False)
         t = s.current
         if t is None or t.status is not Status.PARKED or t.supervisor != me or not wait_parked:
             break
@@ -245,7 +263,9 @@ def _popen(
 
 def _wait(pid: int, sid: str, timeout: float | None) -> bool:
     """Wait for the agent to exit (not reaping it), then kill what it left behind: its
-    group, and any process carrying the session's marker. Returns True if it timed out."""
+    group, and what left the group but carries the session's marker (``_stop_leftovers``).
+    Returns True if it timed out."""
+    _gc_on()
     timed_out = threading.Event()
     timer = None
     if timeout:
@@ -269,8 +289,78 @@ def _wait(pid: int, sid: str, timeout: float | None) -> bool:
         os.killpg(pid, signal.SIGKILL)  # leader is a zombie here: the group id is still ours
     except (ProcessLookupError, PermissionError):
         pass
-    procs.kill_session(None, sid, grace=1.0)  # what left the group (setsid) but kept the marker
+    _stop_leftovers(sid)
     return timed_out.is_set()
+
+
+def _stop_leftovers(sid: str) -> None:
+    """Stop what left the agent's group (setsid, a double fork) but kept the marker. As a
+    child subreaper, all of it is still below this process: walking our own descendants
+    costs what the agent left, where a scan of /proc costs every process of the machine."""
+    below = _descendants() if _SUBREAPER else None
+    if below is None:
+        procs.kill_session(None, sid, grace=1.0)
+    else:
+        procs.stop_marked(below, sid, grace=1.0)
+
+
+def _descendants() -> list[ProcRef] | None:
+    """Every process below this one (from each thread's ``children`` list in /proc), None
+    if the kernel does not list children."""
+    me = os.getpid()
+    if not os.path.exists(f"/proc/{me}/task/{me}/children"):
+        return None
+    out: list[ProcRef] = []
+    todo, seen = [me], {me}
+    while todo:
+        for pid in _children(todo.pop()):
+            ref = procs.identify(pid) if pid not in seen else None
+            if ref is not None:
+                seen.add(pid)
+                out.append(ref)
+                todo.append(pid)
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # gone meanwhile
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids.extend(int(k) for k in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
+def _become_subreaper() -> bool:
+    """Have the agent's orphans re-parented to this process instead of init (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_orphans() -> None:
+    """Reap the zombies of orphans re-parented to us (once the agent itself is reaped)."""
+    if not _SUBREAPER:
+        return
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _expire(agent: ProcRef | None, sid: str, flag: threading.Event) -> None:
@@ -287,9 +377,13 @@ def main(argv: list[str] | None = None) -> int:
         usage = "usage: python -I -m zwarm.runtime.supervisor [--turn N] STATE_DIR SESSION_ID"
         print(usage, file=sys.stderr)
         return 2
+    global _SUBREAPER
+    _SUBREAPER = _become_subreaper()
     try:
         return run(Path(args[0]), args[1]) if n is None else run_turn(Path(args[0]), args[1], n)
     except Exception as e:
+        import traceback
+
         traceback.print_exc()
         _fail_current(Path(args[0]), args[1], f"supervisor error: {type(e).__name__}: {e}")
         return 1
@@ -305,15 +399,34 @@ def _fail_current(state_dir: Path, sid: str, why: str) -> None:
     from zwarm.store import Store
 
     try:
-        with Store(state_dir).transaction(sid) as s:
+        with Store(state_dir).transaction(sid, history=False) as s:
             t = s.current
             if t is not None and t.status in RUNS:
                 procs.kill_session(t.agent, sid)
                 now = iso(time.time())
                 transitions.end(s, t, Status.FAILED, now, Reason.SUPERVISOR_LOST, why)
     except Exception:
+        import traceback
+
         traceback.print_exc()
 
 
+def _gc_on() -> None:
+    """Collect garbage from now on (once the agent runs: a turn, or a parked wait, can be
+    long), everything the start-up made frozen first, so that collections skip it."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
+def _exit(rc: int) -> NoReturn:
+    """Exit without the interpreter's teardown, which would free every module and object
+    one by one (~10 ms of CPU per turn): everything is written and closed by now, but stdio."""
+    for f in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            f.flush()
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -51,7 +51,7 @@ class Watch(threading.Thread):
         self.manager, self.sid, self.n, self.agent = manager, sid, n, agent
         self.stopped: tuple[Reason, str] | None = None
         self._done = threading.Event()
-        self._session = manager.store.load(sid)
+        self._session = manager.store.load(sid, history=False)
         self._feed: UsageFeed | None = (
             manager.agent.live_usage() if _budget(self._session) else None
         )
@@ -125,7 +125,9 @@ class Watch(threading.Thread):
         s, used = self._session, self._feed.usage if self._feed else None
         if used is None:
             return
-        t = s.turns[self.n - 1]
+        t = s.turn(self.n)
+        if t is None:
+            return
         delta = _delta(self.manager, s, t, used)
         model = (self._feed.model if self._feed else None) or s.model
         cost = self.manager.estimate_cost(delta, model)
@@ -155,8 +157,10 @@ class Watch(threading.Thread):
         from zwarm.env import iso
 
         env = self.manager.env
-        with self.manager.store.transaction(self.sid) as s:
-            t = s.turns[self.n - 1]
+        with self.manager.store.transaction(self.sid, history=False) as s:
+            t = s.turn(self.n)
+            if t is None:
+                return
             if to is Status.STALLED and t.status is Status.RUNNING:
                 transitions.stall(s, t, iso(self._quiet_since), env.now_iso())
             elif to is Status.RUNNING and t.status is Status.STALLED:
@@ -176,7 +180,6 @@ def _delta(manager: BaseSessionManager, s: Session, t: Turn, used: Usage) -> Usa
     for some agents: then less what the resumed session had reported before)."""
     if not manager.usage_cumulative_on_resume or t.context != "native":
         return used
-    for prev in reversed(s.turns[: t.n - 1]):
-        if prev.agent_session_id and prev.agent_session_id == s.agent_session_id:
-            return used.minus(prev.reported_usage) if prev.reported_usage else used
-    return used
+    prev = s.resumed(t, s.agent_session_id)
+    base = prev.reported_usage if prev else None
+    return used.minus(base) if base else used

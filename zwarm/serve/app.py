@@ -18,7 +18,6 @@ Owns the routes and how a result or an error becomes a response. Must stay true:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -35,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from zwarm.api import Zwarm, row
+from zwarm.api import Zwarm, row, select_rows
 from zwarm.env import Env
 from zwarm.errors import ZwarmError
 from zwarm.serve import bodies, streams
@@ -104,7 +103,7 @@ class Server:
         self._tasks: Any = None  # the lifespan's task group
 
     def new_api(self) -> Zwarm:
-        return Zwarm(env=dataclasses.replace(self.opts.env))
+        return Zwarm(env=msgspec.structs.replace(self.opts.env))
 
     def routes(self) -> list[Route]:
         h = self._handle
@@ -249,7 +248,7 @@ class Server:
         def work() -> list[dict[str, Any]]:
             api = self.new_api()
             rows = api.sessions(q.get("status")) if api.has_sessions() else []
-            return select(rows, q.get("name"), q.get("adapter"), q.get("source"), limit)
+            return select_rows(rows, q.get("name"), q.get("adapter"), q.get("source"), limit)
 
         return _json(await run_in_threadpool(work))
 
@@ -308,7 +307,7 @@ class Server:
                 max_tokens=body.max_tokens,
                 stall=body.stall,
             )
-            return {**row(api.get(s.id).to_dict()), "warnings": list(api.warnings)}
+            return {**row(api.get(s.id)), "warnings": list(api.warnings)}
 
         return _json(await run_in_threadpool(work), 201)
 
@@ -319,7 +318,7 @@ class Server:
         def work() -> dict[str, Any]:
             api = self.new_api()
             s, state = api.inject(ref, body.message, context=body.context, timeout=body.timeout)
-            turn = len(s.turns) + (len(s.queue) if state == "queued" else 0)
+            turn = s.count + (len(s.queue) if state == "queued" else 0)
             return {"session": row(s), "state": state, "turn": turn, "warnings": api.warnings}
 
         return _json(await run_in_threadpool(work))
@@ -376,26 +375,6 @@ class _Asgi:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.app(scope, receive, send)
-
-
-def select(
-    rows: list[dict[str, Any]],
-    name: str | None,
-    adapter: str | None,
-    source: str | None,
-    limit: int | None,
-) -> list[dict[str, Any]]:
-    """The rows matching every filter given, as ``zwarm ls`` filters them (names and sources
-    by glob), the newest ``limit`` of them, still oldest first."""
-    from fnmatch import fnmatchcase
-
-    if name is not None:
-        rows = [r for r in rows if r.get("name") and fnmatchcase(r["name"], name)]
-    if adapter is not None:
-        rows = [r for r in rows if r.get("adapter") == adapter]
-    if source is not None:
-        rows = [r for r in rows if r.get("source") and fnmatchcase(r["source"], source)]
-    return rows[-limit:] if limit else rows
 
 
 def status_of(e: ZwarmError) -> int:

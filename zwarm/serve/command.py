@@ -10,7 +10,6 @@ Owns the command's options, the listening socket and what is printed. Must stay 
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import socket
 import sys
@@ -78,6 +77,8 @@ def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[s
     _need_extra()
     api = get_api(ctx)
     api.ensure_state_dir()
+    import msgspec
+
     from zwarm.serve import app, auth
 
     token, note = auth.load_token(api.state_dir, new=new_token)
@@ -87,7 +88,7 @@ def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[s
     sock = _listen(host, port)
     port = sock.getsockname()[1]
     opts = app.Options(
-        env=dataclasses.replace(api.env, state_dir=api.state_dir),
+        env=msgspec.structs.replace(api.env, state_dir=api.state_dir),
         token=token,
         allow_hosts=allow_hosts,
         allow_origins=allow_origins,

@@ -251,7 +251,7 @@ class Hub:
         s = self._load(api)
         while s is not None and not self._stop.is_set():
             n = self.next_turn
-            t = s.turns[n - 1] if n <= len(s.turns) else None
+            t = s.turns[n - 1] if n <= s.count else None
             if t is None or (not t.started and not t.status.finished):
                 self._set_idle(True)  # finished, or a turn waits to start: a change pokes us
                 return
@@ -275,7 +275,7 @@ class Hub:
         except ZwarmError as e:
             self._close("problem", {"message": str(e)})
             return None
-        seen = (s.status, len(s.turns), len(s.queue), s.updated_at)
+        seen = (s.status, s.count, len(s.queue), s.updated_at)
         if seen != self._seen:
             self._seen = seen
             self._post(self._status_key(), "session", row(s))
@@ -293,7 +293,7 @@ class Hub:
             if self._stop.is_set():
                 return True
             latest[0] = now = self._load(api)
-            return now is None or n > len(now.turns) or not _runs(now, n)
+            return now is None or n > now.count or not _runs(now, n)
 
         log = LiveLog(path, ended, POLL_S)
         try:

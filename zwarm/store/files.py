@@ -66,8 +66,12 @@ def _read_fd(fd: int, path: str, limit: int) -> tuple[bytes, os.stat_result]:
         raise NotRegularFile(errno.EINVAL, "is not a regular file", path)
     if st.st_size > limit:
         raise TooLarge(errno.EFBIG, f"is too large ({st.st_size} bytes)", path)
-    chunks = []
-    left = limit + 1
+    # one read of the whole file: a short read of a regular file is its end (no second read)
+    first = os.read(fd, st.st_size + 1)
+    if len(first) <= st.st_size:
+        return first, st
+    chunks = [first]
+    left = limit + 1 - len(first)
     while left > 0:
         chunk = os.read(fd, min(left, 1 << 20))
         if not chunk:
@@ -116,21 +120,19 @@ def read_dir_file(directory: str, name: str, limit: int) -> bytes:
 
 def open_read(path: str | Path) -> int:
     """A read-only fd on the regular file ``path`` (no link followed, never blocking)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFile(errno.EINVAL, "is not a regular file", str(path))
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_regular(path, os.O_RDONLY)
 
 
 def open_append(path: str | Path) -> int:
     """An fd appending to ``path`` (created 0600), refusing a link or a non-regular file."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
-    fd = os.open(path, flags, 0o600)
+    return open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+
+def open_regular(path: str | Path, flags: int, dir_fd: int | None = None) -> int:
+    """An fd on the regular file ``path`` (relative to ``dir_fd`` if given) opened with
+    ``flags`` (created 0600): a link is never followed, a FIFO or device never blocks the open
+    and is refused (``NotRegularFile``); the fd blocks as usual once checked."""
+    fd = os.open(path, flags | os.O_NONBLOCK | NOFOLLOW | CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(errno.EINVAL, "is not a regular file", str(path))

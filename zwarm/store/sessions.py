@@ -3,6 +3,9 @@
 Owns every path, name, lock and session write under the state directory. Must stay true:
 - ``meta.json`` is written only inside ``transaction`` (one locked read-modify-write: two zwarm
   processes never lose each other's changes) and by ``create``; it is replaced atomically;
+- a session's finished turns may live in its history file (``zwarm.store.history``): ``load``
+  and ``transaction`` put them back unless asked not to (``history=False``: a listing, a
+  supervisor), and a save never changes an archived turn;
 - every reader decodes ``meta.json`` through ``zwarm.model.schema`` (one schema): a session is
   either valid or reported damaged (``DamagedSession``) with a one-line reason, never rewritten
   or deleted here;
@@ -70,6 +73,7 @@ class Store:
         self.root = root
         self.sessions = root / "sessions"
         self.names = root / "names"
+        self.waiting = root / "scheduler" / "waiting"  # the scheduler's waiting files
 
     # ----- layout
     def exists(self) -> bool:
@@ -102,6 +106,14 @@ class Store:
 
     def turn_path(self, sid: str, n: int, ext: str = "jsonl") -> Path:
         return self.session_dir(sid) / "turns" / f"turn_{n}.{ext}"
+
+    def pending(self) -> bool:
+        """Whether any session waits for the scheduler (one directory read: what every
+        command checks first, so it needs nothing of ``zwarm.engine``)."""
+        try:
+            return any(_ID.match(n) for n in os.listdir(self.waiting))
+        except OSError:
+            return False
 
     # ----- ids and names
     @staticmethod
@@ -244,9 +256,12 @@ class Store:
             raise DamagedSession(sid, "turns/ is not a directory (a link?)")
         return d
 
-    def load(self, sid: str) -> Session:
-        """The session, validated by the one schema, or ``DamagedSession``/``SessionNotFound``."""
-        d = f"{self.sessions}/{self.session_dir(sid).name}"  # no Path: ls calls this 50,000 times
+    def load(self, sid: str, history: bool = True) -> Session:
+        """The session, validated by the one schema, or ``DamagedSession``/``SessionNotFound``.
+        Without ``history``, archived turns are left out (``Session.head_only``)."""
+        if not _ID.match(sid):
+            raise InvalidRef(sid, "not a session id")
+        d = f"{self.sessions}/{sid}"  # no Path: ls calls this 50,000 times
         try:
             data = read_dir_file(d, "meta.json", MAX_META_BYTES)
         except FileNotFoundError:
@@ -266,12 +281,28 @@ class Store:
             raise DamagedSession(sid, str(e)) from None
         if s.id != sid:
             raise DamagedSession(sid, f"meta.json names another session ({s.id})")
+        if history and s.head_only:
+            self._with_history(d, s)
         return s
 
-    def read(self, sid: str) -> Session | DamagedSession:
-        """``load`` for listings: a damaged session is returned as its error, not raised."""
+    @staticmethod
+    def _with_history(d: str, s: Session) -> None:
+        from zwarm.store import history as history_mod
+
+        assert s.archive is not None
         try:
-            return self.load(sid)
+            s.turns[1:1] = history_mod.read(d, s.archive)
+        except ValueError as e:
+            raise DamagedSession(s.id, str(e)) from None
+        except OSError as e:
+            raise StoreError(f"cannot read {d}/{history_mod.NAME}: {e.strerror}") from None
+        s.refresh()
+
+    def read(self, sid: str) -> Session | DamagedSession:
+        """``load`` for listings (archived turns left out): a damaged session is returned as
+        its error, not raised."""
+        try:
+            return self.load(sid, history=False)
         except (DamagedSession, SessionNotFound, StoreError) as e:
             if isinstance(e, DamagedSession):
                 return e
@@ -281,13 +312,29 @@ class Store:
         atomic_write(path or self.meta_path(session.id), encode(session))
 
     @contextlib.contextmanager
-    def transaction(self, sid: str) -> Iterator[Session]:
+    def transaction(self, sid: str, history: bool = True) -> Iterator[Session]:
         """Load under the session lock, let the block change the session, save it: the only
-        way meta.json changes. An exception in the block saves nothing."""
+        way meta.json changes. An exception in the block saves nothing. Without ``history``
+        the block sees no archived turn (find turns with ``Session.turn``); with it, a block
+        that changed an archived turn is refused (``StoreError``), nothing saved."""
         with self.lock(sid):
-            s = self.load(sid)
+            s = self.load(sid, history)
+            frozen = _archived(s)
             yield s
-            self._write(s)
+            if _archived(s) != frozen:
+                raise StoreError(f"session {sid}: an archived turn was changed (not saved)")
+            self._save(s)
+
+    def _save(self, s: Session) -> None:
+        """Move finished turns to the history if enough have gathered, then write meta.json."""
+        from zwarm.store import history as history_mod
+
+        d = str(self.session_dir(s.id))
+        try:
+            history_mod.archive(d, s)
+        except ValueError as e:
+            raise DamagedSession(s.id, str(e)) from None
+        self._write(s)
 
     def update(self, sid: str, fn: Callable[[Session], T]) -> T:
         """``fn`` applied in a ``transaction``; returns its result."""
@@ -341,6 +388,18 @@ class Store:
         import shutil
 
         shutil.rmtree(target, ignore_errors=True)
+
+
+def _archived(s: Session) -> list[bytes]:
+    """The archived turns ``s`` holds (a session loaded whole), encoded: what a transaction
+    must not change."""
+    a = s.archive
+    if a is None or not a.turns or s.head_only:
+        return []
+    import msgspec
+
+    enc = msgspec.json.encode
+    return [enc(t) for t in s.turns[1 : 1 + a.turns]]
 
 
 def id_like(ref: str) -> bool:

@@ -5,11 +5,14 @@ Owns the whole reading of one claude turn log: ``iter_steps`` (the trajectory, a
 ``zwarm.model.steps`` dicts) and ``scan_outcome`` (status, final message, error, usage, cost).
 
 Must stay true:
-- pure and stdlib-only (plus ``zwarm.model``, ``zwarm.model.steps``, ``zwarm.agents.jsonl``);
+- pure and stdlib-only (plus ``zwarm.model``, ``zwarm.model.steps``, ``zwarm.agents.jsonl``,
+  and msgspec in ``iter_steps`` only);
   neither function raises on any input: blank, non-JSON, truncated or non-object lines, wrong-typed
   fields, and unknown line, subtype or content-block types are skipped (new claude versions add
   them);
-- ``iter_steps`` streams; it keeps only tool names by id and the tool calls still waiting for
+- ``iter_steps`` streams (assistant and user lines, the bulk of a log, decoded into typed
+  shapes, ``zwarm.agents.claude.shapes``, with the same steps as the dict path); it keeps
+  only tool names by id and the tool calls still waiting for
   their result. A ``Bash`` call is one ``command`` step, emitted when its result arrives (or at
   the end, ``in_progress``, if it never does); file-editing tools add a ``file_change`` step
   after a successful result;
@@ -42,10 +45,17 @@ import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from zwarm.agents.jsonl import Event
+import msgspec
+
+from zwarm.agents.jsonl import (
+    STRUCT_ERRORS,
+    Event,
+    raw_safe,
+    raw_strings_wanted,
+    struct_decoder,
+)
 from zwarm.agents.jsonl import as_bytes as _as_bytes
 from zwarm.agents.jsonl import count as _count
 from zwarm.agents.jsonl import decode as _decode
@@ -118,13 +128,12 @@ def _denied_tools(result: Event) -> list[str]:
 # --------------------------------------------------------------------------- steps
 
 
-@dataclass
-class _Calls:
+class _Calls(msgspec.Struct):
     """What ``iter_steps`` remembers between lines, by tool_use id."""
 
-    names: dict[str, str] = field(default_factory=dict)
-    bash: dict[str, str] = field(default_factory=dict)  # pending Bash: id -> command
-    edits: dict[str, dict[str, str]] = field(default_factory=dict)  # pending file change
+    names: dict[str, str] = msgspec.field(default_factory=dict)
+    bash: dict[str, str] = msgspec.field(default_factory=dict)  # pending Bash: id -> command
+    edits: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)  # pending file change
 
 
 def _on_text(block: dict[str, Any], calls: _Calls) -> list[Step]:
@@ -168,16 +177,27 @@ def _on_tool_result(
 ) -> list[Step]:
     """One tool_result block; ``extra`` is the line's ``tool_use_result`` (None if shared);
     ``rejected``: the line's tool_use ids refused by permission checks (never executed)."""
-    call_id = _str(block.get("tool_use_id"))
-    is_error = block.get("is_error") is True
     text = _content_text(block.get("content"))
+    result = (_str(block.get("tool_use_id")), block.get("is_error") is True, text, text)
+    return _result_steps(result, extra, calls, rejected)
+
+
+Result = tuple[str, bool, Any, str]  # tool_use id, is_error, text, the text an exit code starts
+
+
+def _result_steps(
+    result: Result, extra: Any, calls: _Calls, rejected: frozenset[str] = frozenset()
+) -> list[Step]:
+    """The steps of one tool result. Its text is a str, or inside ``jsonl.raw_strings`` may
+    be a Raw JSON string; the exit code of a Bash result is read from ``extra`` or the head."""
+    call_id, is_error, text, head = result
     if call_id in calls.bash:
         declined = call_id in rejected  # never ran: no exit code
         return [
             {
                 "kind": "command",
                 "command": calls.bash.pop(call_id),
-                "exit_code": None if declined else _bash_exit_code(is_error, text, extra),
+                "exit_code": None if declined else _bash_exit_code(is_error, head, extra),
                 "output": text,
                 "status": "declined" if declined else "failed" if is_error else "completed",
             }
@@ -277,8 +297,20 @@ def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
     Bash calls that never got their result (the agent was killed) come last, once each, with
     status ``in_progress`` and no exit code.
     """
+    from zwarm.agents.claude import shapes
+
+    fast, slow = struct_decoder(shapes.Line), shapes.SLOW
+    raw = struct_decoder(shapes.RawLine) if raw_strings_wanted() else None
     calls = _Calls()
     for line in lines:
+        try:
+            typed = raw(line) if raw is not None and raw_safe(line) else fast(line)
+            steps = _fast_steps(typed, calls, shapes)
+        except STRUCT_ERRORS:
+            steps = slow
+        if steps is not slow:
+            yield from steps  # type: ignore[misc]  # a list of steps: not SLOW
+            continue
         event = _decode(line)
         if event is None:
             continue
@@ -293,6 +325,43 @@ def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
             "output": "",
             "status": "in_progress",
         }
+
+
+def _fast_steps(line: Any, calls: _Calls, shapes: Any) -> list[Step] | object:
+    """The steps of a typed line (``shapes.Line``), or ``shapes.SLOW``: the dict path reads it.
+    Built by the same handlers, from the typed fields (``shapes``: that module, loaded by
+    ``iter_steps``)."""
+    kind = line.type
+    if kind == "assistant":
+        steps: list[Step] = []
+        for b in shapes.blocks(line):
+            handle = _BLOCK_STEPS.get(b.type)
+            if handle is not None:
+                block = {"text": b.text, "thinking": b.thinking, "id": b.id, "name": b.name,
+                         "input": b.input}  # fmt: skip
+                steps.extend(handle(block, calls))
+        return steps
+    if kind == "user":
+        return _fast_user(line, calls, shapes)
+    slow: object = shapes.SLOW
+    return slow if kind in _LINE_STEPS else []
+
+
+def _fast_user(line: Any, calls: _Calls, shapes: Any) -> list[Step] | object:
+    if shapes.has_meta(line):
+        slow: object = shapes.SLOW
+        return slow
+    blocks = [b for b in shapes.blocks(line) if b.type == "tool_result"]
+    extra = None
+    if len(blocks) == 1:
+        tid = blocks[0].tool_use_id
+        if tid in calls.bash or tid in calls.edits:
+            extra = shapes.extra(line, tid in calls.bash)  # may raise: nothing remembered yet
+    results = [shapes.result(b) for b in blocks]  # may raise too
+    steps: list[Step] = []
+    for result in results:
+        steps.extend(_result_steps(result, extra, calls))
+    return steps
 
 
 # --------------------------------------------------------------------------- outcome

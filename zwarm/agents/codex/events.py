@@ -4,10 +4,13 @@ Owns the whole reading of one codex turn log: ``iter_steps`` (the trajectory, as
 ``zwarm.model.steps`` dicts) and ``scan_outcome`` (status, final message, error, usage).
 
 Must stay true:
-- pure and stdlib-only (plus ``zwarm.model``, ``zwarm.model.steps``, ``zwarm.agents.jsonl``);
+- pure and stdlib-only (plus ``zwarm.model``, ``zwarm.model.steps``, ``zwarm.agents.jsonl``,
+  and msgspec in ``iter_steps`` only);
   neither function raises on any input: blank, non-JSON, truncated or non-object lines, wrong-typed
   fields, and unknown event or item types are skipped (new codex versions add types);
-- ``iter_steps`` streams: memory is bounded by the items started and not yet completed;
+- ``iter_steps`` streams: memory is bounded by the items started and not yet completed; the
+  bulk of a log (messages, reasoning, commands) is decoded into typed shapes
+  (``zwarm.agents.codex.shapes``), the rest as dicts, with the same steps either way;
 - ``scan_outcome`` makes one pass and json-decodes only lines that can change the outcome
   (thread.started, turn.completed/failed, and lazily the last agent message or error event),
   with the same answer as decoding every line whatever the JSON spacing. Codex writes compact
@@ -36,7 +39,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from zwarm.agents.jsonl import Event
+from zwarm.agents.jsonl import (
+    STRUCT_ERRORS,
+    Event,
+    raw_safe,
+    raw_strings_wanted,
+    struct_decoder,
+)
 from zwarm.agents.jsonl import as_bytes as _as_bytes
 from zwarm.agents.jsonl import count as _count
 from zwarm.agents.jsonl import decode as _decode
@@ -49,7 +58,7 @@ from zwarm.agents.jsonl import str_ as _str
 from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import Step
 
-OpenItems = dict[str, Event]
+OpenItems = dict[str, Any]  # item id -> its event dict, or a typed shapes.Item (commands)
 
 # Item types that may be started and never completed (agent killed mid-way).
 _TRACKED_ITEMS = frozenset({"command_execution", "mcp_tool_call", "file_change"})
@@ -225,8 +234,22 @@ def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
     Commands, tool calls and file changes that were started but never completed (the agent was
     killed) come last, once each, with status ``in_progress``.
     """
+    from zwarm.agents.codex import shapes
+
+    fast, fast_step, slow = struct_decoder(shapes.Line), shapes.step, shapes.SLOW
+    raw = struct_decoder(shapes.RawLine) if raw_strings_wanted() else None
     open_items: OpenItems = {}
     for line in lines:
+        try:
+            typed = raw(line) if raw is not None and raw_safe(line) else fast(line)
+            step = fast_step(typed, open_items)
+        except STRUCT_ERRORS:
+            step = slow
+        if step is None:
+            continue
+        if step is not slow:
+            yield step  # type: ignore[misc]  # a Step: neither None nor SLOW
+            continue
         event = _decode(line)
         if event is None:
             continue
@@ -234,7 +257,10 @@ def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
         if handle is not None:
             yield from handle(event, open_items)
     for item in open_items.values():
-        yield _LEFTOVER_STEPS[_str(item.get("type"))](item)
+        if isinstance(item, shapes.Item):
+            yield shapes.command_step(item, "in_progress")
+        else:
+            yield _LEFTOVER_STEPS[_str(item.get("type"))](item)
 
 
 # --------------------------------------------------------------------------- outcome

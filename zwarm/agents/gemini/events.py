@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from zwarm.agents.jsonl import Event
 from zwarm.agents.jsonl import as_bytes as _as_bytes
@@ -59,11 +60,10 @@ Facts = Mapping[str, Mapping[str, Any]]  # tool_id -> {"exit_code", "path", "kin
 # --------------------------------------------------------------------------- text runs
 
 
-@dataclass
-class _Text:
+class _Text(msgspec.Struct):
     """One run of assistant ``delta`` chunks, bounded by ``TEXT_CAP``."""
 
-    parts: list[str] = field(default_factory=list)
+    parts: list[str] = msgspec.field(default_factory=list)
     size: int = 0
 
     def add(self, chunk: str) -> None:
@@ -89,11 +89,10 @@ def _assistant_chunk(event: Event) -> str | None:
 # --------------------------------------------------------------------------- steps
 
 
-@dataclass
-class _State:
+class _State(msgspec.Struct):
     facts: Facts
-    text: _Text = field(default_factory=_Text)
-    calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # pending
+    text: _Text = msgspec.field(default_factory=_Text)
+    calls: dict[str, tuple[str, dict[str, Any]]] = msgspec.field(default_factory=dict)  # pending
     held_error: str | None = None  # a severity:error event the result may adopt
 
 
@@ -253,10 +252,9 @@ def _main_model(stats: Any) -> str | None:
     return max(models, key=lambda m: _count(_dict(models[m]).get("total_tokens")))
 
 
-@dataclass
-class _Scan:
-    outcome: TurnOutcome = field(default_factory=TurnOutcome)
-    text: _Text = field(default_factory=_Text)
+class _Scan(msgspec.Struct):
+    outcome: TurnOutcome = msgspec.field(default_factory=TurnOutcome)
+    text: _Text = msgspec.field(default_factory=_Text)
     last_text: str | None = None
     held_error: str | None = None
     init_model: str | None = None

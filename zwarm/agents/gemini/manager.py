@@ -13,11 +13,12 @@ problem reading the facts never fails the turn (its commands then show no exit c
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
+
+import msgspec
 
 from zwarm.agents.base import Agent
 from zwarm.agents.gemini import GeminiAgent, home, tools
@@ -52,7 +53,7 @@ class GeminiSessionManager(BaseSessionManager):
         except (OSError, StoreError) as e:
             why = getattr(e, "strerror", None) or str(e)
             raise StartRefused(f"cannot write the gemini session's home: {why}") from None
-        return dataclasses.replace(launch, env=home.environment(launch.env, where))
+        return msgspec.structs.replace(launch, env=home.environment(launch.env, where))
 
     # ------------------------------------------------------------------ after a turn
     def finish_turn(self, sid: str, n: int, *args: Any, **kwargs: Any) -> Turn | None:
