@@ -186,7 +186,11 @@ def _choices(table: str, key: str) -> tuple[Any, ...]:
 
 
 def defaults() -> Config:
-    return Config({t: {k: _copy(v[1]) for k, v in keys.items()} for t, keys in schema().items()})
+    return Config(_defaults(schema()))
+
+
+def _defaults(tables: dict[str, dict[str, Spec]]) -> dict[str, dict[str, Any]]:
+    return {t: {k: _copy(v[1]) for k, v in keys.items()} for t, keys in tables.items()}
 
 
 def _copy(v: Any) -> Any:
@@ -274,27 +278,34 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
         raise ConfigError(str(path), f"invalid TOML: {e}") from None
     from zwarm.trust import ConfigSource
 
-    data = validate(doc, str(path))
-    settings = security_settings(data, defaults().data)
+    tables = schema()  # once: each agent's table is asked of the agent
+    data = _validate(doc, str(path), tables)
+    settings = security_settings(data, _defaults(tables))
     return Config(data, str(path), ConfigSource.of(path, raw, settings, environ))
 
 
 def validate(doc: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
-    out = defaults().data
+    return _validate(doc, where, schema())
+
+
+def _validate(
+    doc: dict[str, Any], where: str, tables: dict[str, dict[str, Spec]]
+) -> dict[str, dict[str, Any]]:
+    out = _defaults(tables)
     for table, values in doc.items():
         if table not in out:
             raise ConfigError(where, f"unknown table [{table}] (not zwarm's, nor an agent's)")
         if not isinstance(values, dict):
             raise ConfigError(where, f"[{table}] must be a table")
         for key, value in values.items():
-            out[table][key] = _check(table, key, value, where)
+            out[table][key] = _check(table, key, value, where, tables)
     return out
 
 
-def _check(table: str, key: str, value: Any, where: str) -> Any:
+def _check(table: str, key: str, value: Any, where: str, tables: dict[str, dict[str, Spec]]) -> Any:
     if table == "groups":
         return _check_group(key, value, where)
-    spec = schema()[table].get(key)
+    spec = tables[table].get(key)
     if spec is None:
         raise ConfigError(where, f"unknown key {key!r} in [{table}]")
     types = spec[0]
@@ -382,12 +393,12 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
 
 
 GROUP_KEYS = {"max_running": (int,), "max_cost": (int, float), "max_tokens": (int,)}
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_GROUP_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"  # compiled when first used (re's cache)
 
 
 def _check_group(name: str, value: Any, where: str) -> dict[str, Any]:
     """``[groups.NAME]``: a session name's characters; only ``GROUP_KEYS``, each >= 0."""
-    if not _GROUP_NAME.match(name):
+    if not re.match(_GROUP_NAME, name):
         raise ConfigError(where, f"group name {name!r}: use letters, digits, '.', '_', '-'")
     if not isinstance(value, dict):
         raise ConfigError(where, f"groups.{name} must be a table")

@@ -18,7 +18,6 @@ boundary between an agent's output and zwarm. Must stay true:
 from __future__ import annotations
 
 import abc
-import copy
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -174,20 +173,23 @@ class Agent(abc.ABC):
         return {**COMMON_SETTINGS, "command": command, **self.settings}
 
     def default_table(self) -> dict[str, Any]:
+        import copy  # not at import: a supervisor never needs it
+
         return {k: copy.deepcopy(s.default) for k, s in self.config_schema().items()}
 
     def options(
         self, table: Mapping[str, Any], *, cwd: str, model: str | None, dangerous: bool
     ) -> AgentOptions:
         """Argv inputs for one turn, from the agent's validated config table."""
-        command = table["command"]
+        values = dict(table)  # each value read once (a trust-checked table checks each read)
+        command = values["command"]
         return AgentOptions(
             command=tuple([command] if isinstance(command, str) else command),
             cwd=cwd,
             model=model or None,
-            extra_args=tuple(table["extra_args"]),
+            extra_args=tuple(values["extra_args"]),
             dangerous=dangerous,
-            settings=MappingProxyType(dict(table)),
+            settings=MappingProxyType(values),
         )
 
     # ------------------------------------------------------------------ argv, permissions

@@ -27,13 +27,17 @@ Must stay true (an agent can write any bytes):
 
 from __future__ import annotations
 
+import _thread
 import contextlib
-import contextvars
+import functools
 import json
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+if TYPE_CHECKING:
+    from contextvars import ContextVar
 
 Event = dict[str, Any]
 S = TypeVar("S")
@@ -42,9 +46,19 @@ LINE_CAP = 8 << 20  # bytes: a longer line is skipped, never loaded
 _CHUNK = 1 << 20  # what an over-long line is discarded by
 
 _scan_once = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # as json.loads
-# A JSON escape of a UTF-16 surrogate (U+D800..U+DFFF); pairs decode to one character.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@functools.cache
+def _surrogate_escape() -> re.Pattern[str]:
+    """A JSON escape of a UTF-16 surrogate (U+D800..U+DFFF); pairs decode to one character.
+    Compiled when first needed: only a line with a ``\\u`` escape is searched."""
+    return re.compile(r"\\u[dD][89a-fA-F]")
+
+
+@functools.cache
+def _surrogate() -> re.Pattern[str]:
+    """A lone surrogate in a decoded string (compiled when first needed)."""
+    return re.compile("[\ud800-\udfff]")
 
 
 class Skipped(NamedTuple):
@@ -122,7 +136,20 @@ def _given_lines(lines: Iterable[Any], cap: int) -> Iterator[bytes | Skipped]:
 
 
 STRUCT_ERRORS = (ValueError, TypeError, RecursionError)  # what a struct decoder raises
-_RAW_STRINGS: contextvars.ContextVar[bool] = contextvars.ContextVar("raw_strings", default=False)
+# made by the first ``raw_strings`` (contextvars is not imported before): until then no
+# ``raw_strings`` is open anywhere
+_RAW_STRINGS: ContextVar[bool] | None = None
+_RAW_STRINGS_LOCK = _thread.allocate_lock()
+
+
+def _raw_strings_var() -> ContextVar[bool]:
+    global _RAW_STRINGS
+    with _RAW_STRINGS_LOCK:
+        if _RAW_STRINGS is None:
+            import contextvars
+
+            _RAW_STRINGS = contextvars.ContextVar("raw_strings", default=False)
+        return _RAW_STRINGS
 
 
 @contextlib.contextmanager
@@ -133,16 +160,18 @@ def raw_strings() -> Iterator[None]:
     ``\\u00e9`` stay as written, where a re-encoding would write the character). Only for a
     consumer that writes the steps as JSON (a msgspec encoder copies a Raw) and reads nothing
     else of them (``trajectory --json``)."""
-    token = _RAW_STRINGS.set(True)
+    var = _raw_strings_var()
+    token = var.set(True)
     try:
         yield
     finally:
-        _RAW_STRINGS.reset(token)
+        var.reset(token)
 
 
 def raw_strings_wanted() -> bool:
     """Whether ``raw_strings`` is open (checked once, when a parser starts)."""
-    return _RAW_STRINGS.get()
+    var = _RAW_STRINGS
+    return var is not None and var.get()
 
 
 def raw_safe(line: object) -> bool:
@@ -176,7 +205,7 @@ def decode(line: object) -> Event | None:
     except UnicodeDecodeError:
         text = line.decode("utf-8", "replace")
     obj = _loads(text)
-    if obj is None or "\\u" not in text or not _SURROGATE_ESCAPE.search(text):
+    if obj is None or "\\u" not in text or not _surrogate_escape().search(text):
         return obj
     return _without_surrogates(obj)
 
@@ -209,7 +238,8 @@ def _without_surrogates(obj: Event) -> Event:
         elif isinstance(value, list):
             todo.extend((value, i, v) for i, v in enumerate(value))
         elif isinstance(value, dict):
-            if any(_SURROGATE.search(k) for k in value):
+            surrogate = _surrogate().search
+            if any(surrogate(k) for k in value):
                 fixed = {clean_text(k): v for k, v in value.items()}
                 parent[key] = fixed
                 value = fixed
@@ -220,7 +250,7 @@ def _without_surrogates(obj: Event) -> Event:
 
 def clean_text(s: str) -> str:
     """``s`` with lone surrogates replaced by U+FFFD (so it always encodes to UTF-8)."""
-    return _SURROGATE.sub("\ufffd", s)
+    return _surrogate().sub("\ufffd", s)
 
 
 def as_bytes(line: object) -> bytes:

@@ -20,8 +20,6 @@ from zwarm.model.steps import Step
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan", "auto")
 
-_SAMPLES = Path(__file__).resolve().parent / "samples"
-
 
 def claude_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
     """The argv of one ``claude -p`` turn (the prompt is read from stdin)."""
@@ -88,8 +86,10 @@ class ClaudeAgent(Agent):
         return events.usage_so_far(lines)
 
     def conformance_samples(self) -> ConformanceSamples:
+        samples = Path(__file__).resolve().parent / "samples"  # resolved only here
+
         def read(name: str) -> bytes:
-            return (_SAMPLES / f"{name}.jsonl").read_bytes()
+            return (samples / f"{name}.jsonl").read_bytes()
 
         return ConformanceSamples(
             completed=read("completed"),

@@ -2,15 +2,15 @@
 
 Owns everything Codex-specific but the event parsing (``zwarm.agents.codex.events``, imported
 only when a log is read). Must stay true: the prompt is never in argv (codex reads it from stdin
-via the trailing ``-``); ``-c`` values are TOML-encoded (tomli-w) with tables flattened to
-dotted keys; the sandbox defaults to ``workspace-write`` and the bypass flag appears only when
-the session is explicitly dangerous; usage reported on a resumed thread is cumulative; codex
-reports no cost, so it is estimated from ``DEFAULT_PRICES`` or ``[codex.prices]``.
+via the trailing ``-``); ``-c`` values are TOML-encoded (as tomli-w writes them) with tables
+flattened to dotted keys; the sandbox defaults to ``workspace-write`` and the bypass flag
+appears only when the session is explicitly dangerous; usage reported on a resumed thread is
+cumulative; codex reports no cost, so it is estimated from ``DEFAULT_PRICES`` or
+``[codex.prices]``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -62,12 +62,21 @@ DEFAULT_PRICES: dict[str, dict[str, float]] = {
     "o4-mini": {"input": 1.1, "cached_input": 0.275, "output": 4.4},
 }
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" allows a trailing newline
-_SAMPLES = Path(__file__).resolve().parent / "samples"
+# a TOML bare key: one or more of these (no regex: compiling one costs more than a turn uses)
+_BARE_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
 def toml_value(value: Any) -> str:
-    """``value`` as a TOML value (what ``codex -c key=value`` expects), via tomli-w."""
+    """``value`` as a TOML value (what ``codex -c key=value`` expects), via tomli-w; a bool,
+    an int or a string that tomli-w writes as it is (no quote, backslash or control
+    character to escape) is written here, without importing it, exactly as tomli-w would."""
+    kind = type(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return str(value)
+    if kind is str and '"' not in value and "\\" not in value and value.isprintable():
+        return f'"{value}"'
     import tomli_w
 
     text = tomli_w.dumps({"v": value})
@@ -77,7 +86,7 @@ def toml_value(value: Any) -> str:
 
 
 def _key(part: str) -> str:
-    return part if _BARE_KEY.match(part) else toml_value(part)
+    return part if part and _BARE_KEY_CHARS.issuperset(part) else toml_value(part)
 
 
 def flatten_config(config: Iterable[tuple[str, Any]], prefix: str = "") -> list[tuple[str, Any]]:
@@ -159,8 +168,10 @@ class CodexAgent(Agent):
         return events.scan_outcome(lines)
 
     def conformance_samples(self) -> ConformanceSamples:
+        samples = Path(__file__).resolve().parent / "samples"  # resolved only here
+
         def read(name: str) -> bytes:
-            return (_SAMPLES / f"{name}.jsonl").read_bytes()
+            return (samples / f"{name}.jsonl").read_bytes()
 
         return ConformanceSamples(
             completed=read("completed"),

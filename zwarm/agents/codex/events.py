@@ -32,6 +32,7 @@ Must stay true:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -274,23 +275,37 @@ _TYPE_KEY = b'"type":"'
 _AGENT_MESSAGE_VALUE = b'agent_message"'
 # Any other layout: the same decisions, with JSON whitespace allowed between tokens. A quote
 # inside a string value is escaped (\"), so a ``"type"`` key pattern only matches a real key.
+# Codex's other lines (thread.started, turn.*) start with the type too: read up to its quote.
+_HEAD_TYPE = b'{"type":"'
 _WS = rb"[ \t\r\n]*"
-_HEAD = re.compile(_WS + rb"\{" + _WS + rb'"type"' + _WS + b":" + _WS + rb'"([^"\\]*)"')
-_TYPE_VALUE = re.compile(rb'"type"' + _WS + b":" + _WS + b'"')
+_TYPE_VALUE = rb'"type"' + _WS + b":" + _WS + b'"'
 
 
 def _marker(value: bytes) -> re.Pattern[bytes]:
     """``"type": "<value>`` anywhere in a line, whatever the spacing."""
-    return re.compile(_TYPE_VALUE.pattern + re.escape(value))
+    return re.compile(_TYPE_VALUE + re.escape(value))
 
 
-_M_ITEM = _marker(b"item.")
-_M_ITEM_COMPLETED = _marker(b'item.completed"')
-_M_AGENT_MESSAGE = _marker(b'agent_message"')
-_M_COMPLETED = _marker(b'turn.completed"')
-_M_FAILED = _marker(b'turn.failed"')
-_M_ERROR = _marker(b'error"')
-_M_THREAD_STARTED = _marker(b'thread.started"')
+class _Markers:
+    """The patterns of a layout other than codex's own, compiled when first needed
+    (``_markers``): a log in codex's compact layout never needs one."""
+
+    def __init__(self) -> None:
+        self.head = re.compile(_WS + rb"\{" + _WS + rb'"type"' + _WS + b":" + _WS + rb'"([^"\\]*)"')
+        self.type_value = re.compile(_TYPE_VALUE)
+        self.item = _marker(b"item.")
+        self.item_completed = _marker(b'item.completed"')
+        self.agent_message = _marker(b'agent_message"')
+        self.completed = _marker(b'turn.completed"')
+        self.failed = _marker(b'turn.failed"')
+        self.error = _marker(b'error"')
+        self.thread_started = _marker(b'thread.started"')
+
+
+@functools.cache
+def _markers() -> _Markers:
+    return _Markers()
+
 
 # Candidate lines are kept raw and decoded lazily, newest first, only if needed.
 _CANDIDATES = 8
@@ -307,7 +322,7 @@ class _Scan:
     def typed(self, kind: bytes, line: bytes, end: int) -> None:
         """A line whose first key is ``"type"`` (value ``kind``), in any spacing."""
         if kind == b"item.completed":
-            at = _TYPE_VALUE.search(line, end)  # the item's own type: the next type key
+            at = _markers().type_value.search(line, end)  # the item's own type: the next one
             if at is not None and line.startswith(_AGENT_MESSAGE_VALUE, at.end()):
                 self.messages.append(line)
         elif kind in (b"turn.completed", b"turn.failed"):
@@ -319,14 +334,15 @@ class _Scan:
 
     def other(self, line: bytes) -> None:
         """A line whose first key is not ``"type"``: whole-line markers, then a decode."""
-        if _M_ITEM.search(line):
-            if _M_AGENT_MESSAGE.search(line) and _M_ITEM_COMPLETED.search(line):
+        m = _markers()
+        if m.item.search(line):
+            if m.agent_message.search(line) and m.item_completed.search(line):
                 self.messages.append(line)
-        elif _M_COMPLETED.search(line) or _M_FAILED.search(line):
+        elif m.completed.search(line) or m.failed.search(line):
             self.terminal(line)
-        elif _M_ERROR.search(line):
+        elif m.error.search(line):
             self.errors.append(line)
-        elif _M_THREAD_STARTED.search(line):
+        elif m.thread_started.search(line):
             self.thread_started(line)
 
     def thread_started(self, line: bytes) -> None:
@@ -361,51 +377,66 @@ class _Scan:
 
 Typed = tuple[Reason | None, float | None, float | None]  # reason, retry after (s), reset at
 
-_USAGE_LIMIT = re.compile(
-    r"hit your usage limit|usage limit has been reached|^Quota exceeded\b|"
-    r"To use Codex with your ChatGPT plan, upgrade",
-    re.IGNORECASE,
-)
-_RATE_LIMITED = re.compile(
-    r"last status: 429\b|\b429 Too Many Requests|^rate limit exceeded\b", re.IGNORECASE
-)
-_CONTEXT = re.compile(r"ran out of room in the model's context window", re.IGNORECASE)
-_AUTH = re.compile(r"\b(401 Unauthorized|403 Forbidden)\b|last status: 40[13]\b")
-_OVERLOADED = re.compile(
-    r"Selected model is at capacity|currently experiencing high demand|"
-    r"unexpected status 5\d\d\b|last status: 5\d\d\b",
-    re.IGNORECASE,
-)
-_RETRY_IN = re.compile(
-    r"try again in (?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)(ms|s))?\b", re.IGNORECASE
-)
-_TRY_AT = re.compile(
-    r"try again at (?:([A-Z][a-z]{2,8}) (\d{1,2})(?:st|nd|rd|th)?, (\d{4}) )?"
-    r"(\d{1,2}):(\d{2}) ?([AP]M)",
-    re.IGNORECASE,
-)
+
+class _Failures:
+    """codex's failure texts (``classify``), compiled when first needed (``_failures``):
+    only a failed turn is classified."""
+
+    def __init__(self) -> None:
+        self.usage_limit = re.compile(
+            r"hit your usage limit|usage limit has been reached|^Quota exceeded\b|"
+            r"To use Codex with your ChatGPT plan, upgrade",
+            re.IGNORECASE,
+        )
+        self.rate_limited = re.compile(
+            r"last status: 429\b|\b429 Too Many Requests|^rate limit exceeded\b", re.IGNORECASE
+        )
+        self.context = re.compile(r"ran out of room in the model's context window", re.IGNORECASE)
+        self.auth = re.compile(r"\b(401 Unauthorized|403 Forbidden)\b|last status: 40[13]\b")
+        self.overloaded = re.compile(
+            r"Selected model is at capacity|currently experiencing high demand|"
+            r"unexpected status 5\d\d\b|last status: 5\d\d\b",
+            re.IGNORECASE,
+        )
+        self.retry_in = re.compile(
+            r"try again in (?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)(ms|s))?\b",
+            re.IGNORECASE,
+        )
+        self.try_at = re.compile(
+            r"try again at (?:([A-Z][a-z]{2,8}) (\d{1,2})(?:st|nd|rd|th)?, (\d{4}) )?"
+            r"(\d{1,2}):(\d{2}) ?([AP]M)",
+            re.IGNORECASE,
+        )
+
+
+@functools.cache
+def _failures() -> _Failures:
+    return _Failures()
+
+
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 
 
 def classify(message: str, now: float) -> Typed:
     """The typed reason of a ``turn.failed`` message, and when codex says to try again."""
     text = message.replace("\u2019", "'")
-    if _USAGE_LIMIT.search(text):
+    f = _failures()
+    if f.usage_limit.search(text):
         return Reason.USAGE_LIMIT, None, _reset_at(text, now)
-    if _RATE_LIMITED.search(text):
+    if f.rate_limited.search(text):
         return Reason.RATE_LIMITED, _retry_in(text), None
-    if _CONTEXT.search(text):
+    if f.context.search(text):
         return Reason.CONTEXT_OVERFLOW, None, None
-    if _AUTH.search(text):
+    if f.auth.search(text):
         return Reason.AUTH_FAILED, None, None
-    if _OVERLOADED.search(text):
+    if f.overloaded.search(text):
         return Reason.OVERLOADED, _retry_in(text), None
     return None, None, None
 
 
 def _retry_in(text: str) -> float | None:
     """``try again in 1.5s`` / ``in 20ms`` / ``in 6m0s`` as seconds (None if not said)."""
-    m = _RETRY_IN.search(text)
+    m = _failures().retry_in.search(text)
     if m is None or not any(m.groups()):
         return None
     hours, minutes, number, unit = m.groups()
@@ -418,7 +449,7 @@ def _retry_in(text: str) -> float | None:
 def _reset_at(text: str, now: float) -> float | None:
     """``try again at 3:29 PM`` (the next such local time after ``now``) or ``try again at
     Nov 25th, 2026 10:03 PM``, as epoch seconds; None for ``try again later``."""
-    m = _TRY_AT.search(text)
+    m = _failures().try_at.search(text)
     if m is None:
         return None
     month, day, year, hour, minute, half = m.groups()
@@ -490,7 +521,13 @@ def scan_outcome(lines: Iterable[bytes], now: float | None = None) -> TurnOutcom
                 if line.startswith(_AGENT_MESSAGE_VALUE, at):
                     scan.messages.append(line)
             continue
-        head = _HEAD.match(line)
+        if line.startswith(_HEAD_TYPE):  # compact: as ``head`` would match, without a regex
+            end = line.find(b'"', len(_HEAD_TYPE))
+            kind = line[len(_HEAD_TYPE) : end]
+            if end >= 0 and b"\\" not in kind:
+                scan.typed(kind, line, end + 1)
+                continue
+        head = _markers().head.match(line)
         if head is None:
             scan.other(line)
         else:

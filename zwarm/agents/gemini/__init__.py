@@ -12,7 +12,6 @@ edits, no shell; ``yolo`` in the config counts as dangerous); usage is per run, 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -38,8 +37,6 @@ DEFAULT_PRICES: dict[str, dict[str, float]] = {
     "gemini-3-pro-preview": {"input": 2.0, "cached_input": 0.2, "output": 12.0},
     "gemini-3.1-pro-preview": {"input": 2.0, "cached_input": 0.2, "output": 12.0},
 }
-
-_SAMPLES = Path(__file__).resolve().parent / "samples"
 
 
 def gemini_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
@@ -102,6 +99,8 @@ class GeminiAgent(Agent):
 
     def with_facts(self, facts: Mapping[str, Mapping[str, Any]]) -> GeminiAgent:
         """This agent reading a turn whose tool facts are ``facts``."""
+        import copy  # not at import: a supervisor of another agent never needs it
+
         reader = copy.copy(self)
         reader.facts = facts
         return reader
@@ -117,8 +116,10 @@ class GeminiAgent(Agent):
         return events.scan_outcome(lines)
 
     def conformance_samples(self) -> ConformanceSamples:
+        samples = Path(__file__).resolve().parent / "samples"  # resolved only here
+
         def read(name: str) -> bytes:
-            return (_SAMPLES / f"{name}.jsonl").read_bytes()
+            return (samples / f"{name}.jsonl").read_bytes()
 
         return ConformanceSamples(
             completed=read("completed"),

@@ -32,6 +32,7 @@ Must stay true:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -312,32 +313,49 @@ class _Scan(msgspec.Struct):
 
 # --------------------------------------------------------------------------- failure reasons
 
-# Gemini puts the API's error (its JSON body, or its own words for a 429) in the message.
-_QUOTA_DAY = re.compile(r"quota.{0,200}(per[_ ]?day|daily)", re.I | re.S)
-_RATE = re.compile(
-    r'"code":\s*429\b|RESOURCE_EXHAUSTED|Resource has been exhausted|'
-    r"Please wait and try again later\. To increase your limits|Possible quota limitations",
-    re.I,
-)
-_AUTH = re.compile(r'"code":\s*40[13]\b|UNAUTHENTICATED|PERMISSION_DENIED|API key not valid')
-_OVERLOADED = re.compile(r'"code":\s*5\d\d\b|"status":\s*"(INTERNAL|UNAVAILABLE)"|overloaded', re.I)
-_CONTEXT = re.compile(r"input token count.{0,80}exceeds|exceeds the maximum number of tokens", re.I)
-_RETRY = re.compile(r"retry (?:after|in) (\d+(?:\.\d+)?)\s*s", re.I)
+
+class _Failures:
+    """Gemini puts the API's error (its JSON body, or its own words for a 429) in the message.
+    Compiled when first needed (``_failures``): only a failed run is classified."""
+
+    def __init__(self) -> None:
+        self.quota_day = re.compile(r"quota.{0,200}(per[_ ]?day|daily)", re.I | re.S)
+        self.rate = re.compile(
+            r'"code":\s*429\b|RESOURCE_EXHAUSTED|Resource has been exhausted|'
+            r"Please wait and try again later\. To increase your limits|Possible quota limitations",
+            re.I,
+        )
+        self.auth = re.compile(
+            r'"code":\s*40[13]\b|UNAUTHENTICATED|PERMISSION_DENIED|API key not valid'
+        )
+        self.overloaded = re.compile(
+            r'"code":\s*5\d\d\b|"status":\s*"(INTERNAL|UNAVAILABLE)"|overloaded', re.I
+        )
+        self.context = re.compile(
+            r"input token count.{0,80}exceeds|exceeds the maximum number of tokens", re.I
+        )
+        self.retry = re.compile(r"retry (?:after|in) (\d+(?:\.\d+)?)\s*s", re.I)
+
+
+@functools.cache
+def _failures() -> _Failures:
+    return _Failures()
 
 
 def classify(message: str) -> tuple[Reason | None, float | None]:
     """The typed reason of a failed run's message, and the retry delay it suggests."""
-    retry = _RETRY.search(message)
+    f = _failures()
+    retry = f.retry.search(message)
     after = float(retry.group(1)) if retry else None
-    if _QUOTA_DAY.search(message):
+    if f.quota_day.search(message):
         return Reason.USAGE_LIMIT, after
-    if _RATE.search(message):
+    if f.rate.search(message):
         return Reason.RATE_LIMITED, after
-    if _AUTH.search(message):
+    if f.auth.search(message):
         return Reason.AUTH_FAILED, None
-    if _CONTEXT.search(message):
+    if f.context.search(message):
         return Reason.CONTEXT_OVERFLOW, None
-    if _OVERLOADED.search(message):
+    if f.overloaded.search(message):
         return Reason.OVERLOADED, after
     return None, None
 
