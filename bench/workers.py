@@ -182,6 +182,7 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
     own_cpu: dict[int, float] = {}
     total_cpu: dict[int, float] = {}
     done_at: dict[int, float] = {}
+    lost: set[int] = set()  # supervisors reaped by someone else: not measured
     spawner_rc = None
     next_sample = 0.0
     deadline = time.monotonic() + 1800
@@ -201,8 +202,11 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
             info = None
         if info is None:
             with lock:
-                # every supervisor reaped (what else was re-parented to us is reaped too)
-                finished = spawner_rc is not None and sup and set(sup) <= set(done_at)
+                # every supervisor reaped (what else was re-parented to us is reaped too), or
+                # gone without being ours to reap (counted as a problem, never waited for)
+                waiting = [p for p in sup if p not in done_at and p not in lost]
+            lost.update(p for p in waiting if not os.path.exists(f"/proc/{p}"))
+            finished = spawner_rc is not None and sup and set(waiting) <= lost
             if finished or (spawner_rc is not None and not sup):
                 break
             if now > deadline:
@@ -240,6 +244,8 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
         problems.append(f"session statuses: {statuses}")
     if len(sup) != n:
         problems.append(f"{len(sup)} sessions spawned, expected {n}")
+    if lost:
+        problems.append(f"{len(lost)} supervisors were reaped by another process (not measured)")
     mine = [p for p in sup if p in total_cpu]  # the supervisors (not other re-parented ones)
     sup_cpu = sum(own_cpu[p] for p in mine)
     agent_cpu = sum(total_cpu[p] - own_cpu[p] for p in mine)
@@ -261,11 +267,11 @@ def spawner(state: Path, n: int, cwd: Path) -> None:
     """Spawn n sessions through ``zwarm.api.Zwarm``; print each supervisor's pid at once."""
     import resource
 
-    import zwarm.engine.manager as base
+    import zwarm.runtime.local as local
     from zwarm.api import Zwarm
 
     keep: list[object] = []
-    base._reap_later = keep.append  # leave reaping to the bench (the subreaper above us)
+    local._reap_later = keep.append  # leave reaping to the bench (the subreaper above us)
     api = Zwarm(state)
     for _ in range(n):
         s = api.spawn("stream 20,000 events", adapter="codex", cwd=cwd)
