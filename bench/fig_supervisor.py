@@ -248,9 +248,11 @@ def drive(state: Path, cwd: Path, sid: str, prompt: str) -> None:
 def _turn(pid: int) -> dict[str, float]:
     """Wait for supervisor ``pid`` to exit (reaping strays too); its VmHWM, its own CPU, and
     the CPU of what it waited for (its agent) plus what was re-parented to us meanwhile."""
+    from workers import proc_status_kb  # bench/ is on the path: run.py's or ours
+
     hwm, strays, deadline = 0, 0.0, time.monotonic() + TURN_DEADLINE_S
     while True:
-        hwm = max(hwm, _status_kb(pid, b"VmHWM:") or 0)
+        hwm = max(hwm, proc_status_kb(pid, b"VmHWM:") or 0)
         info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
         if info is None:
             if time.monotonic() > deadline:
@@ -265,17 +267,6 @@ def _turn(pid: int) -> dict[str, float]:
         _, _, ru = os.wait4(pid, 0)
         total = ru.ru_utime + ru.ru_stime
         return {"sup_hwm_kb": hwm, "sup_cpu_s": own, "agent_cpu_s": total - own + strays}
-
-
-def _status_kb(pid: int, key: bytes) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(key):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def _schedstat_s(pid: int) -> float:

@@ -108,7 +108,7 @@ def fig6_alone(n: int, events: int, work: Path) -> dict:
     return {"wall_s": wall, "agent_cpu_s": cpu, "problems": problems}
 
 
-def _proc_status_kb(pid: int, key: bytes) -> int | None:
+def proc_status_kb(pid: int, key: bytes) -> int | None:
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
@@ -192,7 +192,7 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
             with lock:
                 live = [p for p in sup if p not in done_at]
             for p in live:
-                v = _proc_status_kb(p, b"VmHWM:")
+                v = proc_status_kb(p, b"VmHWM:")
                 if v is not None:
                     hwm[p] = max(hwm.get(p, 0), v)
             next_sample = now + 0.05
