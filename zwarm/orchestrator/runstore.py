@@ -354,8 +354,10 @@ class RunStore:
 
     # ----- runs
     def run_ids(self) -> list[str]:
-        """Every run's id, oldest first (ids start with their UTC start time)."""
-        return [str(r[0]) for r in self._query("SELECT id FROM runs ORDER BY id")]
+        """Every run's id, oldest first: in the order they were created (the row's rowid),
+        not by id, whose start-time prefix has one-second steps (two runs started in the
+        same second would sort by their random suffix) and follows a stepped clock."""
+        return [str(r[0]) for r in self._query("SELECT id FROM runs ORDER BY rowid")]
 
     def find(self, ref: str) -> str:
         """The run named by a full id, a unique prefix, or ``last`` (the newest)."""
