@@ -102,17 +102,11 @@ def _kill_strays(tmp: Path) -> None:
 def _write_config(state: Path, codex: str, env: dict[str, str], over: dict[str, Any]) -> None:
     import tomli_w
 
+    from tests.fakes.llm import nested
     from zwarm.trust import trust_config
 
-    nested: dict[str, Any] = {}
-    for key, value in over.items():
-        *parents, last = key.split(".")
-        node = nested
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
     table = {"command": [codex], "env": env, "extra_args": ["--disable", "plugins"]}
-    doc = {"defaults": {"adapter": "codex"}, "codex": {**table, "config": nested}}
+    doc = {"defaults": {"adapter": "codex"}, "codex": {**table, "config": nested(over)}}
     state.mkdir(parents=True)
     (state / "config.toml").write_text(tomli_w.dumps(doc))
     trust_config(state / "config.toml")

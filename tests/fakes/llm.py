@@ -742,6 +742,19 @@ def _dirs(root: Path, *names: str) -> list[Path]:
     return paths
 
 
+def nested(dotted: dict[str, Any]) -> dict[str, Any]:
+    """``codex_setup``'s dotted ``-c`` keys as nested tables, for a ``[codex.config]`` table:
+    ``{"a.b": 1}`` -> ``{"a": {"b": 1}}`` (zwarm flattens them back into ``-c`` keys)."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        *parents, last = key.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
+
+
 def codex_setup(
     base_url: str, tmp_path: os.PathLike[str] | str
 ) -> tuple[dict[str, str], dict[str, Any]]:

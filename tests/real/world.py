@@ -56,6 +56,7 @@ from tests.fakes.llm import (
     binary,
     claude_setup,
     codex_setup,
+    nested,
 )
 from zwarm.api import Zwarm
 from zwarm.env import Env
@@ -148,18 +149,6 @@ Fake = GatedResponsesServer | GatedMessagesServer | GatedGeminiServer
 # --------------------------------------------------------------------------- the world
 
 
-def _nested(dotted: dict[str, Any]) -> dict[str, Any]:
-    """{"a.b": 1} -> {"a": {"b": 1}}: zwarm flattens tables back into dotted ``-c`` keys."""
-    out: dict[str, Any] = {}
-    for key, value in dotted.items():
-        *parents, last = key.split(".")
-        node = out
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
-    return out
-
-
 @dataclass
 class _AgentSetup:
     server: Fake
@@ -217,7 +206,7 @@ class RealWorld:
             srv = self.stack.enter_context(GatedResponsesServer(script))
             env, overrides = codex_setup(srv.base_url, home)
             extra = ["--disable", "plugins", *extra_args]  # no outbound plugin lookups
-            cfg = {"command": [exe], "env": env, "extra_args": extra, "config": _nested(overrides)}
+            cfg = {"command": [exe], "env": env, "extra_args": extra, "config": nested(overrides)}
         elif adapter == "gemini":
             # zwarm writes gemini's settings itself (a home of its own per session): the
             # table only points it at the fake, with the key in the environment, one attempt

@@ -27,6 +27,7 @@ from tests.fakes.llm import (
     binary,
     claude_setup,
     codex_setup,
+    nested,
     shell,
     text,
     tool_call,
@@ -44,18 +45,6 @@ def require(name: str) -> str:
             pytest.fail(reason)
         pytest.skip(reason)
     return path
-
-
-def nest(flat: dict[str, Any]) -> dict[str, Any]:
-    """codex_setup's dotted override keys as nested tables, for ``[codex.config]``."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *parents, last = key.split(".")
-        node = out
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
-    return out
 
 
 def test_mcp_delegates_to_real_codex_and_claude(zw) -> None:
@@ -78,7 +67,7 @@ def test_mcp_delegates_to_real_codex_and_claude(zw) -> None:
                 "dangerous": True,
                 "extra_args": list(CODEX_EXTRA_ARGS),
                 "env": codex_env,
-                "config": nest(overrides),
+                "config": nested(overrides),
             },
             "claude": {
                 "command": [claude],
