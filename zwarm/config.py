@@ -279,18 +279,16 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
     from zwarm.trust import ConfigSource
 
     tables = schema()  # once: each agent's table is asked of the agent
-    data = _validate(doc, str(path), tables)
+    data = validate(doc, str(path), tables)
     settings = security_settings(data, _defaults(tables))
     return Config(data, str(path), ConfigSource.of(path, raw, settings, environ))
 
 
-def validate(doc: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
-    return _validate(doc, where, schema())
-
-
-def _validate(
-    doc: dict[str, Any], where: str, tables: dict[str, dict[str, Spec]]
+def validate(
+    doc: dict[str, Any], where: str, tables: dict[str, dict[str, Spec]] | None = None
 ) -> dict[str, dict[str, Any]]:
+    """``doc`` checked against ``tables`` (default ``schema()``) and merged over the defaults."""
+    tables = schema() if tables is None else tables
     out = _defaults(tables)
     for table, values in doc.items():
         if table not in out:
