@@ -8,18 +8,29 @@ the first turn started by ``Zwarm.spawn``, the next ones by ``Zwarm.inject`` onc
 previous turn's supervisor has exited (what ``zwarm inject --wait`` does, turn by turn).
 
 How it measures (in a worker process that is a child subreaper, as ``workers.py`` fig 6):
-each turn is started by a short-lived driver process that exits at once without reaping the
-detached supervisor, which is then re-parented to the worker. The worker samples the
-supervisor's ``VmHWM`` from ``/proc/PID/status`` every 5 ms while it lives, reads its own CPU
-from ``/proc/PID/schedstat`` while it is a zombie, then ``wait4`` gives its CPU plus its
-waited-for agent's (codex: the node shim and its native child): the difference is the codex
-tree's CPU, plus any process the turn left behind that was re-parented to the worker. Two
+each turn is started by a short-lived driver process that exits at once without reaping what
+it started. The first turn's supervisor is a new interpreter (``python -I -m
+zwarm.runtime.supervisor``), re-parented to the worker; that turn also starts the state dir's
+fork server (``zwarm.runtime.forkserver``, re-parented to the worker too), and the next turns'
+supervisors are forked children of that server. Each supervisor's memory is sampled every
+5 ms while it lives: ``VmHWM`` (``/proc/PID/status``: RSS as the kernel counts it, for a
+forked one including the pages it still shares with the server), and the peaks of its private
+memory (Private_Clean + Private_Dirty in ``/proc/PID/smaps_rollup``: what the turn adds to the
+machine) and its Pss. Once it is a zombie (the server keeps its children zombies for at least
+1 s; the worker keeps the exec'd one until it reaps it) its own CPU is read exactly from
+``/proc/PID/schedstat`` and its agent's (codex: the node shim and its native child, which it
+waited for) from its ``cutime + cstime`` (or ``wait4`` for the exec'd one), plus any process
+the turn left behind that was re-parented to the worker. The server's own CPU during a forked
+turn (its schedstat before the driver starts until the supervisor is a zombie: the request,
+the fork) is added to that turn's supervisor CPU; its one-time start (imports) and its memory
+are info rows, as is the first (exec'd) turn. At the end the server is killed and reaped. Two
 floors are measured once per turn, alternating with the turns, each its own ``VmHWM`` and
 CPU: a bare ``python -I -c pass`` of the same interpreter, and the same importing only what
 any Python supervisor of a zwarm turn needs (msgspec, pathlib, subprocess, json, tomllib).
 
-Targets: supervisor peak RSS at most 10 MB; supervisor CPU at most 25% of the codex turn's
-CPU (median of per-turn ratios). Without codex (``.ci/install-agents``), one SKIP row.
+Targets, over the forked turns (all turns with ``ZWARM_FORKSERVER=0``): a supervisor's private
+memory at most 10 MB; supervisor CPU (the server's per turn included) at most 25% of the codex
+turn's CPU (median of per-turn ratios). Without codex (``.ci/install-agents``), one SKIP row.
 Everything it makes (state dir, fake server, processes) is removed or stopped at the end.
 """
 
@@ -84,9 +95,18 @@ def _run(tmp: Path, codex: str, turns: int) -> dict[str, Any]:
 
 
 def _kill_strays(tmp: Path) -> None:
-    """SIGKILL every process of ours whose command line or working directory is under tmp."""
+    """SIGKILL every process of ours whose command line or working directory is under tmp
+    (a few rounds: a process may start another while it is being killed)."""
+    for _ in range(5):
+        if not _kill_round(tmp):
+            return
+        time.sleep(0.1)
+
+
+def _kill_round(tmp: Path) -> int:
     import signal
 
+    killed = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
@@ -95,8 +115,10 @@ def _kill_strays(tmp: Path) -> None:
             cwd = os.readlink(f"/proc/{name}/cwd")
             if str(tmp).encode() in cmd or cwd.startswith(str(tmp)):
                 os.kill(int(name), signal.SIGKILL)
+                killed += 1
         except OSError:
             continue
+    return killed
 
 
 def _write_config(state: Path, codex: str, env: dict[str, str], over: dict[str, Any]) -> None:
@@ -116,33 +138,89 @@ def _rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     if res.get("problems"):
         why = "; ".join(res["problems"])
         return [_row("supervisor per codex turn", "FAILED", why, "", "", "MISS")]
-    turns, med = res["turns"], statistics.median
-    sup, agent = [t["sup_cpu_s"] for t in turns], [t["agent_cpu_s"] for t in turns]
-    peak = max(t["sup_hwm_kb"] for t in turns)
+    med = statistics.median
+    first, forked = res["turns"][0], [t for t in res["turns"] if t["forked"]]
+    turns = forked or res["turns"]  # ZWARM_FORKSERVER=0: every turn a new interpreter
+    kind = "forked turns" if forked else "turns (no fork server)"
+    sup = [t["sup_cpu_s"] + t["server_cpu_s"] for t in turns]
+    agent = [t["agent_cpu_s"] for t in turns]
+    srv_turn = med(t["server_cpu_s"] for t in turns)
+    private, hwm = max(t["sup_private_kb"] for t in turns), max(t["sup_hwm_kb"] for t in turns)
+    pss = max(t["sup_pss_kb"] for t in turns)
     ratio = med(s / a for s, a in zip(sup, agent, strict=True) if a > 0)
     bare_kb, bare_s = med(f["hwm_kb"] for f in res["floor"]), med(f["cpu_s"] for f in res["floor"])
     need_kb, need_s = (
         med(f["hwm_kb"] for f in res["needed"]),
         med(f["cpu_s"] for f in res["needed"]),
     )
-    n = len(turns)
-    return [
+    n, srv = len(turns), res.get("server", {})
+    rows = [
         _row(
-            f"supervisor peak RSS (VmHWM), max of {n} turns",
-            _mb(peak),
-            f"python -I -c pass: {_mb(bare_kb)}",
-            f"{peak / bare_kb:.2f}x",
+            f"supervisor private memory (USS: Private_Clean+Private_Dirty), max of {n} {kind}",
+            _mb(private),
+            f"python -I -c pass: {_mb(bare_kb)} RSS",
+            f"{private / bare_kb:.2f}x",
             "<= 10 MB",
-            "PASS" if peak <= RSS_TARGET_KB else "MISS",
+            "PASS" if private <= RSS_TARGET_KB else "MISS",
         ),
         _row(
-            "supervisor CPU / codex turn CPU (median of turns)",
+            f"  its RSS (VmHWM{', incl. pages shared with the server' if forked else ''})"
+            f" / Pss, max of {n}",
+            f"{_mb(hwm)} / {_mb(pss)}",
+            f"python -I -c pass: {_mb(bare_kb)}",
+            f"{hwm / bare_kb:.2f}x",
+            "",
+            "info",
+        ),
+        _row(
+            f"supervisor CPU / codex turn CPU (median of {n} {kind}"
+            + (", server's per turn incl.)" if forked else ")"),
             f"{ratio:.1%}",
             f"codex tree {_ms(med(agent))}/turn",
-            f"supervisor {_ms(med(sup))}/turn",
+            f"supervisor {_ms(med(sup))}/turn (server {_ms(srv_turn)})",
             "<= 25%",
             "PASS" if ratio <= CPU_TARGET else "MISS",
         ),
+    ]
+    later = res["turns"][1:]
+    exits, log = srv.get("exits") or [], (srv.get("log") or "").strip().splitlines()
+    why = "; ".join(exits[:3] + log[-2:])
+    rows.append(
+        _row(
+            f"  turns 2..{len(res['turns'])} forked by the state dir's fork server",
+            f"{sum(t['forked'] for t in later)} of {len(later)}",
+            f"servers started: {srv.get('started', 0)}, exited meanwhile: {len(exits)}",
+            why[:300],
+            "",
+            "info",
+        )
+    )
+    if forked and srv.get("cpu_s") is not None:
+        rows.append(
+            _row(
+                "  fork server (one per state dir and environment): RSS, VmHWM, private; start",
+                f"{_mb(srv.get('rss_kb', 0))}, {_mb(srv.get('hwm_kb', 0))}, "
+                f"{_mb(srv.get('private_kb', 0))}",
+                f"start CPU {_ms(srv.get('start_cpu_s') or 0)} (once)",
+                f"{_ms(srv.get('cpu_s') or 0)} CPU in all",
+                "",
+                "info",
+            )
+        )
+    if forked and not first["forked"]:
+        a = first["agent_cpu_s"]
+        rows.append(
+            _row(
+                "  first turn of a state dir: a new interpreter (VmHWM, private; CPU ratio)",
+                f"{_mb(first['sup_hwm_kb'])}, {_mb(first['sup_private_kb'])}; "
+                + (f"{first['sup_cpu_s'] / a:.1%}" if a > 0 else "?"),
+                f"codex tree {_ms(a)}",
+                f"supervisor {_ms(first['sup_cpu_s'])}",
+                "",
+                "info",
+            )
+        )
+    rows.append(
         _row(
             "floor: python -I importing only msgspec, pathlib, subprocess, json, tomllib",
             f"{_mb(need_kb)}, {_ms(need_s)}",
@@ -150,8 +228,9 @@ def _rows(res: dict[str, Any]) -> list[dict[str, Any]]:
             f"supervisor {med(sup) / need_s:.2f}x its CPU",
             "",
             "info",
-        ),
-    ]
+        )
+    )
+    return rows
 
 
 def _row(what: str, value: str, ref: str, ratio: str, target: str, result: str) -> dict[str, Any]:
@@ -177,21 +256,73 @@ def _ms(s: float) -> str:
 
 
 def worker(state: Path, cwd: Path, turns: int) -> dict[str, Any]:
-    """Run ``turns`` turns of one session as a child subreaper; measure each supervisor."""
+    """Run ``turns`` turns of one session as a child subreaper; measure each supervisor, and
+    the state dir's fork server (its CPU during a forked turn is added to that turn's)."""
+    import signal
+
+    from workers import Mem, forkservers, proc_stat, proc_status_kb, smaps_kb
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         return {"turns": [], "floor": [], "problems": ["prctl(PR_SET_CHILD_SUBREAPER) failed"]}
-    out: dict[str, Any] = {"turns": [], "floor": [], "needed": [], "problems": []}
-    sid = ""
-    for k in range(turns + 1):
-        d = _drive(state, cwd, sid, k, k < turns)
-        if d["before"] != ([k, "completed"] if k else None):  # the turn before: measured, ended
-            out["problems"].append(f"turn {k} ended as {d['before']}, expected completed")
-        if k < turns:
+    out: dict[str, Any] = {"turns": [], "floor": [], "needed": [], "problems": [], "server": {}}
+    servers: list[int] = []  # every server seen, in order; exits: those that exited meanwhile
+    exits: list[str] = []
+    sid, server = "", 0
+
+    def live(pid: int) -> bool:
+        f = proc_stat(pid) if pid else None
+        return f is not None and f[0] != b"Z"
+
+    try:
+        for k in range(turns + 1):
+            if server and not live(server):
+                server = 0
+            srv_before = _schedstat_s(server) if server else 0.0
+            d = _drive(state, cwd, sid, k, k < turns)
+            if d["before"] != ([k, "completed"] if k else None):  # the turn before: ended
+                out["problems"].append(f"turn {k} ended as {d['before']}, expected completed")
+            if k == turns:
+                break
             out["floor"].append(_floor(STATUS))
             out["needed"].append(_floor(NEEDED + STATUS))
             sid = d["sid"]
-            out["turns"].append(_turn(d["pid"]))
+            t = _turn(d["pid"], servers, exits)
+            t["n"] = k + 1
+            after = _schedstat_s(server) if server and live(server) else None
+            ok = t["forked"] and server and t["ppid"] == server and after is not None
+            t["server_cpu_s"] = after - srv_before if ok and after is not None else 0.0
+            if t["forked"] and t["ppid"] != server:
+                out["problems"].append(f"turn {k + 1} forked by {t['ppid']}, not {server}")
+            out["turns"].append(t)
+            if not server or not live(server):  # a turn without a server started one: find it
+                found = [p for p in forkservers(state) if live(p)]
+                server = found[0] if len(found) == 1 else 0
+                if server and server not in servers:
+                    servers.append(server)
+                    if len(servers) == 1:
+                        out["server"]["start_cpu_s"] = _schedstat_s(server)  # imports etc.
+        if server and live(server):
+            mem = Mem()
+            mem.sample(server)
+            out["server"].update(
+                hwm_kb=mem.hwm,
+                rss_kb=proc_status_kb(server, b"VmRSS:") or 0,
+                private_kb=(smaps_kb(server) or (0, 0))[0],
+                cpu_s=_schedstat_s(server),
+            )
+    finally:
+        for pid in forkservers(state):  # ours, re-parented to us: killed and reaped here
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    out["server"].update(started=len(servers), exits=exits)
+    try:  # why a server refused or exited, if it did (its stderr)
+        out["server"]["log"] = (state / "forkserver.log").read_text()[-500:]
+    except OSError:
+        out["server"]["log"] = ""
     return out
 
 
@@ -239,28 +370,62 @@ def drive(state: Path, cwd: Path, sid: str, prompt: str) -> None:
     os._exit(0)  # no teardown: nothing may reap the supervisor but the worker
 
 
-def _turn(pid: int) -> dict[str, float]:
-    """Wait for supervisor ``pid`` to exit (reaping strays too); its VmHWM, its own CPU, and
-    the CPU of what it waited for (its agent) plus what was re-parented to us meanwhile."""
-    from workers import proc_status_kb  # bench/ is on the path: run.py's or ours
+def _turn(pid: int, servers: list[int], exits: list[str]) -> dict[str, Any]:
+    """Follow supervisor ``pid`` until it is a zombie (reaping what is re-parented to us
+    meanwhile): its memory sampled every 5 ms while it lives (VmHWM; private and Pss from
+    smaps_rollup), its own CPU from its zombie's schedstat, its agent's (what it waited for)
+    from its zombie's cutime + cstime, or, if it is our child (an exec'd supervisor), from
+    ``wait4``; plus the CPU of strays re-parented to us meanwhile. A supervisor forked by the
+    fork server is the server's child: the server keeps it a zombie for at least 1 s. A fork
+    server that exits meanwhile (re-parented to us) is reaped and noted in ``exits``."""
+    from workers import Mem, proc_stat, zombie_cpu  # bench/ is on the path: run.py's or ours
 
-    hwm, strays, deadline = 0, 0.0, time.monotonic() + TURN_DEADLINE_S
+    mem, strays, deadline = Mem(), 0.0, time.monotonic() + TURN_DEADLINE_S
+    first = proc_stat(pid)
+    ppid = int(first[1]) if first is not None else 0
+    me = os.getpid()
     while True:
-        hwm = max(hwm, proc_status_kb(pid, b"VmHWM:") or 0)
+        z = zombie_cpu(pid)
+        if z is not None:
+            break
+        if not os.path.exists(f"/proc/{pid}"):
+            raise RuntimeError(f"supervisor {pid} (parent {ppid}) gone before seen as a zombie")
+        mem.sample(pid)
         info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
-        if info is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"supervisor {pid} still running after {TURN_DEADLINE_S}s")
-            time.sleep(SAMPLE_S)
+        if info is not None and info.si_pid != pid:
+            other = info.si_pid
+            comm = _comm(other)  # a zombie keeps its name (its cmdline is gone)
+            _, status, ru = os.wait4(other, 0)
+            if other in servers or comm.startswith("python"):  # a server (or one that lost
+                exits.append(f"{comm} {other} exited ({status}) during turn {pid}")  # the race)
+            else:
+                strays += ru.ru_utime + ru.ru_stime
             continue
-        if info.si_pid != pid:
-            _, _, ru = os.wait4(info.si_pid, 0)
-            strays += ru.ru_utime + ru.ru_stime
-            continue
-        own = _schedstat_s(pid)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"supervisor {pid} still running after {TURN_DEADLINE_S}s")
+        time.sleep(SAMPLE_S)
+    own, agent = z
+    if ppid == me:  # an exec'd supervisor, re-parented to us: wait4 is exact (µs)
         _, _, ru = os.wait4(pid, 0)
-        total = ru.ru_utime + ru.ru_stime
-        return {"sup_hwm_kb": hwm, "sup_cpu_s": own, "agent_cpu_s": total - own + strays}
+        agent = ru.ru_utime + ru.ru_stime - own
+    return {
+        "forked": ppid != me,
+        "ppid": ppid,
+        "sup_hwm_kb": mem.hwm,
+        "sup_private_kb": mem.private,
+        "sup_pss_kb": mem.pss,
+        "samples": mem.samples,
+        "sup_cpu_s": own,
+        "agent_cpu_s": agent + strays,
+    }
+
+
+def _comm(pid: int) -> str:
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+        return data[data.index(b"(") + 1 : data.rindex(b")")].decode(errors="replace")
+    except (OSError, ValueError):
+        return "?"
 
 
 def _schedstat_s(pid: int) -> float:

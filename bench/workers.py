@@ -127,6 +127,81 @@ def _schedstat_s(pid: int) -> float | None:
         return None
 
 
+def proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name: [0] the state (``Z`` for a
+    zombie), [1] the ppid, [11]/[12] utime/stime, [13]/[14] cutime/cstime (clock ticks)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
+        return None
+
+
+def smaps_kb(pid: int) -> tuple[int, int] | None:
+    """(private, Pss) of a live process, kB, from ``/proc/PID/smaps_rollup``: private is
+    Private_Clean + Private_Dirty (its USS: what it adds to the machine, pages it shares
+    copy-on-write with a fork server not counted); None for a zombie or a gone process."""
+    private = pss = 0
+    seen = False
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                    private += int(line.split()[1])
+                    seen = True
+                elif line.startswith(b"Pss:"):
+                    pss = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (private, pss) if seen else None
+
+
+class Mem:
+    """Peaks of one process's memory, sampled while it lives: VmHWM, private (USS), Pss."""
+
+    __slots__ = ("hwm", "private", "pss", "samples")
+
+    def __init__(self) -> None:
+        self.hwm = self.private = self.pss = self.samples = 0
+
+    def sample(self, pid: int) -> None:
+        hwm = proc_status_kb(pid, b"VmHWM:")
+        sm = smaps_kb(pid)
+        if hwm is None or sm is None:
+            return  # exited (a zombie has no memory to report) or gone
+        self.hwm, self.samples = max(self.hwm, hwm), self.samples + 1
+        self.private, self.pss = max(self.private, sm[0]), max(self.pss, sm[1])
+
+
+def zombie_cpu(pid: int) -> tuple[float, float] | None:
+    """(own, children's) CPU seconds of ``pid`` if it is a zombie, else None: own exactly from
+    ``/proc/PID/schedstat``, its waited-for children's (its agent) from cutime + cstime."""
+    f = proc_stat(pid)
+    if f is None or f[0] != b"Z":
+        return None
+    own = _schedstat_s(pid)
+    if own is None:
+        return None
+    return own, (int(f[13]) + int(f[14])) / CLK_TCK
+
+
+def forkservers(state: Path) -> list[int]:
+    """Pids of the fork servers of ``state`` (``python -I -m zwarm.runtime.forkserver STATE
+    NAME``) running now."""
+    want = b"\0".join([b"zwarm.runtime.forkserver", str(state).encode(), b""])
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if want in f.read():
+                        out.append(int(name))
+            except OSError:
+                continue
+    return out
+
+
 def _stat_self_s(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -140,13 +215,23 @@ def _stat_self_s(pid: int) -> float | None:
 def fig6_zwarm(n: int, events: int, work: Path) -> dict:
     """n sessions spawned through zwarm's API; supervisors measured from /proc as they exit.
 
-    This process becomes a child subreaper, so the detached supervisors are re-parented to it
-    when the spawner exits: each one is then seen as a zombie (``waitid(WNOWAIT)``), its own
-    CPU read exactly from ``/proc/PID/schedstat`` before it is reaped, and ``wait4`` gives its
-    CPU plus its waited-for agent's; the difference is the agent's CPU. Peak RSS (VmHWM) is
-    sampled from ``/proc/PID/status`` every 50 ms while it lives (a zombie has no memory to
-    report); a supervisor that lives less than that may go unsampled (counted, not guessed).
+    This process becomes a child subreaper. The first supervisor of the state dir is a new
+    interpreter (``python -I -m zwarm.runtime.supervisor``), as is any started before the
+    state dir's fork server answers; the spawner exits without reaping them, so they are
+    re-parented to us: each is seen as a zombie (``waitid(WNOWAIT)``), its own CPU read
+    exactly from ``/proc/PID/schedstat`` before it is reaped, and ``wait4`` gives its CPU
+    plus its waited-for agent's; the difference is the agent's CPU. The others are forked by
+    the fork server (re-parented to us too), so they are the server's children, not ours:
+    each is looked at every 10 ms until it is a zombie (the server keeps it one for at least
+    1 s), then its own CPU is read from its schedstat and its agent's from its cutime +
+    cstime (clock ticks). Memory is sampled while a supervisor lives (on first sight, then
+    every 50 ms; a zombie has none to report): ``VmHWM`` from status (RSS, counting the pages
+    a forked one shares with the server) and private (Private_Clean + Private_Dirty) and Pss
+    from smaps_rollup; a supervisor that lives less than that may go unsampled (counted, not
+    guessed). The server's own CPU over the storm is added to the supervisors' total (and
+    reported on its own); at the end the server is killed and reaped.
     """
+    import signal
     import subprocess
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -157,6 +242,7 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
     _write_config(state, events)
     cwd = work / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
+    me = os.getpid()
     t0 = time.perf_counter()
     spawner = subprocess.Popen(
         [PY, __file__, "spawner", str(state), str(n), str(cwd)],
@@ -178,52 +264,91 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
 
     reader = threading.Thread(target=read_spawner, daemon=True)
     reader.start()
-    hwm: dict[int, int] = {}
+    mem: dict[int, Mem] = {}
+    parent: dict[int, int] = {}  # supervisor pid -> its parent when first seen
+    forked: set[int] = set()  # children of the fork server, not ours
     own_cpu: dict[int, float] = {}
     total_cpu: dict[int, float] = {}
     done_at: dict[int, float] = {}
-    lost: set[int] = set()  # supervisors reaped by someone else: not measured
+    lost: set[int] = set()  # supervisors gone before measured (reaped unseen): not measured
+    names: dict[int, str] = {}
+    others: list[str] = []
     spawner_rc = None
-    next_sample = 0.0
+    next_sample = next_look = 0.0
     deadline = time.monotonic() + 1800
-    while True:
-        now = time.monotonic()
-        if now >= next_sample:
+    servers: set[int] = set()
+    try:
+        while True:
+            now = time.monotonic()
             with lock:
-                live = [p for p in sup if p not in done_at]
+                live = [p for p in sup if p not in done_at and p not in lost]
             for p in live:
-                v = proc_status_kb(p, b"VmHWM:")
-                if v is not None:
-                    hwm[p] = max(hwm.get(p, 0), v)
-            next_sample = now + 0.05
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
-        except ChildProcessError:
-            info = None
-        if info is None:
-            with lock:
-                # every supervisor reaped (what else was re-parented to us is reaped too), or
-                # gone without being ours to reap (counted as a problem, never waited for)
-                waiting = [p for p in sup if p not in done_at and p not in lost]
-            lost.update(p for p in waiting if not os.path.exists(f"/proc/{p}"))
-            finished = spawner_rc is not None and sup and set(waiting) <= lost
-            if finished or (spawner_rc is not None and not sup):
-                break
-            if now > deadline:
-                return {"error": "timed out waiting for supervisors", "done": len(done_at)}
-            time.sleep(0.005)
-            continue
-        pid = info.si_pid
-        if pid == spawner.pid:
-            reader.join()
-            _, status, _ = os.wait4(pid, 0)
-            spawner.returncode = spawner_rc = os.waitstatus_to_exitcode(status)
-            continue
-        done_at[pid] = time.perf_counter()
-        own = _schedstat_s(pid)
-        own_cpu[pid] = own if own is not None else (_stat_self_s(pid) or 0.0)
-        _, status, ru = os.wait4(pid, 0)
-        total_cpu[pid] = ru.ru_utime + ru.ru_stime
+                if p not in parent:
+                    f = proc_stat(p)
+                    parent[p] = int(f[1]) if f is not None else 0
+                    if parent[p] not in (me, spawner.pid, 0):
+                        forked.add(p)
+                        servers.add(parent[p])
+                m = mem.setdefault(p, Mem())
+                if now >= next_sample or not m.samples:
+                    m.sample(p)
+            if now >= next_sample:
+                next_sample = now + 0.05
+            if now >= next_look:  # the forked ones: a zombie yet? (kept one >= 1 s)
+                for p in live:
+                    if p in forked:
+                        z = zombie_cpu(p)
+                        if z is not None:
+                            done_at[p] = time.perf_counter()
+                            own_cpu[p], total_cpu[p] = z[0], z[0] + z[1]
+                        elif not os.path.exists(f"/proc/{p}"):
+                            lost.add(p)
+                next_look = now + 0.01
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+            except ChildProcessError:
+                info = None
+            if info is None:
+                with lock:
+                    # every supervisor measured (what else was re-parented to us is reaped
+                    # too), or gone without being seen (a problem, never waited for)
+                    waiting = [p for p in sup if p not in done_at and p not in lost]
+                lost.update(p for p in waiting if not os.path.exists(f"/proc/{p}"))
+                finished = spawner_rc is not None and sup and set(waiting) <= lost
+                if finished or (spawner_rc is not None and not sup):
+                    break
+                if now > deadline:
+                    return {"error": "timed out waiting for supervisors", "done": len(done_at)}
+                time.sleep(0.005)
+                continue
+            pid = info.si_pid
+            if pid == spawner.pid:
+                reader.join()
+                _, status, _ = os.wait4(pid, 0)
+                spawner.returncode = spawner_rc = os.waitstatus_to_exitcode(status)
+                continue
+            names[pid] = _comm(pid)  # a zombie keeps its name (its cmdline is gone)
+            done_at[pid] = time.perf_counter()
+            own = _schedstat_s(pid)
+            own_cpu[pid] = own if own is not None else (_stat_self_s(pid) or 0.0)
+            _, status, ru = os.wait4(pid, 0)
+            total_cpu[pid] = ru.ru_utime + ru.ru_stime
+        # the servers' CPU over the storm (they started with it) and memory, then they go;
+        # other children of ours that exited: a server that lost the race to listen, etc.
+        others = [f"{names[p]} {p}" for p in total_cpu if p not in sup]
+        others_cpu = sum(total_cpu[p] for p in total_cpu if p not in sup)
+        servers.update(forkservers(state))
+        server_cpu, server_mem = others_cpu, Mem()
+        for s in servers:
+            server_mem.sample(s)
+            server_cpu += _schedstat_s(s) or 0.0
+    finally:
+        for s in set(servers) | set(forkservers(state)):
+            try:
+                os.kill(s, signal.SIGKILL)
+                os.waitpid(s, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
     ends = [done_at[p] for p in sup if p in done_at]
     wall = (max(ends) if ends else time.perf_counter()) - t0
     spawn_cpu = next((d["cpu_s"] for d in spawn_out if "cpu_s" in d), None)
@@ -245,22 +370,44 @@ def fig6_zwarm(n: int, events: int, work: Path) -> dict:
     if len(sup) != n:
         problems.append(f"{len(sup)} sessions spawned, expected {n}")
     if lost:
-        problems.append(f"{len(lost)} supervisors were reaped by another process (not measured)")
+        problems.append(f"{len(lost)} supervisors were gone before measured (reaped unseen)")
     mine = [p for p in sup if p in total_cpu]  # the supervisors (not other re-parented ones)
-    sup_cpu = sum(own_cpu[p] for p in mine)
+    own_total = sum(own_cpu[p] for p in mine)
     agent_cpu = sum(total_cpu[p] - own_cpu[p] for p in mine)
+    sampled = [mem[p] for p in sup if p in mem and mem[p].samples]
     shutil.rmtree(state, ignore_errors=True)
     return {
         "wall_s": wall,
-        "sup_cpu_s": sup_cpu,
+        "sup_cpu_s": own_total + server_cpu,  # the fork server's work is the supervisors'
+        "sup_own_cpu_s": own_total,
+        "server_cpu_s": server_cpu,
         "agent_cpu_s": agent_cpu,
         "spawner_cpu_s": spawn_cpu,
-        "sup_rss_kb": sorted(hwm.values()),
-        # a supervisor that lived less than one sampling interval has no RSS sample
-        "sup_rss_unsampled": sum(1 for pid in sup if pid not in hwm),
+        "sup_rss_kb": sorted(m.hwm for m in sampled),
+        "sup_private_kb": sorted(m.private for m in sampled),
+        "sup_pss_kb": sorted(m.pss for m in sampled),
+        # a supervisor that lived less than one sampling interval has no memory sample
+        "sup_rss_unsampled": len(sup) - len(sampled),
+        "forked": len(forked & set(mine)),
+        "execd": len(set(mine) - forked),
+        "servers": len(servers),
+        "server_hwm_kb": server_mem.hwm,
+        "server_private_kb": server_mem.private,
+        "others": others[:10],  # other children that exited: servers that lost the race
+        "raced": sum(1 for o in others if o.startswith("python")),
         "statuses": statuses,
         "problems": problems,
     }
+
+
+def _comm(pid: int) -> str:
+    """A process's name from /proc/PID/stat (a zombie keeps it; its cmdline is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.index(b"(") + 1 : data.rindex(b")")].decode(errors="replace")
+    except (OSError, ValueError):
+        return "?"
 
 
 def spawner(state: Path, n: int, cwd: Path) -> None:

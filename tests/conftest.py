@@ -15,6 +15,7 @@ config.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -257,6 +258,40 @@ def private_trust(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))  # zwarm's worktrees
     return xdg / "zwarm" / "trust.json"
+
+
+@pytest.fixture(autouse=True)
+def no_forkservers_left(tmp_path: Path) -> Iterator[None]:
+    """At teardown, stop the fork servers (``zwarm.runtime.forkserver``) of this test's state
+    dirs: one would otherwise idle on for minutes after its test."""
+    yield
+    stop_forkservers(tmp_path)
+
+
+def forkservers(under: Path) -> list[int]:
+    """Pids of the live fork servers whose state dir is ``under`` or below it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        if b"zwarm.runtime.forkserver" not in args or state.rsplit(b") ", 1)[-1][:1] == b"Z":
+            continue
+        if any(a == bytes(under) or a.startswith(bytes(under) + b"/") for a in args):
+            found.append(int(entry))
+    return found
+
+
+def stop_forkservers(under: Path) -> None:
+    import signal
+
+    for pid in forkservers(under):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -345,17 +345,25 @@ def group_members(pgid: int) -> list[int]:
 
 
 def processes_under(root: Path) -> list[psutil.Process]:
-    """Live processes whose cwd or command line lies under ``root``."""
+    """Live processes whose cwd or command line lies under ``root``, but a fork server
+    (``zwarm.runtime.forkserver``: it idles on after its turns by design; a supervisor it
+    forked is found, by the server's command line)."""
     me, prefix = os.getpid(), str(root)
     found = []
     for p in psutil.process_iter(["pid", "cwd", "cmdline", "status"]):
-        if p.pid == me or p.info["status"] == psutil.STATUS_ZOMBIE:
+        if p.pid == me or p.info["status"] == psutil.STATUS_ZOMBIE or _forkserver(p.pid):
             continue
         cwd = p.info.get("cwd") or ""
         cmd = " ".join(p.info.get("cmdline") or [])
         if cwd.startswith(prefix) or prefix in cmd:
             found.append(p)
     return found
+
+
+def _forkserver(pid: int) -> bool:
+    from zwarm.runtime import forking, procs
+
+    return procs.has_marker(pid, forking.PLACEHOLDER, procs.SUPERVISOR_MARKER)
 
 
 def kill_strays(root: Path) -> None:

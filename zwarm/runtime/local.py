@@ -1,10 +1,16 @@
 """``LocalLauncher``: each turn runs under a detached supervisor process on this machine.
 
 Owns starting the supervisor (``runtime.supervisor``), telling whether it lives, and stopping
-a turn's processes (many turns' at once for ``kill --all``). Must stay true:
+a turn's processes (many turns' at once for ``kill --all``). A supervisor is forked by the
+state dir's fork server (``runtime.forkserver``) when one serves this environment, else it is
+a new interpreter (and a server is started for the turns after). Must stay true:
 - the supervisor is started isolated (``python -I``: no ``PYTHON*`` variables, no user site,
-  no script dir on ``sys.path``) with ``/`` as its working directory, so nothing an agent
-  planted in the state dir or its working directory is ever imported by it;
+  no script dir on ``sys.path``; a forked one inherits this from its server, started the same
+  way) with ``/`` as its working directory, so nothing an agent planted in the state dir or
+  its working directory is ever imported by it;
+- a forked supervisor runs exactly what a new interpreter would, in the environment this
+  command would have given it (the server is chosen by that environment); anything the
+  server's answer does not prove (``forking.fork``) costs a new interpreter, never a turn;
 - it runs in its own session with ``ZWARM_SUPERVISOR_OF=<id>`` and without any inherited
   ``ZWARM_SESSION_ID``; its agent gets ``ZWARM_SESSION_ID=<id>``: these markers are how a kill
   verifies a process belongs to the session (``runtime.procs``);
@@ -43,28 +49,67 @@ class LocalLauncher(Launcher):
     ) -> None:
         log = open_append(self.store.session_dir(sid) / "supervisor.log")
         try:
+            pid = self._forked(sid, log)
+            if pid is None:
+                pid = self._spawned(sid, log)
+        finally:
+            os.close(log)
+        turn.launcher = self.name
+        turn.supervisor = procs.identify(pid)
+
+    def _forked(self, sid: str, log: int) -> int | None:
+        """The supervisor forked by the state dir's fork server (``runtime.forkserver``), or
+        None: not usable here, refused, or no server yet (one is started for later turns)."""
+        from zwarm.runtime import forking
+
+        if not forking.usable(self.env.python, self.env.environ):
+            return None
+        environ = supervisor_env(self.env.environ, forking.PLACEHOLDER)
+        name = forking.address(self.store.root, self.env.python, environ)
+        try:
+            return forking.fork(name, sid, log)
+        except forking.Absent:
+            self._start_server(forking.start_argv(self.env.python, self.store.root, name), environ)
+            return None
+
+    def _start_server(self, argv: list[str], environ: dict[str, str]) -> None:
+        from zwarm.runtime import forking
+
+        try:
+            log = open_append(self.store.root / forking.LOG)
+        except OSError:
+            return
+        try:
             proc = subprocess.Popen(
-                [
-                    self.env.python,
-                    "-I",
-                    "-m",
-                    "zwarm.runtime.supervisor",
-                    str(self.store.root),
-                    sid,
-                ],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 cwd="/",
-                env=supervisor_env(self.env.environ, sid),
+                env=environ,
                 start_new_session=True,
                 close_fds=True,
             )
+        except OSError:
+            return  # turns run as new interpreters meanwhile
         finally:
             os.close(log)
         _reap_later(proc)
-        turn.launcher = self.name
-        turn.supervisor = procs.identify(proc.pid)
+
+    def _spawned(self, sid: str, log: int) -> int:
+        """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``)."""
+        proc = subprocess.Popen(
+            [self.env.python, "-I", "-m", SUPERVISOR, str(self.store.root), sid],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            cwd="/",
+            env=supervisor_env(self.env.environ, sid),
+            start_new_session=True,
+            close_fds=True,
+        )
+        _reap_later(proc)
+        return proc.pid
 
     def alive(self, sid: str, turn: Turn) -> bool:
         ref = turn.supervisor

@@ -1,20 +1,22 @@
 """The per-session supervisor: a small detached process that runs a session's turns.
 
 Started by ``LocalLauncher`` as ``python -I -m zwarm.runtime.supervisor STATE_DIR ID`` in its
-own session with ``/`` as its working directory, so it outlives the command that started it
-and imports nothing from the state dir. A Slurm job (``runtime.slurm``) runs it with
-``--turn N`` on a compute node: that one turn only (``run_turn``; the next is a job of its
-own, submitted as this one ends). For each turn it starts the agent in its own process
-group with the prompt file as stdin and the turn log as stdout (the agent writes its output
-straight to disk, byte for byte, as it streams: nothing is buffered here, so nothing is lost
-if this process dies), waits for it (enforcing the turn's timeout), kills whatever the agent
-left behind, then records the outcome and starts the next queued message. Around each agent
-run the engine prepares the session's workspace (``manager.prepare_turn``: a new worktree's
-setup, the snapshot before) and records the snapshot after (``manager.finish_turn``). When
-the session has ended, its hooks are started detached (``runtime.hooks``), never waited for.
-While an agent runs, a watch (``runtime.watch``) marks the turn stalled and enforces the
-session's budget. A turn parked on a usage or rate limit keeps its supervisor, which waits
-for the turn's time; at the end a scheduler pass (``engine.scheduler``) starts what may start.
+own session with ``/`` as its working directory, so it outlives the command that started it and
+imports nothing from the state dir; or forked, ready-made, by the state dir's fork server
+(``runtime.forkserver``), which then calls ``main`` exactly so. A Slurm job (``runtime.slurm``)
+runs it with ``--turn N`` on a compute node: that one turn only (``run_turn``; the next is a
+job of its own, submitted as this one ends). For each turn it starts the agent in its own
+process group with the prompt file as stdin and the turn log as stdout (the agent writes its
+output straight to disk, byte for byte, as it streams: nothing is buffered here, so nothing is
+lost if this process dies), waits for it (enforcing the turn's timeout), kills whatever the
+agent left behind, then records the outcome and starts the next queued message. Around each
+agent run the engine prepares the session's workspace (``manager.prepare_turn``: a new
+worktree's setup, the snapshot before) and records the snapshot after
+(``manager.finish_turn``). When the session has ended, its hooks are started detached
+(``runtime.hooks``), never waited for. While an agent runs, a watch (``runtime.watch``) marks
+the turn stalled and enforces the session's budget. A turn parked on a usage or rate limit
+keeps its supervisor, which waits for the turn's time; at the end a scheduler pass
+(``engine.scheduler``) starts what may start.
 Must stay true:
 - it reads its turn under the session lock (its starter holds the lock until that turn is
   saved) and runs it only if the turn names it as supervisor and is running (a turn still

@@ -1,0 +1,128 @@
+"""Asking the state dir's fork server (``runtime.forkserver``) for a turn's supervisor.
+
+The requester's side, used by ``LocalLauncher``: whether forking may be used here
+(``usable``), which server to ask (``address``), the request and the checks on its answer
+(``fork``), and how to start a server (``start_argv``). Must stay true:
+- a server is addressed by everything that decides what its children run: the user, the state
+  dir, the interpreter, zwarm's version and the environment a supervisor would get, so a
+  command whose environment differs asks another server and a forked supervisor behaves as
+  one started by that command would;
+- a request sends a session id and the session's ``supervisor.log`` (an fd the caller opened
+  with no link followed), nothing else;
+- an answer is believed only if it names a live child of the server spoken to (its pid from
+  ``SO_PEERCRED``, of this user) that carries the session's supervisor marker; anything else,
+  or no answer within ``REPLY_S``, returns None and the caller starts a new interpreter;
+- importing this module costs no more than ``socket`` (spawn's start-up).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+
+TYPE_CHECKING = False  # not ``typing``'s: ``spawn`` imports this
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+PLACEHOLDER = "-" * 36  # a session id's length: a child writes its id over it, in place
+REPLY_S = 10.0  # how long a requester waits for the child's pid (else: a new interpreter)
+LOG = "forkserver.log"  # the server's own stderr, in the state dir
+NAME_LEN = 32  # hex digits of the address hash
+CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def usable(python: str, environ: Mapping[str, str]) -> bool:
+    """Whether turns may be forked: Linux, zwarm's own interpreter (a custom ``Env.python``
+    is honoured as given: a new process per turn), and not switched off
+    (``ZWARM_FORKSERVER=0``)."""
+    return (
+        sys.platform.startswith("linux")
+        and python == sys.executable
+        and environ.get("ZWARM_FORKSERVER", "1") != "0"
+    )
+
+
+def address(root: Path, python: str, environ: Mapping[str, str]) -> str:
+    """The name of the server for this state dir, interpreter and supervisor environment
+    (``environ`` is what a supervisor started now would get, its marker the placeholder)."""
+    from _blake2 import blake2b
+
+    from zwarm import __version__
+
+    h = blake2b(digest_size=NAME_LEN // 2)
+    for part in (str(root), python, __version__):
+        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    for k in sorted(environ):
+        h.update(f"{k}={environ[k]}".encode("utf-8", "surrogateescape") + b"\0")
+    return h.hexdigest()
+
+
+def abstract(name: str) -> bytes:
+    """The socket address of server ``name`` (Linux's abstract namespace, per user)."""
+    return f"\0zwarm-forkserver-{os.geteuid()}-{name}".encode()
+
+
+class Absent(Exception):
+    """No server listens at the address (start one: ``start_argv``)."""
+
+
+def fork(name: str, sid: str, log_fd: int, timeout: float | None = None) -> int | None:
+    """Ask server ``name`` for a supervisor of ``sid`` (its stderr ``log_fd``): the child's
+    pid once it checks out (a live child of that server, of this user, carrying the
+    session's marker); None if the server refused, failed or is not to be trusted; ``Absent``
+    if none listens."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+        s.settimeout(REPLY_S if timeout is None else timeout)
+        try:
+            s.connect(abstract(name))
+        except (ConnectionRefusedError, FileNotFoundError) as e:
+            raise Absent(name) from e
+        except OSError:
+            return None
+        try:
+            server, uid, _ = CRED.unpack(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if uid != os.geteuid():
+                return None
+            socket.send_fds(s, [sid.encode("ascii")], [log_fd])
+            reply = _read_reply(s)
+        except OSError:  # the server or its child died, or a timeout: a new interpreter runs it
+            return None
+    pid = int(reply) if reply.isdigit() and len(reply) < 11 else 0
+    return pid if pid and _checks_out(pid, server, sid) else None
+
+
+def _read_reply(s: socket.socket) -> bytes:
+    """The child's answer: all it sends before it closes (at most 64 bytes)."""
+    data = b""
+    while len(data) < 64:
+        chunk = s.recv(64 - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _checks_out(pid: int, server: int, sid: str) -> bool:
+    """``pid`` is a live child of ``server`` of this user, marked as ``sid``'s supervisor."""
+    from zwarm.runtime import procs
+
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return False
+    except OSError:
+        return False
+    fields = procs._stat_fields(pid)
+    return (
+        fields is not None
+        and int(fields[1]) == server
+        and not procs._dead(fields)
+        and procs.has_marker(pid, sid, procs.SUPERVISOR_MARKER)
+    )
+
+
+def start_argv(python: str, root: Path, name: str) -> list[str]:
+    """How to start the server ``name`` for ``root`` (with the environment it was named for)."""
+    return [python, "-I", "-m", "zwarm.runtime.forkserver", "--detach", str(root), name]
