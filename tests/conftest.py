@@ -268,10 +268,11 @@ def no_forkservers_left(tmp_path: Path) -> Iterator[None]:
     stop_forkservers(tmp_path)
 
 
-def forkservers(under: Path) -> list[int]:
-    """Pids of the live fork servers whose state dir is ``under`` or below it."""
+def forkservers(under: Path, among: list[int] | None = None) -> list[int]:
+    """Pids of the live fork servers (of those ``among``) whose state dir is ``under`` or
+    below it."""
     found = []
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir("/proc") if among is None else map(str, among):
         if not entry.isdigit():
             continue
         try:
@@ -281,7 +282,7 @@ def forkservers(under: Path) -> list[int]:
             continue
         if b"zwarm.runtime.forkserver" not in args or state.rsplit(b") ", 1)[-1][:1] == b"Z":
             continue
-        if any(a == bytes(under) or a.startswith(bytes(under) + b"/") for a in args):
+        if any(a == bytes(under) or a.startswith(bytes(under).rstrip(b"/") + b"/") for a in args):
             found.append(int(entry))
     return found
 

@@ -60,6 +60,12 @@ def _server(zw: Any, count: int = 1) -> list[int]:
     return found
 
 
+def _execd(pid: int) -> bool:
+    """Whether supervisor ``pid`` is a new interpreter (no fork server is its parent)."""
+    parent = int(_stat(pid)[1])
+    return b"zwarm.runtime.supervisor" in _cmdline(pid) and not forkservers(Path("/"), [parent])
+
+
 def _supervisor(zw: Any, sid: str) -> int:
     ref = wait_until(lambda: zw.meta(sid)["turns"][-1].get("supervisor"), message="supervisor")
     return int(ref["pid"])
@@ -83,7 +89,7 @@ def gate(zw: Any) -> Iterator[tuple[Path, dict[str, str]]]:
 def test_turns_after_the_first_are_forked_by_the_servers_and_run_as_any(zw, gate) -> None:
     hold, env = gate
     first = zw.spawn("one", env_extra=env)  # no server yet: a new interpreter, one started
-    assert b"zwarm.runtime.supervisor" in _cmdline(_supervisor(zw, first))
+    assert _execd(_supervisor(zw, first))
     (server,) = _server(zw)
     assert zw.wait(first).returncode == 0
     hold.touch()
@@ -96,6 +102,14 @@ def test_turns_after_the_first_are_forked_by_the_servers_and_run_as_any(zw, gate
     assert not procs.has_marker(server, sid, procs.SUPERVISOR_MARKER)
     assert os.readlink(f"/proc/{sup}/fd/2") == str(zw.session_dir(sid) / "supervisor.log")
     assert os.readlink(f"/proc/{sup}/cwd") == "/"
+    args = [a for a in _cmdline(sup) if a]  # shown as what it is, in ps and top
+    assert args[1:] == [
+        b"-I",
+        b"-m",
+        b"zwarm.runtime.supervisor",
+        bytes(zw.state_dir),
+        sid.encode(),
+    ]
     hold.unlink()
     assert zw.wait(sid).returncode == 0
     (row,) = [r for r in zw.json("ls") if r["id"] == sid]
@@ -135,7 +149,7 @@ def test_the_servers_death_leaves_its_running_turns_to_finish(zw, gate) -> None:
     assert zw.meta(sid)["status"] == "completed"
     assert _gone(sup)
     after = zw.spawn("three", env_extra=env)  # no server: a new interpreter again, and a server
-    assert b"zwarm.runtime.supervisor" in _cmdline(_supervisor(zw, after))
+    assert _execd(_supervisor(zw, after))
     assert zw.wait(after).returncode == 0
     assert server not in _server(zw)
 
@@ -171,7 +185,7 @@ def test_switched_off_turns_run_as_new_interpreters(zw, gate) -> None:
     off = {**env, "ZWARM_FORKSERVER": "0"}
     for task in ("one", "two"):
         sid = zw.spawn(task, env_extra=off)
-        assert b"zwarm.runtime.supervisor" in _cmdline(_supervisor(zw, sid))
+        assert _execd(_supervisor(zw, sid))
         assert zw.wait(sid).returncode == 0
     assert forkservers(zw.state_dir) == []
 
@@ -392,6 +406,6 @@ def test_an_impostor_at_the_address_costs_a_turn_nothing(zw, monkeypatch) -> Non
     api = zw.api(zw.replay("codex_simple"))
     sid = api.spawn("task", adapter="codex", cwd=zw.cwd).id
     sup = _supervisor(zw, sid)
-    assert b"zwarm.runtime.supervisor" in _cmdline(sup)  # a new interpreter: as if none
+    assert _execd(sup)  # a new interpreter: as if there were no server
     t.join(timeout=30)
     assert zw.wait(sid).returncode == 0

@@ -253,11 +253,34 @@ def _child(
         os.setsid()
         _stdio(log_fd)
         _mark(sid)
+        with contextlib.suppress(OSError):  # cosmetic: a turn never depends on it
+            _retitle(state, sid)
         conn.sendall(str(os.getpid()).encode())
         conn.close()
     except BaseException:
         os._exit(70)
     supervisor._exit(supervisor.main([str(state), sid]))
+
+
+def _retitle(state: str | Path, sid: str) -> None:
+    """Show this child as what it is, ``PYTHON -I -m zwarm.runtime.supervisor STATE ID``, in
+    /proc/PID/cmdline (``ps``, ``top``): written over the server's own command line, which
+    it always fits when the server was started ``--detach`` (as ``LocalLauncher`` does)."""
+    from zwarm.runtime import procs
+
+    fields = procs._stat_fields(os.getpid())
+    if fields is None or len(fields) < 47:
+        return
+    start, end = int(fields[45]), int(fields[46])
+    fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        argv0 = os.pread(fd, end - start, start).split(b"\0", 1)[0]
+        args = [argv0, b"-I", b"-m", b"zwarm.runtime.supervisor", os.fsencode(state), sid.encode()]
+        title = b"\0".join(args) + b"\0"
+        if len(title) <= end - start:
+            os.pwrite(fd, title.ljust(end - start, b"\0"), start)
+    finally:
+        os.close(fd)
 
 
 def _stdio(log_fd: int) -> None:
