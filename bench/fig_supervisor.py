@@ -189,7 +189,8 @@ def _rows(res: dict[str, Any]) -> list[dict[str, Any]]:
         _row(
             f"  turns 2..{len(res['turns'])} forked by the state dir's fork server",
             f"{sum(t['forked'] for t in later)} of {len(later)}",
-            f"servers started: {srv.get('started', 0)}, exited meanwhile: {len(exits)}",
+            f"servers: {srv.get('started', 0)}; Python processes that exited meanwhile"
+            f" (a detached server's starter, one that lost the race, a server): {len(exits)}",
             why[:300],
             "",
             "info",

@@ -11,7 +11,8 @@ Two rows, each a ratio measured in paired rounds (alternating order) in one run:
   would). Each round runs ``zwarm inject SID msg --context native --wait`` on both, in a
   worker that is the child subreaper of what it starts: the detached supervisor is re-parented
   to it and reaped, so the CPU of the whole turn (the command, the supervisor and its agent,
-  the same trivial agent in both) is exact. Target: the 300th costs no more than the 2nd.
+  the same trivial agent in both) is exact (with ``ZWARM_FORKSERVER=0``: every supervisor a
+  new interpreter, as figure 11's first turn). Target: the 300th costs no more than the 2nd.
 - **inject with 1,000 queued messages vs none.** Two running sessions whose agent sleeps
   (``agents/sleep_agent.sh``): one with an empty queue, one with 1,000 queued messages; each
   round times ``zwarm inject SID msg`` (queued behind the running turn) on both, then puts the
@@ -50,6 +51,10 @@ TEXT = 5000  # characters of final message per generated turn
 def _env(state: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["ZWARM_DIR"] = str(state)
+    # every turn's supervisor a new interpreter, re-parented to the worker, so the whole
+    # turn's CPU is exact by wait4 (a forked one is the fork server's child): what grows with
+    # the session is the same either way; figure 11 measures forked supervisors
+    env["ZWARM_FORKSERVER"] = "0"
     return env
 
 

@@ -187,18 +187,19 @@ def zombie_cpu(pid: int) -> tuple[float, float] | None:
 
 
 def forkservers(state: Path) -> list[int]:
-    """Pids of the fork servers of ``state`` (``python -I -m zwarm.runtime.forkserver STATE
-    NAME``) running now."""
-    want = b"\0".join([b"zwarm.runtime.forkserver", str(state).encode(), b""])
+    """Pids of the fork servers of ``state`` (``python -I -m zwarm.runtime.forkserver
+    [--detach] STATE NAME``) running now (its forked supervisors show as supervisors)."""
+    want = str(state).encode()
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if want in f.read():
-                        out.append(int(name))
+                    args = f.read().split(b"\0")
             except OSError:
                 continue
+            if b"zwarm.runtime.forkserver" in args and want in args:
+                out.append(int(name))
     return out
 
 

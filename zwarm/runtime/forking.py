@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PLACEHOLDER = "-" * 36  # a session id's length: a child writes its id over it, in place
-REPLY_S = 10.0  # how long a requester waits for the child's pid (else: a new interpreter)
+REPLY_S = 3.0  # how long a requester waits for the child's pid (else: a new interpreter)
 LOG = "forkserver.log"  # the server's own stderr, in the state dir
 NAME_LEN = 32  # hex digits of the address hash
 CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid

@@ -67,7 +67,8 @@ def serve(state: str | Path, name: str, idle: float = IDLE_S) -> int:
         sock.bind(abstract(name))
     except OSError:  # another server listens there (or just did): it serves
         return 0
-    sock.listen(128)  # bound before any heavy import: a storm of first turns starts few
+    # bound before any heavy import (a storm of first turns starts few servers that last),
+    # listening only once ready: until then a requester is refused at once and falls back
     from zwarm.runtime import procs
 
     if os.environ.get(procs.SUPERVISOR_MARKER) != PLACEHOLDER:
@@ -78,6 +79,8 @@ def serve(state: str | Path, name: str, idle: float = IDLE_S) -> int:
     home = _dir_key(state)
     code = _preload()
     gc.freeze()  # what the imports made: children share it, collections never touch it
+    gc.enable()  # for what serving makes (a child starts without: ``_child``)
+    sock.listen(128)
     sock.settimeout(TICK_S)
     last, kids = time.monotonic(), _Children()
     while home is not None and _dir_key(state) == home:
@@ -248,6 +251,7 @@ def _child(
     pid, then run exactly what ``python -I -m zwarm.runtime.supervisor STATE ID`` runs."""
     from zwarm.runtime import supervisor
 
+    gc.disable()  # as a new supervisor starts: no collections until it waits for its agent
     try:
         sock.close()
         os.setsid()
