@@ -187,6 +187,28 @@ def test_another_environment_is_served_by_another_server(zw, gate) -> None:
     assert len(_server(zw, count=2)) == 2
 
 
+def test_what_a_child_inherits_besides_its_environment_picks_the_server(tmp_path: Path) -> None:
+    import resource
+
+    env = {"A": "1"}
+    base = forking.address(tmp_path, sys.executable, env)
+    assert forking.address(tmp_path, sys.executable, env) == base
+    assert forking.address(tmp_path, sys.executable, {"A": "2"}) != base
+    assert forking.address(tmp_path / "x", sys.executable, env) != base
+    mask = os.umask(0o077)
+    try:
+        assert forking.address(tmp_path, sys.executable, env) != base
+    finally:
+        os.umask(mask)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+    try:
+        assert forking.address(tmp_path, sys.executable, env) != base
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert forking.address(tmp_path, sys.executable, env) == base
+
+
 def test_switched_off_turns_run_as_new_interpreters(zw, gate) -> None:
     _, env = gate
     off = {**env, "ZWARM_FORKSERVER": "0"}

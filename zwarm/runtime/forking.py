@@ -4,9 +4,10 @@ The requester's side, used by ``LocalLauncher``: whether forking may be used her
 (``usable``), which server to ask (``address``), the request and the checks on its answer
 (``fork``), and how to start a server (``start_argv``). Must stay true:
 - a server is addressed by everything that decides what its children run: the user, the state
-  dir, the interpreter, zwarm's version and the environment a supervisor would get, so a
-  command whose environment differs asks another server and a forked supervisor behaves as
-  one started by that command would;
+  dir, the interpreter, zwarm's version, the environment a supervisor would get and what else
+  a child inherits (umask, groups, resource limits, priority), so a command that differs in
+  any of them asks another server and a forked supervisor behaves as one started by that
+  command would;
 - a request sends a session id and the session's ``supervisor.log`` (an fd the caller opened
   with no link followed), nothing else;
 - an answer is believed only if it names a live child of the server spoken to (its pid from
@@ -47,17 +48,33 @@ def usable(python: str, environ: Mapping[str, str]) -> bool:
 
 def address(root: Path, python: str, environ: Mapping[str, str]) -> str:
     """The name of the server for this state dir, interpreter and supervisor environment
-    (``environ`` is what a supervisor started now would get, its marker the placeholder)."""
+    (``environ`` is what a supervisor started now would get, its marker the placeholder),
+    and for what else a child inherits from its parent (``inherited``)."""
     from _blake2 import blake2b
 
     from zwarm import __version__
 
     h = blake2b(digest_size=NAME_LEN // 2)
-    for part in (str(root), python, __version__):
+    for part in (str(root), python, __version__, *inherited()):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
     for k in sorted(environ):
         h.update(f"{k}={environ[k]}".encode("utf-8", "surrogateescape") + b"\0")
     return h.hexdigest()
+
+
+def inherited() -> list[str]:
+    """What a process started now would inherit from this one besides its environment: the
+    umask, group ids, resource limits and scheduling priority (a server started by a command
+    with other ones forks supervisors with those: it must be another server)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    groups = ",".join(map(str, sorted(os.getgroups())))
+    try:
+        with open("/proc/self/limits", "rb") as f:
+            limits = f.read().decode("ascii", "replace")
+    except OSError:
+        limits = "?"
+    return [oct(mask), f"{os.getgid()}:{os.getegid()}:{groups}", limits, str(os.nice(0))]
 
 
 def abstract(name: str) -> bytes:

@@ -22,12 +22,13 @@ Must stay true:
   the store says is that supervisor's to run (``supervisor.run`` checks the turn names it);
 - both ends check the other's uid (``SO_PEERCRED``): the socket is in Linux's abstract
   namespace, which any local user can reach; the server answers only a requester confined
-  exactly as itself (``confinement``: namespaces, seccomp, no_new_privs, capabilities, LSM
-  label), so a sandboxed agent never gets a supervisor forked outside its sandbox (it gets
-  what it would get anyway: a new interpreter inside it); a requester accepts only a pid
-  that is a live child of the server it spoke to and carries the session's supervisor marker
-  (``ZWARM_SUPERVISOR_OF=<id>`` in its initial environment: the child writes its id over a
-  placeholder of the same length there, so ``procs`` verifies it as any supervisor);
+  exactly as itself (``confinement``: namespaces, cgroup, seccomp, no_new_privs,
+  capabilities, LSM label), so a sandboxed agent never gets a supervisor forked outside its
+  sandbox (it gets what it would get anyway: a new interpreter inside it); a requester
+  accepts only a pid that is a live child of the server it spoke to and carries the
+  session's supervisor marker (``ZWARM_SUPERVISOR_OF=<id>`` in its initial environment: the
+  child writes its id over a placeholder of the same length there, so ``procs`` verifies it
+  as any supervisor);
 - every child is its own session leader and its own process: the server's death, or another
   child's, never touches it; the server never waits for a child (it reaps them lazily) and
   has no thread when it forks; it is no child of the command that started it (``--detach``);
@@ -215,8 +216,8 @@ _STATUS_KEYS = (b"NoNewPrivs:", b"Seccomp:", b"Seccomp_filters:", b"CapEff:", b"
 
 
 def confinement(pid: int) -> tuple[str, ...] | None:
-    """What confines process ``pid``: its namespaces, seccomp mode and filters, no_new_privs,
-    capabilities and LSM label. A sandboxed agent (codex's seccomp and no_new_privs, a
+    """What confines process ``pid``: its namespaces, cgroup, seccomp mode and filters,
+    no_new_privs, capabilities and LSM label. A sandboxed agent (codex's seccomp and no_new_privs, a
     bubblewrap's namespaces) differs from the commands of the user who started it, and must
     not have a supervisor forked outside its sandbox. None if unreadable (never equal)."""
     out: list[str] = []
@@ -225,6 +226,8 @@ def confinement(pid: int) -> tuple[str, ...] | None:
             out.append(os.readlink(f"/proc/{pid}/ns/{ns}"))
         with open(f"/proc/{pid}/status", "rb") as f:
             out.extend(ln.decode().strip() for ln in f if ln.startswith(_STATUS_KEYS))
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            out.append(f.read().decode("utf-8", "replace"))
     except OSError:
         return None
     try:
