@@ -13,6 +13,7 @@ impostor's answer), falling back to a new interpreter.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -179,11 +180,18 @@ def test_one_forked_supervisors_death_never_touches_another_session(zw, gate) ->
     assert zw.json("show", a)["turns_detail"][-1]["reason"] == "supervisor_lost"
 
 
-def test_another_environment_is_served_by_another_server(zw, gate) -> None:
+def test_a_forked_supervisor_runs_with_its_requesters_environment(zw, gate) -> None:
     _, env = gate
     zw.wait(zw.spawn("one", env_extra=env))
-    _server(zw)
-    zw.wait(zw.spawn("two", env_extra={**env, "SOMETHING_ELSE": "1"}))
+    (server,) = _server(zw)
+    sid = zw.spawn("two", env_extra={**env, "SOMETHING_ELSE": "42"})
+    assert int(_stat(_supervisor(zw, sid))[1]) == server  # the same server
+    assert zw.wait(sid).returncode == 0
+    first, second = (json.loads((zw.record / f"env{n}.json").read_text()) for n in (1, 2))
+    assert "SOMETHING_ELSE" not in first and second["SOMETHING_ELSE"] == "42"
+    assert second["ZWARM_SESSION_ID"] == sid
+    assert "ZWARM_SUPERVISOR_OF" not in second
+    zw.wait(zw.spawn("three", env_extra={**env, "LANG": "C.UTF-8-other"}))  # read at start-up
     assert len(_server(zw, count=2)) == 2
 
 
@@ -193,7 +201,9 @@ def test_what_a_child_inherits_besides_its_environment_picks_the_server(tmp_path
     env = {"A": "1"}
     base = forking.address(tmp_path, sys.executable, env)
     assert forking.address(tmp_path, sys.executable, env) == base
-    assert forking.address(tmp_path, sys.executable, {"A": "2"}) != base
+    assert forking.address(tmp_path, sys.executable, {"A": "2"}) == base  # sent with a request
+    for shaping in ("LD_PRELOAD", "LANG", "LC_ALL", "TZ", "TMPDIR", "MALLOC_ARENA_MAX"):
+        assert forking.address(tmp_path, sys.executable, {**env, shaping: "x"}) != base
     assert forking.address(tmp_path / "x", sys.executable, env) != base
     mask = os.umask(0o077)
     try:
@@ -295,24 +305,43 @@ def test_a_server_refuses_malformed_requests_and_closes_what_it_was_sent(tmp_pat
     reg = os.open(log, os.O_WRONLY)
     pipe = os.open(fifo, os.O_RDWR)
     before = _open_fds()
+    h, big = forking.header, forking.ENV_MAX + 1
     cases = [
-        (b"../../etc", [reg]),  # not a session id
-        (SID.encode(), []),  # no log
-        (SID.encode(), [reg, reg]),  # two
-        (SID.encode(), [pipe]),  # not a regular file
-        (SID.upper().encode(), [reg]),
+        (b"../../etc".ljust(36, b"x") + b"00000000", [reg]),  # not a session id
+        (h(SID, 0), []),  # no log
+        (h(SID, 0), [reg, reg]),  # two
+        (h(SID, 0), [pipe]),  # not a regular file
+        (h(SID.upper(), 0), [reg]),
         (b"", []),
+        (SID.encode()[:20], [reg]),  # a short header
+        (SID.encode() + b"zzzzzzzz", [reg]),  # a length that is not one
+        (h(SID, big), [reg]),  # an environment too large
+        (h(SID, 10) + b"A=1\0", [reg]),  # cut short
+        (h(SID, 4) + b"ABC\0", [reg]),  # an entry without '='
+        (h(SID, 3) + b"=1\0", [reg]),  # no name
+        (h(SID, 8) + b"A=1\0A=2\0", [reg]),  # a name twice
+        (h(SID, 3) + b"A=1", [reg]),  # not NUL-ended
     ]
     for msg, fds in cases:
         got, reply = _ask(msg, fds)
         assert got == 0, msg
         assert reply in (b"refused: not a request", b""), (msg, reply)
         assert _open_fds() == before  # every fd it was sent, closed
-    got, reply = _ask(SID.encode(), [reg], code={"/changed.py": (1, 2, 3)})
+    got, reply = _ask(h(SID, 4) + b"A=1\0", [reg], code={"/changed.py": (1, 2, 3)})
     assert got is None and reply == b"refused: zwarm changed on disk"
     assert _open_fds() == before
     os.close(reg)
     os.close(pipe)
+
+
+def test_a_requests_environment_arrives_as_sent_whatever_its_bytes() -> None:
+    env = {"A": "1", "EMPTY": "", "EQ": "a=b=c", "BYTES": os.fsdecode(b"\xff\xfe"), "Z" * 300: "y"}
+    data = forking.encode_env(env)
+    ours, theirs = _pair()
+    with ours, theirs:
+        head = forking.header(SID, len(data))
+        ours.sendall(head + data)
+        assert forkserver._request(theirs, b"") == (SID, env)
 
 
 def _no_new_privs() -> None:
@@ -342,7 +371,7 @@ def test_a_server_answers_no_other_user_and_no_sandboxed_process(tmp_path: Path,
                 s.settimeout(10)
                 s.connect(f"\0{address}".encode())
                 try:
-                    socket.send_fds(s, [SID.encode()], [log])
+                    socket.send_fds(s, [forking.header(SID, 0)], [log])
                     os.write(w, b"[" + s.recv(100) + b"]")
                 except (BrokenPipeError, ConnectionResetError):  # closed before or unread
                     os.write(w, b"[]")
@@ -404,18 +433,18 @@ def _impostor(name: str, reply: bytes | None, hold: float = 0.0) -> threading.Th
 def test_a_requester_accepts_only_a_marked_child_of_the_server_it_asked(tmp_path: Path) -> None:
     log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT)
     with pytest.raises(forking.Absent):
-        forking.fork(_name(), SID, log)
+        forking.fork(_name(), SID, log, {})
     stranger = subprocess.Popen(["sleep", "30"])  # our child, but not marked
     try:
         for reply in (str(stranger.pid).encode(), str(os.getpid()).encode(), b"1", b"x", None):
             name = _name()
             t = _impostor(name, reply)
-            assert forking.fork(name, SID, log, timeout=5) is None, reply
+            assert forking.fork(name, SID, log, {}, timeout=5) is None, reply
             t.join()
         name = _name()
         t = _impostor(name, None, hold=3)
         started = time.monotonic()
-        assert forking.fork(name, SID, log, timeout=0.5) is None
+        assert forking.fork(name, SID, log, {}, timeout=0.5) is None
         assert time.monotonic() - started < 2.5
         t.join()
     finally:

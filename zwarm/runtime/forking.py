@@ -3,13 +3,13 @@
 The requester's side, used by ``LocalLauncher``: whether forking may be used here
 (``usable``), which server to ask (``address``), the request and the checks on its answer
 (``fork``), and how to start a server (``start_argv``). Must stay true:
-- a server is addressed by everything that decides what its children run: the user, the state
-  dir, the interpreter, zwarm's version, the environment a supervisor would get and what else
-  a child inherits (umask, groups, resource limits, priority), so a command that differs in
-  any of them asks another server and a forked supervisor behaves as one started by that
-  command would;
-- a request sends a session id and the session's ``supervisor.log`` (an fd the caller opened
-  with no link followed), nothing else;
+- a server is addressed by what its children share with it: the user, the state dir, the
+  interpreter, zwarm's version, what a child inherits besides its environment (umask, groups,
+  resource limits, priority) and the variables an interpreter reads only when it starts
+  (``shaping``), so a forked supervisor behaves as one started by this command would;
+- a request sends a session id, the session's ``supervisor.log`` (an fd the caller opened
+  with no link followed) and the supervisor's environment, nothing else (a server answers
+  only its user confined as itself: it can do nothing a requester could not do itself);
 - an answer is believed only if it names a live child of the server spoken to (its pid from
   ``SO_PEERCRED``, of this user) that carries the session's supervisor marker; anything else,
   or no answer within ``REPLY_S``, returns None and the caller starts a new interpreter;
@@ -33,6 +33,14 @@ REPLY_S = 3.0  # how long a requester waits for the child's pid (else: a new int
 LOG = "forkserver.log"  # the server's own stderr, in the state dir
 NAME_LEN = 32  # hex digits of the address hash
 CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+HEADER = 36 + 8  # a request starts with a session id and its environment's length (8 hex)
+ENV_MAX = 1 << 20  # the largest environment a request carries
+
+
+def header(sid: str, env_len: int) -> bytes:
+    """A request's first bytes, sent with the log's fd: the session id, the environment's
+    length."""
+    return sid.encode("ascii") + b"%08x" % env_len
 
 
 def usable(python: str, environ: Mapping[str, str]) -> bool:
@@ -47,19 +55,33 @@ def usable(python: str, environ: Mapping[str, str]) -> bool:
 
 
 def address(root: Path, python: str, environ: Mapping[str, str]) -> str:
-    """The name of the server for this state dir, interpreter and supervisor environment
-    (``environ`` is what a supervisor started now would get, its marker the placeholder),
-    and for what else a child inherits from its parent (``inherited``)."""
+    """The name of the server for this state dir and interpreter, and for what a process
+    started now from this one would be given besides its environment (``inherited``) and
+    what of its environment shapes an interpreter at start-up (``shaping``): a request carries
+    the rest of the environment, which the forked supervisor takes as its own."""
     from _blake2 import blake2b
 
     from zwarm import __version__
 
     h = blake2b(digest_size=NAME_LEN // 2)
-    for part in (str(root), python, __version__, *inherited()):
+    for part in (str(root), python, __version__, *inherited(), *shaping(environ)):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
-    for k in sorted(environ):
-        h.update(f"{k}={environ[k]}".encode("utf-8", "surrogateescape") + b"\0")
     return h.hexdigest()
+
+
+SHAPING = ("LD_", "GLIBC_TUNABLES", "MALLOC_", "LANG", "LC_", "TZ", "TMPDIR", "PYTHON")
+
+
+def shaping(environ: Mapping[str, str]) -> list[str]:
+    """The variables a process reads when it starts, not when zwarm asks (the dynamic
+    loader's, the C library's, the locale, the time zone, the temporary directory): a
+    supervisor forked by a server started with others would run with those."""
+    return sorted(f"{k}={v}" for k, v in environ.items() if k.startswith(SHAPING))
+
+
+def encode_env(environ: Mapping[str, str]) -> bytes:
+    """``environ`` as a request carries it: ``KEY=VALUE`` entries, each ended by NUL."""
+    return b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in environ.items())
 
 
 def inherited() -> list[str]:
@@ -86,11 +108,16 @@ class Absent(Exception):
     """No server listens at the address (start one: ``start_argv``)."""
 
 
-def fork(name: str, sid: str, log_fd: int, timeout: float | None = None) -> int | None:
-    """Ask server ``name`` for a supervisor of ``sid`` (its stderr ``log_fd``): the child's
-    pid once it checks out (a live child of that server, of this user, carrying the
-    session's marker); None if the server refused, failed or is not to be trusted; ``Absent``
-    if none listens."""
+def fork(
+    name: str, sid: str, log_fd: int, environ: Mapping[str, str], timeout: float | None = None
+) -> int | None:
+    """Ask server ``name`` for a supervisor of ``sid`` with environment ``environ`` (its
+    stderr ``log_fd``): the child's pid once it checks out (a live child of that server, of
+    this user, carrying the session's marker); None if the server refused, failed or is not
+    to be trusted; ``Absent`` if none listens."""
+    env = encode_env(environ)
+    if len(env) > ENV_MAX:
+        return None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
         s.settimeout(REPLY_S if timeout is None else timeout)
         try:
@@ -103,7 +130,8 @@ def fork(name: str, sid: str, log_fd: int, timeout: float | None = None) -> int 
             server, uid, _ = CRED.unpack(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             if uid != os.geteuid():
                 return None
-            socket.send_fds(s, [sid.encode("ascii")], [log_fd])
+            socket.send_fds(s, [header(sid, len(env))], [log_fd])
+            s.sendall(env)
             reply = _read_reply(s)
         except OSError:  # the server or its child died, or a timeout: a new interpreter runs it
             return None

@@ -10,16 +10,17 @@ falls back to a new interpreter when it is not (starting one for the turns after
 refuses, or when its answer does not check out.
 
 Must stay true:
-- a server is addressed by everything that decides what its children run: the user, the state
-  dir, the interpreter, zwarm's version and the environment a supervisor would get
-  (``forking.address``): a command whose environment differs asks another server, so a forked
-  supervisor behaves as one started by that command would; the server's own copy of zwarm is
-  checked on each request (the files it imported, by inode, size and mtime) and a server whose
-  code changed on disk refuses and exits;
-- a request carries a session id (checked against the id schema) and one open regular file
-  (the session's ``supervisor.log``, opened by the requester with no link followed), nothing
-  else: no path, argv or environment of the requester's choosing; the child runs only what
-  the store says is that supervisor's to run (``supervisor.run`` checks the turn names it);
+- a server is addressed by what its children share with it (``forking.address``: user, state
+  dir, interpreter, zwarm's version, what a child inherits besides its environment, and the
+  variables an interpreter reads only at start-up), so a forked supervisor behaves as one
+  the requester would have started; the server's own copy of zwarm is checked on each request
+  (the files it imported, by inode, size and mtime) and a server whose code changed on disk
+  refuses and exits;
+- a request carries a session id (checked against the id schema), one open regular file (the
+  session's ``supervisor.log``, opened by the requester with no link followed) and the
+  supervisor's environment (bounded, well-formed), nothing else: no path or argv; the child
+  takes that environment as its own and runs only what the store says is that supervisor's
+  to run (``supervisor.run`` checks the turn names it);
 - both ends check the other's uid (``SO_PEERCRED``): the socket is in Linux's abstract
   namespace, which any local user can reach; the server answers only a requester confined
   exactly as itself (``confinement``: namespaces, cgroup, seccomp, no_new_privs,
@@ -48,7 +49,7 @@ import socket
 import sys
 import time
 
-from zwarm.runtime.forking import CRED, NAME_LEN, PLACEHOLDER, abstract
+from zwarm.runtime.forking import CRED, ENV_MAX, HEADER, NAME_LEN, PLACEHOLDER, abstract
 
 TYPE_CHECKING = False  # not ``typing``'s: a server binds its address before any import it can spare
 if TYPE_CHECKING:
@@ -192,9 +193,9 @@ def _answer(
         peer, uid, _ = CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
         if uid != os.geteuid() or confinement(peer) != confinement(os.getpid()):
             return 0  # another user's, or a sandboxed process's: closed unanswered
-        msg, fds, _, _ = socket.recv_fds(conn, 64, 2)
-        sid = msg.decode("ascii", "replace")
-        if len(fds) != 1 or not re.match(SESSION_ID, sid) or not _regular(fds[0]):
+        msg, fds, _, _ = socket.recv_fds(conn, HEADER, 2)
+        request = _request(conn, msg) if len(fds) == 1 and _regular(fds[0]) else None
+        if request is None or not re.match(SESSION_ID, request[0]):
             conn.sendall(b"refused: not a request")
             return 0
         if _code_key() != code:
@@ -202,7 +203,7 @@ def _answer(
             return None
         pid = os.fork()
         if pid == 0:
-            _child(sock, conn, fds[0], state, sid)
+            _child(sock, conn, fds[0], state, *request)
         return pid
     except OSError:
         return 0
@@ -238,6 +239,44 @@ def confinement(pid: int) -> tuple[str, ...] | None:
     return tuple(out)
 
 
+def _request(conn: socket.socket, head: bytes) -> tuple[str, dict[str, str]] | None:
+    """The rest of a request whose first bytes are ``head``: (session id, environment), or
+    None if it is not one (a short or malformed header, an environment over ``ENV_MAX``, an
+    entry without ``=`` or a name twice), all read within ``REQUEST_S``."""
+    deadline = time.monotonic() + REQUEST_S
+    head += _exactly(conn, HEADER - len(head), deadline)
+    size = head[36:]
+    if len(head) != HEADER or not all(c in b"0123456789abcdef" for c in size):
+        return None
+    n = int(size, 16)
+    data = _exactly(conn, n, deadline) if n <= ENV_MAX else b""
+    if len(data) != n or (data and not data.endswith(b"\0")):
+        return None
+    env: dict[str, str] = {}
+    for entry in data.split(b"\0")[:-1]:
+        key, eq, value = entry.partition(b"=")
+        name = os.fsdecode(key)
+        if not key or not eq or name in env:
+            return None
+        env[name] = os.fsdecode(value)
+    return head[:36].decode("ascii", "replace"), env
+
+
+def _exactly(conn: socket.socket, n: int, deadline: float) -> bytes:
+    """Up to ``n`` bytes from ``conn``: fewer if it closes or ``deadline`` passes."""
+    data = b""
+    while len(data) < n:
+        conn.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            chunk = conn.recv(min(n - len(data), 1 << 16))
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def _regular(fd: int) -> bool:
     import stat
 
@@ -248,7 +287,12 @@ def _regular(fd: int) -> bool:
 
 
 def _child(
-    sock: socket.socket, conn: socket.socket, log_fd: int, state: str | Path, sid: str
+    sock: socket.socket,
+    conn: socket.socket,
+    log_fd: int,
+    state: str | Path,
+    sid: str,
+    environ: dict[str, str],
 ) -> None:
     """The forked supervisor: detach, take the session's marker and stderr, answer with its
     pid, then run exactly what ``python -I -m zwarm.runtime.supervisor STATE ID`` runs."""
@@ -259,6 +303,8 @@ def _child(
         sock.close()
         os.setsid()
         _stdio(log_fd)
+        os.environ.clear()  # the requester's: what its own supervisor would have had
+        os.environ.update(environ)
         _mark(sid)
         with contextlib.suppress(OSError):  # cosmetic: a turn never depends on it
             _retitle(state, sid)

@@ -8,9 +8,9 @@ a new interpreter (and a server is started for the turns after). Must stay true:
   no script dir on ``sys.path``; a forked one inherits this from its server, started the same
   way) with ``/`` as its working directory, so nothing an agent planted in the state dir or
   its working directory is ever imported by it;
-- a forked supervisor runs exactly what a new interpreter would, in the environment this
-  command would have given it (the server is chosen by that environment); anything the
-  server's answer does not prove (``forking.fork``) costs a new interpreter, never a turn;
+- a forked supervisor runs exactly what a new interpreter would, with the environment this
+  command would have given it (sent with the request); anything the server's answer does not
+  prove (``forking.fork``) costs a new interpreter, never a turn;
 - it runs in its own session with ``ZWARM_SUPERVISOR_OF=<id>`` and without any inherited
   ``ZWARM_SESSION_ID``; its agent gets ``ZWARM_SESSION_ID=<id>``: these markers are how a kill
   verifies a process belongs to the session (``runtime.procs``);
@@ -67,7 +67,7 @@ class LocalLauncher(Launcher):
         environ = supervisor_env(self.env.environ, forking.PLACEHOLDER)
         name = forking.address(self.store.root, self.env.python, environ)
         try:
-            return forking.fork(name, sid, log)
+            return forking.fork(name, sid, log, supervisor_env(self.env.environ, sid))
         except forking.Absent:
             self._start_server(forking.start_argv(self.env.python, self.store.root, name), environ)
             return None
