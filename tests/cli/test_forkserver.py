@@ -453,6 +453,18 @@ def test_a_requester_accepts_only_a_marked_child_of_the_server_it_asked(tmp_path
         os.close(log)
 
 
+def test_a_sandbox_without_sockets_costs_a_turn_nothing(zw, monkeypatch) -> None:
+    def no_socket(*_: Any, **__: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")  # what a seccomp filter answers
+
+    monkeypatch.setattr(socket, "socket", no_socket)
+    assert forking.fork(_name(), SID, 2, {}) is None
+    api = zw.api(zw.replay("codex_simple"))
+    sid = api.spawn("task", adapter="codex", cwd=zw.cwd).id
+    assert _execd(_supervisor(zw, sid))
+    assert zw.wait(sid).returncode == 0
+
+
 def test_an_impostor_at_the_address_costs_a_turn_nothing(zw, monkeypatch) -> None:
     name = _name()
     monkeypatch.setattr(forking, "address", lambda *_: name)

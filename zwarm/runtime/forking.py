@@ -118,7 +118,11 @@ def fork(
     env = encode_env(environ)
     if len(env) > ENV_MAX:
         return None
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    except OSError:  # a sandbox that allows no socket: a new interpreter, here, as before
+        return None
+    with s:
         s.settimeout(REPLY_S if timeout is None else timeout)
         try:
             s.connect(abstract(name))
