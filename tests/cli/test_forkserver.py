@@ -126,13 +126,20 @@ def test_turns_after_the_first_are_forked_by_the_servers_and_run_as_any(zw, gate
     assert forkservers(zw.state_dir) == [server]  # one server, still serving
 
 
-def test_kill_stops_a_forked_supervisors_turn_and_the_server_serves_on(zw, gate) -> None:
+def _held_forked_turn(zw: Any, gate: tuple[Path, dict[str, str]]) -> tuple[int, str, int]:
+    """(server, session id, supervisor): a first session's turn ran (and started the
+    server); a second one's runs, held, under a supervisor the server forked."""
     hold, env = gate
     zw.wait(zw.spawn("one", env_extra=env))
     (server,) = _server(zw)
     hold.touch()
     sid = zw.spawn("two", env_extra=env)
-    sup = _supervisor(zw, sid)
+    return server, sid, _supervisor(zw, sid)
+
+
+def test_kill_stops_a_forked_supervisors_turn_and_the_server_serves_on(zw, gate) -> None:
+    hold, env = gate
+    server, sid, sup = _held_forked_turn(zw, gate)
     wait_until(lambda: zw.meta(sid)["turns"][-1].get("agent"), message="agent recorded")
     zw.run("kill", sid, check=True)
     assert zw.meta(sid)["status"] == "killed"
@@ -145,11 +152,7 @@ def test_kill_stops_a_forked_supervisors_turn_and_the_server_serves_on(zw, gate)
 
 def test_the_servers_death_leaves_its_running_turns_to_finish(zw, gate) -> None:
     hold, env = gate
-    zw.wait(zw.spawn("one", env_extra=env))
-    (server,) = _server(zw)
-    hold.touch()
-    sid = zw.spawn("two", env_extra=env)
-    sup = _supervisor(zw, sid)
+    server, sid, sup = _held_forked_turn(zw, gate)
     os.kill(server, signal.SIGKILL)
     wait_until(lambda: _gone(server), message="server gone")
     hold.unlink()
