@@ -96,8 +96,10 @@ def gate(zw: Any) -> Iterator[tuple[Path, dict[str, str]]]:
 
 def test_turns_after_the_first_are_forked_by_the_servers_and_run_as_any(zw, gate) -> None:
     hold, env = gate
+    hold.touch()  # every check of a supervisor below is made while its turn is held
     first = zw.spawn("one", env_extra=env)  # no server yet: a new interpreter, one started
     assert _execd(_supervisor(zw, first))
+    hold.unlink()
     (server,) = _server(zw)
     assert zw.wait(first).returncode == 0
     hold.touch()
@@ -144,9 +146,9 @@ def test_kill_stops_a_forked_supervisors_turn_and_the_server_serves_on(zw, gate)
     zw.run("kill", sid, check=True)
     assert zw.meta(sid)["status"] == "killed"
     wait_until(lambda: _gone(sup), message="the killed supervisor gone")
-    hold.unlink()
-    third = zw.spawn("three", env_extra=env)
+    third = zw.spawn("three", env_extra=env)  # held too: its supervisor is looked at live
     assert int(_stat(_supervisor(zw, third))[1]) == server
+    hold.unlink()
     assert zw.wait(third).returncode == 0
 
 
@@ -159,8 +161,10 @@ def test_the_servers_death_leaves_its_running_turns_to_finish(zw, gate) -> None:
     assert zw.wait(sid).returncode == 0
     assert zw.meta(sid)["status"] == "completed"
     assert _gone(sup)
+    hold.touch()
     after = zw.spawn("three", env_extra=env)  # no server: a new interpreter again, and a server
     assert _execd(_supervisor(zw, after))
+    hold.unlink()
     assert zw.wait(after).returncode == 0
     assert server not in _server(zw)
 
@@ -184,11 +188,13 @@ def test_one_forked_supervisors_death_never_touches_another_session(zw, gate) ->
 
 
 def test_a_forked_supervisor_runs_with_its_requesters_environment(zw, gate) -> None:
-    _, env = gate
+    hold, env = gate
     zw.wait(zw.spawn("one", env_extra=env))
     (server,) = _server(zw)
+    hold.touch()
     sid = zw.spawn("two", env_extra={**env, "SOMETHING_ELSE": "42"})
     assert int(_stat(_supervisor(zw, sid))[1]) == server  # the same server
+    hold.unlink()
     assert zw.wait(sid).returncode == 0
     first, second = (json.loads((zw.record / f"env{n}.json").read_text()) for n in (1, 2))
     assert "SOMETHING_ELSE" not in first and second["SOMETHING_ELSE"] == "42"
@@ -223,11 +229,13 @@ def test_what_a_child_inherits_besides_its_environment_picks_the_server(tmp_path
 
 
 def test_switched_off_turns_run_as_new_interpreters(zw, gate) -> None:
-    _, env = gate
+    hold, env = gate
     off = {**env, "ZWARM_FORKSERVER": "0"}
     for task in ("one", "two"):
+        hold.touch()
         sid = zw.spawn(task, env_extra=off)
         assert _execd(_supervisor(zw, sid))
+        hold.unlink()
         assert zw.wait(sid).returncode == 0
     assert forkservers(zw.state_dir) == []
 
@@ -456,25 +464,28 @@ def test_a_requester_accepts_only_a_marked_child_of_the_server_it_asked(tmp_path
         os.close(log)
 
 
-def test_a_sandbox_without_sockets_costs_a_turn_nothing(zw, monkeypatch) -> None:
+def test_a_sandbox_without_sockets_costs_a_turn_nothing(zw, gate, monkeypatch) -> None:
     def no_socket(*_: Any, **__: Any) -> None:
         raise PermissionError(1, "Operation not permitted")  # what a seccomp filter answers
 
     monkeypatch.setattr(socket, "socket", no_socket)
     assert forking.fork(_name(), SID, 2, {}) is None
-    api = zw.api(zw.replay("codex_simple"))
-    sid = api.spawn("task", adapter="codex", cwd=zw.cwd).id
+    hold, env = gate
+    hold.touch()
+    sid = zw.api(env).spawn("task", adapter="codex", cwd=zw.cwd).id
     assert _execd(_supervisor(zw, sid))
+    hold.unlink()
     assert zw.wait(sid).returncode == 0
 
 
-def test_an_impostor_at_the_address_costs_a_turn_nothing(zw, monkeypatch) -> None:
+def test_an_impostor_at_the_address_costs_a_turn_nothing(zw, gate, monkeypatch) -> None:
     name = _name()
     monkeypatch.setattr(forking, "address", lambda *_: name)
     t = _impostor(name, b"1")
-    api = zw.api(zw.replay("codex_simple"))
-    sid = api.spawn("task", adapter="codex", cwd=zw.cwd).id
-    sup = _supervisor(zw, sid)
-    assert _execd(sup)  # a new interpreter: as if there were no server
+    hold, env = gate
+    hold.touch()
+    sid = zw.api(env).spawn("task", adapter="codex", cwd=zw.cwd).id
+    assert _execd(_supervisor(zw, sid))  # a new interpreter: as if there were no server
+    hold.unlink()
     t.join(timeout=30)
     assert zw.wait(sid).returncode == 0
