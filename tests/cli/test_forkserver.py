@@ -299,7 +299,8 @@ def _ask(msg: bytes, fds: list[int], code: dict[str, Any] | None = None) -> tupl
         if msg or fds:
             socket.send_fds(ours, [msg], fds)
         ours.shutdown(socket.SHUT_WR)
-        got = forkserver._answer(theirs, theirs, Path("/"), code or forkserver._code_key())
+        me = forkserver.confinement(os.getpid())
+        got = forkserver._answer(theirs, theirs, Path("/"), code or forkserver._code_key(), me)
         theirs.close()
         return got, ours.recv(100)
 

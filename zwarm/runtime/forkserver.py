@@ -53,6 +53,7 @@ from zwarm.runtime.forking import CRED, ENV_MAX, HEADER, NAME_LEN, PLACEHOLDER, 
 
 TYPE_CHECKING = False  # not ``typing``'s: a server binds its address before any import it can spare
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 IDLE_S = 120.0  # a server with no request for this long exits
@@ -82,6 +83,7 @@ def serve(state: str | Path, name: str, idle: float = IDLE_S) -> int:
     code = _preload()
     gc.freeze()  # what the imports made: children share it, collections never touch it
     gc.enable()  # for what serving makes (a child starts without: ``_child``)
+    me = confinement(os.getpid())  # what a requester must match: read once
     sock.listen(128)
     sock.settimeout(TICK_S)
     last, kids = time.monotonic(), _Children()
@@ -95,7 +97,7 @@ def serve(state: str | Path, name: str, idle: float = IDLE_S) -> int:
             continue
         last = time.monotonic()
         with conn:
-            pid = _answer(sock, conn, state, code)
+            pid = _answer(sock, conn, state, code, me)
             if pid is None:
                 break
             if pid:
@@ -180,9 +182,11 @@ def _answer(
     conn: socket.socket,
     state: str | Path,
     code: dict[str, tuple[int, int, int]],
+    me: tuple[str, ...] | None,
 ) -> int | None:
-    """Serve one request: fork its supervisor (its pid), or refuse, saying why (0); None:
-    the server must exit (its code changed on disk)."""
+    """Serve one request (from a process of this user confined as ``me``, the server): fork
+    its supervisor (its pid), or refuse, saying why (0); None: the server must exit (its code
+    changed on disk)."""
     import re
 
     from zwarm.model.records import SESSION_ID
@@ -191,7 +195,7 @@ def _answer(
     fds: list[int] = []
     try:
         peer, uid, _ = CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if uid != os.geteuid() or confinement(peer) != confinement(os.getpid()):
+        if uid != os.geteuid() or me is None or confinement(peer) != me:
             return 0  # another user's, or a sandboxed process's: closed unanswered
         msg, fds, _, _ = socket.recv_fds(conn, HEADER, 2)
         request = _request(conn, msg) if len(fds) == 1 and _regular(fds[0]) else None
@@ -319,19 +323,34 @@ def _retitle(state: str | Path, sid: str) -> None:
     """Show this child as what it is, ``PYTHON -I -m zwarm.runtime.supervisor STATE ID``, in
     /proc/PID/cmdline (``ps``, ``top``): written over the server's own command line, which
     it always fits when the server was started ``--detach`` (as ``LocalLauncher`` does)."""
+
+    def title(region: bytes) -> bytes | None:
+        argv0 = region.split(b"\0", 1)[0]
+        args = [argv0, b"-I", b"-m", b"zwarm.runtime.supervisor", os.fsencode(state), sid.encode()]
+        new = b"\0".join(args) + b"\0"
+        return new.ljust(len(region), b"\0") if len(new) <= len(region) else None
+
+    _rewrite_own(45, title)  # arg_start, arg_end: /proc/PID/stat fields 48 and 49
+
+
+def _rewrite_own(first: int, edit: Callable[[bytes], bytes | None]) -> None:
+    """Replace this process's argument (``first`` 45) or environment (47) block, as
+    /proc/PID/cmdline or /proc/PID/environ show it, with ``edit(block)`` (same length; None:
+    leave it). The block's bounds are fields ``first`` and ``first + 1`` of /proc/self/stat
+    (counted after the command name)."""
     from zwarm.runtime import procs
 
     fields = procs._stat_fields(os.getpid())
-    if fields is None or len(fields) < 47:
-        return
-    start, end = int(fields[45]), int(fields[46])
+    if fields is None or len(fields) < first + 2:
+        raise OSError("no argument or environment bounds in /proc/self/stat")
+    start, end = int(fields[first]), int(fields[first + 1])
     fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
     try:
-        argv0 = os.pread(fd, end - start, start).split(b"\0", 1)[0]
-        args = [argv0, b"-I", b"-m", b"zwarm.runtime.supervisor", os.fsencode(state), sid.encode()]
-        title = b"\0".join(args) + b"\0"
-        if len(title) <= end - start:
-            os.pwrite(fd, title.ljust(end - start, b"\0"), start)
+        new = edit(os.pread(fd, end - start, start))
+        if new is not None and len(new) != end - start:
+            raise OSError("a rewritten block must keep its length")
+        if new is not None:
+            os.pwrite(fd, new, start)
     finally:
         os.close(fd)
 
@@ -351,20 +370,18 @@ def _mark(sid: str) -> None:
     environment (what /proc/PID/environ shows), and in ``os.environ``; verified."""
     from zwarm.runtime import procs
 
-    fields = procs._stat_fields(os.getpid())
-    if fields is None or len(fields) < 49:
-        raise OSError("no environment bounds in /proc/self/stat")
-    start, end = int(fields[47]), int(fields[48])
-    want = f"\0{procs.SUPERVISOR_MARKER}=".encode()
-    fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
-    try:
-        region = b"\0" + os.pread(fd, end - start, start)
-        at = region.find(want + PLACEHOLDER.encode() + b"\0")
-        if at < 0 or len(sid) != len(PLACEHOLDER):
+    want = f"{procs.SUPERVISOR_MARKER}={PLACEHOLDER}".encode()
+    if len(sid) != len(PLACEHOLDER):
+        raise OSError("a session id the length of no placeholder")
+
+    def marked(region: bytes) -> bytes:
+        entries = region.split(b"\0")
+        if want not in entries:
             raise OSError("no supervisor marker placeholder in the environment")
-        os.pwrite(fd, sid.encode("ascii"), start + at - 1 + len(want))
-    finally:
-        os.close(fd)
+        entries[entries.index(want)] = f"{procs.SUPERVISOR_MARKER}={sid}".encode()
+        return b"\0".join(entries)
+
+    _rewrite_own(47, marked)  # env_start, env_end: /proc/PID/stat fields 50 and 51
     os.environ[procs.SUPERVISOR_MARKER] = sid
     if not procs.has_marker(os.getpid(), sid, procs.SUPERVISOR_MARKER):
         raise OSError("the supervisor marker did not take")
