@@ -33,13 +33,20 @@ hang = api(FAKE_REPLAY=f"{samples}/claude_simple.jsonl", FAKE_HANG="1")
 def fds():
     return sorted(os.listdir("/proc/self/fd"))
 
+def status(k):
+    # a child may exit between the listing and this look (a detached server's starter does)
+    try:
+        return k.status()
+    except psutil.NoSuchProcess:
+        return None
+
 def settle(deadline=60.0):
     # every supervisor exits after recording its turn; wait until none is left
     end = time.monotonic() + deadline
     me = psutil.Process()
     while time.monotonic() < end:
         kids = [k for k in me.children(recursive=True)
-                if k.status() != psutil.STATUS_ZOMBIE]
+                if status(k) not in (psutil.STATUS_ZOMBIE, None)]
         if not kids and threading.active_count() == 1:
             break
         time.sleep(0.05)
@@ -77,8 +84,8 @@ kids = me.children(recursive=True)
 out = {
     "sessions": len(ok.sessions()),
     "statuses": sorted({r["status"] for r in ok.sessions()}),
-    "zombies": [k.pid for k in kids if k.status() == psutil.STATUS_ZOMBIE],
-    "children": [k.pid for k in kids],
+    "zombies": [k.pid for k in kids if status(k) == psutil.STATUS_ZOMBIE],
+    "children": [k.pid for k in kids if status(k) is not None],
     "base_fds": base_fds, "end_fds": fds(),
     "base_threads": base_threads, "end_threads": threading.active_count(),
 }
