@@ -208,6 +208,7 @@ def base_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("ZWARM_DIR", None)
     env["PYTHONDONTWRITEBYTECODE"] = "0"
+    env["XDG_CACHE_HOME"] = str(CACHE / "xdg-cache")  # the listing's row cache: the bench's own
     return env
 
 
@@ -361,6 +362,25 @@ def _check_listing(new: Path, n: int, running: int, env: dict[str, str], cwd: Pa
         )
 
 
+def _cache_file(new: Path, env: dict[str, str]) -> Path:
+    """The listing's row cache of the state dir ``new``, as ``zwarm`` run with ``env`` finds it."""
+    from zwarm.store import rowcache
+
+    return rowcache.location(env, os.stat(new / "sessions"))
+
+
+def _warm_cache(new: Path, n: int, ls_json: list[str], env: dict[str, str], cwd: Path) -> None:
+    """Make the listing cache warm: every finished session's row cached (a session's files
+    are cached once they are RACY_S old), and check that it is."""
+    from zwarm.store import rowcache
+
+    time.sleep(rowcache.RACY_S + 0.1)
+    run_cmd(ls_json, cwd=cwd, env=env)
+    lines = _cache_file(new, env).read_bytes().count(b"\n")
+    if lines < n:
+        raise BenchError(f"the listing cache of the {n}-session tree holds {lines} rows")
+
+
 def _listing(
     cfg: argparse.Namespace, n: int, new: Path, old: Path | None, env: dict[str, str], cwd: Path
 ) -> None:
@@ -394,19 +414,29 @@ def _listing(
         os.replace(tmp, m)
         return run_cmd(ls_json, cwd=cwd, env=env)
 
+    cache = _cache_file(new, env)
+
+    def cold() -> Sample:  # no listing cache: every meta.json read, the cache written anew
+        cache.unlink(missing_ok=True)
+        return run_cmd(ls_json, cwd=cwd, env=env)
+
     floor = [PY, "-c", FLOOR_META, str(new / "sessions")]
     cases: list[Case] = [
         ("floor", cmd(floor), None),
         ("ls_json", cmd(ls_json), None),
-        ("floor_young", young(floor), None),
-        ("ls_young", young(ls_json), None),
+        ("ls_cold", cold, None),
         ("ls_one", one_changed, None),
         ("ls", cmd([ZWARM, "--state-dir", str(new), "ls"]), None),
     ]
     if cfg.old and old is not None:
         limit = 2 if cfg.quick else 5
         cases.append(("old", cmd([str(cfg.old), "sessions", "--dir", str(old)]), limit))
+    _warm_cache(new, n, ls_json, env, cwd)
     res = measure(cases, cfg.reps)
+    # young last: it leaves every meta.json just written (so no warm listing for 2 s after it)
+    res.update(
+        measure([("floor_young", young(floor), None), ("ls_young", young(ls_json), None)], cfg.reps)
+    )
     _check_listing(new, n, cfg.running, env, cwd)  # nothing was reconciled away meanwhile
     raw(f"fig2_{n}", res)
     _listing_rows(cfg, n, res)
@@ -421,6 +451,7 @@ def _listing_rows(cfg: argparse.Namespace, n: int, res: dict[str, dict[int, Samp
     young_ref = f"the floor, also young {spread(res['floor_young'])}"
     for key, base, what, limit, rf in [
         ("ls_json", "floor", f"zwarm ls --json, {label}: warm", warm_max, ref),
+        ("ls_cold", "floor", "  cold: no listing cache", cold_max, ref),
         ("ls_young", "floor_young", "  young: all finished in the last 2 s", cold_max, young_ref),
     ]:
         r = paired_ratio(res[key], res[base])

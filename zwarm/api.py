@@ -433,17 +433,29 @@ class Zwarm:
         """The rows of every session that is not running (each session dropped as soon as
         its row is made: a listing's memory is its rows), and the running sessions, whose
         rows wait for one survey of their launchers."""
+        from zwarm.store import rowcache
+
         rows: list[dict[str, Any]] = []
         running: list[Session] = []
-        read = self.store.read
-        for sid in self.store.list_ids():
-            got = read(sid)
-            if isinstance(got, DamagedSession):
-                rows.append(damaged_row(sid, got.problem))
-            elif got.status in RUNS and got.current is not None:
-                running.append(got)
-            else:
-                rows.append(row(got))
+        read = self.store.read_keyed
+        with self.store.sessions_fd() as sfd:
+            cache = rowcache.opened(self.env.environ, sfd)
+            for sid in self.store.list_ids():
+                cached = cache.get(sid) if cache is not None else None
+                if cached is not None:
+                    rows.append(cached)
+                    continue
+                got, key = read(sid)
+                if isinstance(got, DamagedSession):
+                    rows.append(damaged_row(sid, got.problem))
+                elif got.status in RUNS and got.current is not None:
+                    running.append(got)
+                else:
+                    rows.append(r := row(got))
+                    if cache is not None and key is not None:
+                        cache.put(sid, key, r)
+        if cache is not None:
+            cache.save()
         return rows, running
 
     def _listed(

@@ -459,10 +459,12 @@ def test_claude_broken_stream_falls_back_to_one_non_streaming_request(
     result = claude_result(run)
     assert result["is_error"] is True
     reqs = agent.srv.requests
-    assert [r.body["stream"] for r in reqs[:2]] == [True, False]
-    # claude has a second path (seen under load, as in tests/real): it keeps the partial text
-    # and asks the model to resume; that request fails too here
-    assert all("cut off mid-stream" in r.dump() for r in reqs[2:]), [r.dump() for r in reqs]
+    assert reqs[0].body["stream"] is True and len(reqs) >= 2
+    # claude re-sends the turn non-streaming (../shared/reference/limits.md); it has a second
+    # path (seen under load, as in tests/real, and as the first retry in one CI run): it keeps
+    # the partial text and asks the model to resume, streaming; that request fails too here
+    for r in reqs[1:]:
+        assert r.body["stream"] is False or "cut off mid-stream" in r.dump(), r.dump()
     if len(reqs) == 2:
         assert "Connection to the API was lost" in result["result"]
 

@@ -14,13 +14,13 @@ def test_listing_pauses_gc_and_restores_it(zw: Any, monkeypatch: pytest.MonkeyPa
     zw.wait(sid)
     api = zw.api()
     seen: list[bool] = []
-    read = api.store.read
+    read = api.store.read_keyed
 
     def spy(s: str) -> Any:
         seen.append(gc.isenabled())
         return read(s)
 
-    monkeypatch.setattr(api.store, "read", spy)
+    monkeypatch.setattr(api.store, "read_keyed", spy)
     assert gc.isenabled()
     rows = api.sessions()
     assert [r["id"] for r in rows] == [sid] and rows[0]["status"] == "completed"
@@ -36,7 +36,7 @@ def test_listing_restores_gc_after_an_error(zw: Any, monkeypatch: pytest.MonkeyP
     def boom(s: str) -> Any:
         raise RuntimeError("disk gone")
 
-    monkeypatch.setattr(api.store, "read", boom)
+    monkeypatch.setattr(api.store, "read_keyed", boom)
     with pytest.raises(RuntimeError):
         api.sessions()
     assert gc.isenabled()

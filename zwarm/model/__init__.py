@@ -2,9 +2,10 @@
 
 Owns the shape of everything zwarm stores and prints: ``status`` (statuses, state groups,
 failure reasons), ``records`` (the typed session record), ``schema`` (decoding, migrations,
-encoding of ``meta.json``), ``steps`` (the normalized trajectory step), ``views`` (the stable
-JSON shapes of a session shown to users and tools). Must stay true: nothing here imports
-anything of zwarm's outside ``zwarm.model`` (but for a lazy import in one migration step).
+encoding of ``meta.json``), ``steps`` (the normalized trajectory step), ``rows`` (the schema
+of a session's listing row, for rows read back from the listing's cache). Must stay true:
+nothing here imports anything of zwarm's outside ``zwarm.model`` (but for a lazy import in one
+migration step).
 """
 
 from zwarm.model.records import ProcRef, QueuedMessage, Session, Turn, TurnOutcome, Usage

@@ -35,6 +35,24 @@ def file_key(st: os.stat_result) -> Key:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+# a directory (dev, ino, mtime_ns, ctime_ns) and a file in it (ino, size, mtime_ns, ctime_ns)
+DirFileKey = tuple[int, int, int, int, int, int, int, int]
+
+
+def dir_file_key(d: os.stat_result, f: os.stat_result) -> DirFileKey:
+    """The identity of one version of a directory and of one file in it (``rowcache``)."""
+    return (
+        d.st_dev,
+        d.st_ino,
+        d.st_mtime_ns,
+        d.st_ctime_ns,
+        f.st_ino,
+        f.st_size,
+        f.st_mtime_ns,
+        f.st_ctime_ns,
+    )
+
+
 class NotRegularFile(OSError):
     """A state file that is a FIFO, a device, a directory or a link."""
 
@@ -84,10 +102,13 @@ def _read_fd(fd: int, path: str, limit: int) -> tuple[bytes, os.stat_result]:
     return data, st
 
 
-def read_dir_file(directory: str, name: str, limit: int) -> bytes:
+def read_dir_file(
+    directory: str, name: str, limit: int
+) -> tuple[bytes, os.stat_result, os.stat_result]:
     """``name`` (a regular file, at most ``limit`` bytes) in ``directory``, which must be a real
     directory whose ``turns`` entry, if any, is a real directory too: neither path component
-    may be a link. ``NotADirectoryError`` if ``directory`` (or its ``turns``) is not one."""
+    may be a link. ``NotADirectoryError`` if ``directory`` (or its ``turns``) is not one.
+    Returns the bytes and the stats of the directory and the file, from the fds read."""
     try:
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC)
     except OSError as e:
@@ -97,6 +118,7 @@ def read_dir_file(directory: str, name: str, limit: int) -> bytes:
             ) from None
         raise
     try:
+        dst = os.fstat(dfd)
         try:
             st = os.stat("turns", dir_fd=dfd, follow_symlinks=False)
             if not stat.S_ISDIR(st.st_mode):
@@ -113,9 +135,10 @@ def read_dir_file(directory: str, name: str, limit: int) -> bytes:
     finally:
         os.close(dfd)
     try:
-        return _read_fd(fd, name, limit)[0]
+        data, st = _read_fd(fd, name, limit)
     finally:
         os.close(fd)
+    return data, dst, st
 
 
 def open_read(path: str | Path) -> int:

@@ -40,10 +40,14 @@ from zwarm.errors import (
 from zwarm.model import Session
 from zwarm.model.schema import MAX_META_BYTES, decode, encode
 from zwarm.store.files import (
+    CLOEXEC,
+    NOFOLLOW,
+    DirFileKey,
     Key,
     NotRegularFile,
     TooLarge,
     atomic_write,
+    dir_file_key,
     file_key,
     fsync_dir,
     lock_fd,
@@ -217,6 +221,20 @@ class Store:
         except OSError as e:  # not a directory, no permission
             raise StoreError(f"cannot read {self.sessions}: {e.strerror}") from None
 
+    @contextlib.contextmanager
+    def sessions_fd(self) -> Iterator[int | None]:
+        """An fd on ``sessions/`` (a real directory, never a link) for the block, or None if
+        it cannot be opened."""
+        try:
+            fd = os.open(self.sessions, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC)
+        except OSError:
+            yield None
+            return
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
     def turn_logs(self, sid: str) -> list[int]:
         """The numbers of the turns whose log (``turns/turn_N.jsonl``) exists, in order; read
         from the directory, not meta.json (for a session whose meta.json is damaged)."""
@@ -259,11 +277,19 @@ class Store:
     def load(self, sid: str, history: bool = True) -> Session:
         """The session, validated by the one schema, or ``DamagedSession``/``SessionNotFound``.
         Without ``history``, archived turns are left out (``Session.head_only``)."""
+        s, _ = self._load(sid)
+        if history and s.head_only:
+            self._with_history(f"{self.sessions}/{sid}", s)
+        return s
+
+    def _load(self, sid: str) -> tuple[Session, DirFileKey]:
+        """``load`` without the history, and the key of the files it was read from (its
+        directory's and meta.json's, ``files.dir_file_key``)."""
         if not _ID.match(sid):
             raise InvalidRef(sid, "not a session id")
         d = f"{self.sessions}/{sid}"  # no Path: ls calls this 50,000 times
         try:
-            data = read_dir_file(d, "meta.json", MAX_META_BYTES)
+            data, dst, fst = read_dir_file(d, "meta.json", MAX_META_BYTES)
         except FileNotFoundError:
             if not os.path.lexists(d):
                 raise SessionNotFound(sid) from None
@@ -281,9 +307,7 @@ class Store:
             raise DamagedSession(sid, str(e)) from None
         if s.id != sid:
             raise DamagedSession(sid, f"meta.json names another session ({s.id})")
-        if history and s.head_only:
-            self._with_history(d, s)
-        return s
+        return s, dir_file_key(dst, fst)
 
     @staticmethod
     def _with_history(d: str, s: Session) -> None:
@@ -301,12 +325,16 @@ class Store:
     def read(self, sid: str) -> Session | DamagedSession:
         """``load`` for listings (archived turns left out): a damaged session is returned as
         its error, not raised."""
+        return self.read_keyed(sid)[0]
+
+    def read_keyed(self, sid: str) -> tuple[Session | DamagedSession, DirFileKey | None]:
+        """``read``, and the key of the files a valid session was read from."""
         try:
-            return self.load(sid, history=False)
+            return self._load(sid)
         except (DamagedSession, SessionNotFound, StoreError) as e:
             if isinstance(e, DamagedSession):
-                return e
-            return DamagedSession(sid, str(e))
+                return e, None
+            return DamagedSession(sid, str(e)), None
 
     def _write(self, session: Session, path: Path | None = None) -> None:
         atomic_write(path or self.meta_path(session.id), encode(session))

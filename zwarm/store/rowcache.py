@@ -1,0 +1,230 @@
+"""The listing's cache of finished sessions' rows, kept where agents cannot write.
+
+Owns ``$XDG_CACHE_HOME/zwarm/rows/<dev>-<ino>.jsonl`` (default ``~/.cache/zwarm/rows``), one
+file per state dir (named by its ``sessions/`` directory's device and inode). A listing
+(``Zwarm.sessions``) takes from it the row of each finished session whose files are
+unchanged, and gives it the rows it had to make. It lies outside the state dir, so an agent
+that may write its own ``meta.json`` (it lies in its working directory) cannot plant a row, as
+it cannot plant a launch pin (``zwarm.store.pins``). Must stay true:
+- a cached row is used only while the session's directory and its ``meta.json`` are exactly as
+  when the row was made from them: the same device, inode, mtime and ctime of the directory
+  and inode, size, mtime and ctime of the file (``store.files.DirFileKey``, from the very fds
+  the row was read through), and only if all four times were at least ``RACY_S`` old then (a
+  rewrite within the same clock tick keeps the times: git's racily-clean rule). A ctime cannot
+  be set back, so no rewrite of a session's files matches an earlier key. Only rows of
+  finished sessions are kept; a running, waiting or damaged session is read from its
+  ``meta.json`` every time;
+- it is used only on a local filesystem (``local_fs``: not over NFS, Lustre, ...);
+- the file is still read as untrusted input: opened without following a link, in a real
+  directory of this user, a regular file of this user of at most ``MAX_BYTES``, and every line
+  decoded by the one row schema (``zwarm.model.rows``) before its row is believed. A line that
+  does not decode or whose key does not match is ignored: that session is read from its
+  ``meta.json`` as if nothing were cached. The cache makes a listing faster, never different;
+- it only grows by whole lines appended in one write, or is replaced atomically when
+  compacted (only live lines kept); writing it never fails a command (a full disk, a
+  read-only home: nothing is written).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from zwarm.errors import StoreError
+from zwarm.model.rows import decode_row
+from zwarm.model.status import FINISHED
+from zwarm.store.files import (
+    CLOEXEC,
+    NOFOLLOW,
+    DirFileKey,
+    NotRegularFile,
+    TooLarge,
+    atomic_write,
+    dir_file_key,
+    read_file,
+)
+from zwarm.store.files import write_all as _write_all
+
+MAX_BYTES = 256 << 20  # a larger cache is ignored (and replaced by the next listing)
+RACY_S = 2.0
+_RACY_NS = int(RACY_S * 1e9)
+SLACK = 1000  # dead lines tolerated before a compaction, beyond one per live line
+_FINISHED = frozenset(s.value for s in FINISHED)
+LOCAL_FS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "bcachefs", "f2fs", "zfs", "jfs", "reiserfs"}
+    | {"tmpfs", "ramfs", "overlay", "vfat", "exfat", "ntfs3", "hfsplus", "apfs"}
+)
+
+
+class _Line(msgspec.Struct, array_like=True):
+    sid: str
+    key: DirFileKey
+    row: msgspec.Raw
+
+
+_line = msgspec.json.Decoder(_Line)
+_encode = msgspec.json.Encoder().encode
+
+
+def location(environ: Mapping[str, str], sessions: os.stat_result) -> Path:
+    """The cache file of the state dir whose ``sessions/`` directory is ``sessions``."""
+    base = environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".cache")
+    return Path(base) / "zwarm" / "rows" / f"{sessions.st_dev:x}-{sessions.st_ino:x}.jsonl"
+
+
+def opened(environ: Mapping[str, str], sessions_fd: int | None) -> RowCache | None:
+    """The cache of the state dir whose ``sessions/`` is open as ``sessions_fd``, read; None
+    if that is on a filesystem not known to be local (``local_fs``)."""
+    if sessions_fd is None:
+        return None
+    st = os.fstat(sessions_fd)
+    if not local_fs(st.st_dev):
+        return None
+    cache = RowCache(location(environ, st), sessions_fd)
+    cache.load()
+    return cache
+
+
+def local_fs(dev: int, mountinfo: str = "/proc/self/mountinfo") -> bool:
+    """Whether device ``dev`` holds a local filesystem (``LOCAL_FS``), whose ``stat`` always
+    shows a change. A network filesystem's client may answer ``stat`` from its attribute cache
+    for a minute after another machine (a Slurm node) rewrote a file, while ``open`` checks
+    (close-to-open): there a listing reads every ``meta.json``, as without a cache."""
+    want = f"{os.major(dev)}:{os.minor(dev)}".encode()
+    try:
+        with open(mountinfo, "rb") as f:
+            data = f.read(1 << 22)
+    except OSError:
+        return False
+    for line in data.splitlines():
+        head, sep, tail = line.partition(b" - ")
+        fields = head.split(b" ", 3)
+        if sep and len(fields) > 2 and fields[2] == want:
+            return tail.split(b" ", 1)[0].decode("ascii", "replace") in LOCAL_FS
+    return False
+
+
+class RowCache:
+    """One listing's view of the cache: ``load`` once, ``get``/``put`` per session, ``save``.
+    ``get`` looks at the sessions through ``sessions_fd`` (open for the listing)."""
+
+    def __init__(self, path: Path, sessions_fd: int) -> None:
+        self.dir = path.parent
+        self.path = path
+        self._fd = sessions_fd
+        self._lines: dict[str, tuple[DirFileKey, msgspec.Raw, bytes]] = {}
+        self._count = 0  # lines in the file, live or not
+        self._new: list[bytes] = []
+        self._kept: dict[str, bytes] = {}  # the lines a listing used, by session
+        self._now = time.time_ns()
+
+    def load(self) -> None:
+        """Read the file: nothing if it is missing, is not a regular file of this user in a
+        real directory of this user, or is too large (then the next ``save`` replaces it)."""
+        try:
+            if not _own_dir(os.lstat(self.dir)):
+                return
+            data, st = read_file(self.path, MAX_BYTES)
+        except TooLarge:
+            self._count = MAX_BYTES  # replaced by the rows of this listing
+            return
+        except (OSError, NotRegularFile):
+            return
+        if st.st_uid != os.geteuid():
+            return
+        lines = self._lines
+        for raw in data.split(b"\n"):
+            if not raw:
+                continue
+            self._count += 1
+            try:
+                ln = _line.decode(raw)
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                continue
+            lines[ln.sid] = (ln.key, ln.row, raw)
+
+    def get(self, sid: str) -> dict[str, Any] | None:
+        """The cached row of ``sid`` if its files are as they were when it was made."""
+        got = self._lines.get(sid)
+        if got is None:
+            return None
+        try:
+            d = os.stat(sid, dir_fd=self._fd, follow_symlinks=False)
+            f = os.stat(f"{sid}/meta.json", dir_fd=self._fd, follow_symlinks=False)
+        except OSError:
+            return None
+        if dir_file_key(d, f) != got[0] or not stat.S_ISREG(f.st_mode):
+            return None
+        try:
+            row = decode_row(got[1])
+        except ValueError:
+            return None
+        if row["id"] != sid or row["status"] not in _FINISHED:
+            return None
+        self._kept[sid] = got[2]
+        return row
+
+    def put(self, sid: str, key: DirFileKey, row: dict[str, Any]) -> None:
+        """Keep ``row`` (just made from the files of ``key``) if it may be cached."""
+        if row["status"] not in _FINISHED or row.get("damaged"):
+            return
+        newest = max(key[2], key[3], key[6], key[7])
+        if newest > self._now - _RACY_NS:  # racy (or a file from the future: a stepped clock)
+            return
+        self._new.append(_encode([sid, key, row]))
+
+    def save(self) -> None:
+        """Append the new rows, or rewrite the file with only the live ones once mostly dead.
+        Every failure is ignored."""
+        dead = self._count - len(self._kept)
+        try:
+            if dead > len(self._kept) + SLACK:
+                self._compact()
+            elif self._new:
+                self._append()
+        except OSError:
+            pass
+
+    def _append(self) -> None:
+        self._ensure_dir()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return
+            if st.st_size + sum(len(x) + 1 for x in self._new) > MAX_BYTES:
+                return  # replaced by the next compaction
+            _write_all(fd, b"".join(x + b"\n" for x in self._new))
+        finally:
+            os.close(fd)
+
+    def _compact(self) -> None:
+        self._ensure_dir()
+        data = b"".join(x + b"\n" for x in [*self._kept.values(), *self._new])
+        if len(data) > MAX_BYTES:
+            data = b""
+        with contextlib.suppress(StoreError):  # a full disk: not worth failing a listing
+            atomic_write(self.path, data, durable=False)
+
+    def _ensure_dir(self) -> None:
+        """The cache dir, made (0700) if missing; ``OSError`` if it is not this user's own."""
+        try:
+            self.dir.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            if not _own_dir(os.lstat(self.dir)):
+                raise NotADirectoryError(str(self.dir)) from None
+
+
+def _own_dir(st: os.stat_result) -> bool:
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
