@@ -432,7 +432,8 @@ class Zwarm:
     def _rows_of_finished(self) -> tuple[list[dict[str, Any]], list[Session]]:
         """The rows of every session that is not running (each session dropped as soon as
         its row is made: a listing's memory is its rows), and the running sessions, whose
-        rows wait for one survey of their launchers."""
+        rows wait for one survey of their launchers. A finished session whose files are as
+        they were when its row was cached is not read (``store.rowcache``)."""
         from zwarm.store import rowcache
 
         rows: list[dict[str, Any]] = []

@@ -240,6 +240,52 @@ def test_switched_off_turns_run_as_new_interpreters(zw, gate) -> None:
     assert forkservers(zw.state_dir) == []
 
 
+def test_one_server_starts_at_a_time_and_holds_the_start_lock_until_it_listens(
+    zw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A storm of first turns starts one server, not one per turn (the rest would exit at
+    once, having lost the race to bind): the starter takes the state dir's start lock and
+    hands it to the server, which holds it until it listens."""
+    from zwarm.runtime import local
+
+    api = zw.api()
+    api.store.ensure()
+    launcher = api._launcher("local")
+    environ = supervisor_env(api.env.environ, forking.PLACEHOLDER)
+    name = forking.address(api.store.root, api.env.python, environ)
+    started: list[list[str]] = []
+    popen = subprocess.Popen
+
+    def counting(argv: list[str], **kw: Any) -> Any:
+        started.append(argv)
+        return popen(argv, **kw)
+
+    monkeypatch.setattr(local.subprocess, "Popen", counting)
+    for _ in range(5):
+        launcher._start_server(name, environ)
+    assert len(started) == 1 and "--lock" in started[0]
+    with pytest.raises(forking.Busy):  # held by the server until it listens
+        os.close(forking.start_lock(api.store.root) or -1)
+    wait_until(lambda: _listens(name))
+    fd = wait_until(lambda: _free(api.store.root))
+    os.close(fd)
+
+
+def _free(root: Path) -> int | None:
+    try:
+        return forking.start_lock(root)
+    except forking.Busy:
+        return None
+
+
+def test_a_link_at_the_start_lock_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_bytes(b"mine")
+    os.symlink(target, tmp_path / forking.START_LOCK)
+    assert forking.start_lock(tmp_path) is None  # no lock: a server starts anyway
+    assert target.read_bytes() == b"mine"
+
+
 # --- the server alone ------------------------------------------------------------------------
 
 
@@ -280,9 +326,10 @@ def test_a_detached_server_is_no_child_of_its_starter(tmp_path: Path) -> None:
 
 
 def test_a_server_refuses_bad_command_lines(tmp_path: Path) -> None:
-    bad = _start(tmp_path, "not-a-name")
-    assert bad.wait(timeout=30) == 2
-    assert b"usage:" in bad.stderr.read()
+    for extra in [(), ("--lock", "1"), ("--lock", "x"), ("--idle", "soon")]:
+        bad = _start(tmp_path, "not-a-name" if not extra else _name(), *extra)
+        assert bad.wait(timeout=30) == 2, extra
+        assert b"usage:" in bad.stderr.read()
     unmarked = _start(tmp_path, _name(), env=dict(os.environ))
     assert unmarked.wait(timeout=30) == 2
     assert b"placeholder" in unmarked.stderr.read()

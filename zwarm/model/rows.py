@@ -98,7 +98,7 @@ class Row(Struct, forbid_unknown_fields=True):
 _decoder = msgspec.json.Decoder(Row)
 
 
-def decode_row(data: bytes | msgspec.Raw) -> dict[str, Any]:
+def decode_row(data: bytes | memoryview) -> dict[str, Any]:
     """The row in ``data`` (one JSON object), validated by ``Row``, as ``api.row`` made it.
     Raises ``ValueError`` if it is not one."""
     try:

@@ -2,7 +2,8 @@
 
 The requester's side, used by ``LocalLauncher``: whether forking may be used here
 (``usable``), which server to ask (``address``), the request and the checks on its answer
-(``fork``), and how to start a server (``start_argv``). Must stay true:
+(``fork``), and how to start a server (``start_argv``, one at a time: ``start_lock``). Must
+stay true:
 - a server is addressed by what its children share with it: the user, the state dir, the
   interpreter, zwarm's version, what a child inherits besides its environment (umask, groups,
   resource limits, priority) and the variables an interpreter reads only when it starts
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 PLACEHOLDER = "-" * 36  # a session id's length: a child writes its id over it, in place
 REPLY_S = 3.0  # how long a requester waits for the child's pid (else: a new interpreter)
 LOG = "forkserver.log"  # the server's own stderr, in the state dir
+START_LOCK = "forkserver.lock"  # held by a starting server until it listens (``start_lock``)
 NAME_LEN = 32  # hex digits of the address hash
 CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 HEADER = 36 + 8  # a request starts with a session id and its environment's length (8 hex)
@@ -172,6 +174,38 @@ def _checks_out(pid: int, server: int, sid: str) -> bool:
     )
 
 
-def start_argv(python: str, root: Path, name: str) -> list[str]:
-    """How to start the server ``name`` for ``root`` (with the environment it was named for)."""
-    return [python, "-I", "-m", "zwarm.runtime.forkserver", "--detach", str(root), name]
+def start_argv(python: str, root: Path, name: str, lock: int | None = None) -> list[str]:
+    """How to start the server ``name`` for ``root`` (with the environment it was named
+    for), handing it ``lock`` (``start_lock``) to hold until it listens."""
+    argv = [python, "-I", "-m", "zwarm.runtime.forkserver", "--detach"]
+    if lock is not None:
+        argv += ["--lock", str(lock)]
+    return [*argv, str(root), name]
+
+
+class Busy(Exception):
+    """Another server of this state dir is starting (it holds the start lock)."""
+
+
+def start_lock(root: Path) -> int | None:
+    """An fd holding the state dir's start lock (``START_LOCK``), for a server to hold from
+    its start until it listens: in a storm of first turns one server starts, not one per
+    turn. ``Busy`` if another holds it; None if there is no lock to take (a link, a FIFO or
+    an unwritable state dir: a server is started anyway, as one that loses the race to bind
+    its address exits at once)."""
+    import fcntl
+
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(root / START_LOCK, flags, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise Busy from None
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

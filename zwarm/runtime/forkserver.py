@@ -33,7 +33,9 @@ Must stay true:
 - every child is its own session leader and its own process: the server's death, or another
   child's, never touches it; the server never waits for a child (it reaps them lazily) and
   has no thread when it forks; it is no child of the command that started it (``--detach``);
-  it exits after ``IDLE_S`` without a request, or once its state dir is gone or replaced.
+  it exits after ``IDLE_S`` without a request, or once its state dir is gone or replaced;
+- one server starts at a time per state dir: it holds the start lock its starter took
+  (``--lock``, ``forking.start_lock``) until it listens.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ ZOMBIE_S = 1.0  # an exited child stays a zombie at least this long (``_Children
 REQUEST_S = 2.0  # how long the server waits for a connected requester's message
 
 
-def serve(state: str | Path, name: str, idle: float = IDLE_S) -> int:
+def serve(state: str | Path, name: str, idle: float = IDLE_S, lock: int | None = None) -> int:
     """Listen at ``name`` (exit at once if another server has it), import what supervisors
-    need, then fork one per request until idle for ``idle`` seconds or the state dir goes."""
+    need, then fork one per request until idle for ``idle`` seconds or the state dir goes.
+    ``lock`` (the start lock its starter took: ``forking.start_lock``) is held until then."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.bind(abstract(name))
@@ -85,6 +88,9 @@ def serve(state: str | Path, name: str, idle: float = IDLE_S) -> int:
     gc.enable()  # for what serving makes (a child starts without: ``_child``)
     me = confinement(os.getpid())  # what a requester must match: read once
     sock.listen(128)
+    if lock is not None:  # listening: later turns are forked, another server may start
+        with contextlib.suppress(OSError):
+            os.close(lock)
     sock.settimeout(TICK_S)
     last, kids = time.monotonic(), _Children()
     while home is not None and _dir_key(state) == home:
@@ -387,30 +393,38 @@ def _mark(sid: str) -> None:
         raise OSError("the supervisor marker did not take")
 
 
-USAGE = "usage: python -I -m zwarm.runtime.forkserver [--detach] [--idle S] STATE_DIR NAME"
+USAGE = (
+    "usage: python -I -m zwarm.runtime.forkserver [--detach] [--idle S] [--lock FD] STATE_DIR NAME"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``[--detach] [--idle S] STATE_DIR NAME``. With ``--detach`` the server runs in a
-    child of this process, which exits at once: its starter (a long-lived API user, say)
-    keeps no child and no thread for it."""
+    """``[--detach] [--idle S] [--lock FD] STATE_DIR NAME``. With ``--detach`` the server
+    runs in a child of this process, which exits at once: its starter (a long-lived API user,
+    say) keeps no child and no thread for it. ``--lock``: the start lock's fd, held until the
+    server listens (``forking.start_lock``)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    idle, detach = IDLE_S, False
-    while len(args) > 2 and args[0] in ("--idle", "--detach"):
-        if args.pop(0) == "--detach":
-            detach = True
-            continue
+    idle, detach, lock = IDLE_S, False, None
+    while len(args) > 2 and args[0] in ("--idle", "--detach", "--lock"):
+        opt = args.pop(0)
         try:
-            idle = float(args.pop(0))
+            if opt == "--idle":
+                idle = float(args.pop(0))
+            elif opt == "--lock":
+                lock = int(args.pop(0))
+            else:
+                detach = True
         except ValueError:
             args = []
+    if lock is not None and lock < 3:  # never stdin, stdout or stderr
+        args = []
     name = args[1] if len(args) == 2 else ""
     if len(name) != NAME_LEN or not all(c in "0123456789abcdef" for c in name):
         print(USAGE, file=sys.stderr)
         return 2
     if detach and os.fork() != 0:
         return 0
-    return serve(args[0], name, idle)
+    return serve(args[0], name, idle, lock)
 
 
 if __name__ == "__main__":

@@ -69,16 +69,24 @@ class LocalLauncher(Launcher):
         try:
             return forking.fork(name, sid, log, supervisor_env(self.env.environ, sid))
         except forking.Absent:
-            self._start_server(forking.start_argv(self.env.python, self.store.root, name), environ)
+            self._start_server(name, environ)
             return None
 
-    def _start_server(self, argv: list[str], environ: dict[str, str]) -> None:
+    def _start_server(self, name: str, environ: dict[str, str]) -> None:
+        """Start the server ``name`` (detached) unless another is starting for this state dir
+        (``forking.start_lock``): it holds the lock until it listens."""
         from zwarm.runtime import forking
 
         try:
+            lock = forking.start_lock(self.store.root)
+        except forking.Busy:
+            return
+        try:
             log = open_append(self.store.root / forking.LOG)
         except OSError:
+            _close(lock)
             return
+        argv = forking.start_argv(self.env.python, self.store.root, name, lock)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -89,11 +97,13 @@ class LocalLauncher(Launcher):
                 env=environ,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=() if lock is None else (lock,),
             )
         except OSError:
             return  # turns run as new interpreters meanwhile
         finally:
             os.close(log)
+            _close(lock)
         _reap_later(proc)
 
     def _spawned(self, sid: str, log: int) -> int:
@@ -139,6 +149,11 @@ def supervisor_env(environ: Mapping[str, str], sid: str) -> dict[str, str]:
 
 
 _reaping: set[subprocess.Popen[bytes]] = set()
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
 
 
 def _reap_later(proc: subprocess.Popen[bytes]) -> None:

@@ -16,10 +16,12 @@ it cannot plant a launch pin (``zwarm.store.pins``). Must stay true:
   ``meta.json`` every time;
 - it is used only on a local filesystem (``local_fs``: not over NFS, Lustre, ...);
 - the file is still read as untrusted input: opened without following a link, in a real
-  directory of this user, a regular file of this user of at most ``MAX_BYTES``, and every line
-  decoded by the one row schema (``zwarm.model.rows``) before its row is believed. A line that
-  does not decode or whose key does not match is ignored: that session is read from its
-  ``meta.json`` as if nothing were cached. The cache makes a listing faster, never different;
+  directory of this user, a regular file of this user of at most ``MAX_BYTES``. A line is
+  ``["<id>",[<key>],<row>]``; it is believed only if it starts with exactly the session's id
+  and its current key, and its row is exactly one JSON object that the one row schema
+  (``zwarm.model.rows``) accepts, naming that session, finished. Any other line is ignored:
+  that session is read from its ``meta.json`` as if nothing were cached. The cache makes a
+  listing faster, never different;
 - it only grows by whole lines appended in one write, or is replaced atomically when
   compacted (only live lines kept); writing it never fails a command (a full disk, a
   read-only home: nothing is written).
@@ -63,14 +65,7 @@ LOCAL_FS = frozenset(
 )
 
 
-class _Line(msgspec.Struct, array_like=True):
-    sid: str
-    key: DirFileKey
-    row: msgspec.Raw
-
-
-_line = msgspec.json.Decoder(_Line)
-_encode = msgspec.json.Encoder().encode
+_encoder = msgspec.json.Encoder()
 
 
 def location(environ: Mapping[str, str], sessions: os.stat_result) -> Path:
@@ -122,9 +117,9 @@ class RowCache:
         self.dir = path.parent
         self.path = path
         self._fd = sessions_fd
-        self._lines: dict[str, tuple[DirFileKey, msgspec.Raw, bytes]] = {}
+        self._lines: dict[bytes, bytes] = {}  # session id -> its latest line
         self._count = 0  # lines in the file, live or not
-        self._new: list[bytes] = []
+        self._new: list[tuple[str, DirFileKey, dict[str, Any]]] = []  # encoded by ``save``
         self._kept: dict[str, bytes] = {}  # the lines a listing used, by session
         self._now = time.time_ns()
 
@@ -144,34 +139,30 @@ class RowCache:
             return
         lines = self._lines
         for raw in data.split(b"\n"):
-            if not raw:
-                continue
-            self._count += 1
-            try:
-                ln = _line.decode(raw)
-            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-                continue
-            lines[ln.sid] = (ln.key, ln.row, raw)
+            if raw:
+                self._count += 1
+                lines[raw[2:38]] = raw  # a line not of our shape never matches (``get``)
 
     def get(self, sid: str) -> dict[str, Any] | None:
         """The cached row of ``sid`` if its files are as they were when it was made."""
-        got = self._lines.get(sid)
-        if got is None:
+        raw = self._lines.get(sid.encode())
+        if raw is None:
             return None
         try:
             d = os.stat(sid, dir_fd=self._fd, follow_symlinks=False)
             f = os.stat(f"{sid}/meta.json", dir_fd=self._fd, follow_symlinks=False)
         except OSError:
             return None
-        if dir_file_key(d, f) != got[0] or not stat.S_ISREG(f.st_mode):
+        head = _head(sid, dir_file_key(d, f))
+        if not (raw.startswith(head) and raw.endswith(b"]")) or not stat.S_ISREG(f.st_mode):
             return None
         try:
-            row = decode_row(got[1])
+            row = decode_row(memoryview(raw)[len(head) : -1])
         except ValueError:
             return None
         if row["id"] != sid or row["status"] not in _FINISHED:
             return None
-        self._kept[sid] = got[2]
+        self._kept[sid] = raw
         return row
 
     def put(self, sid: str, key: DirFileKey, row: dict[str, Any]) -> None:
@@ -181,11 +172,12 @@ class RowCache:
         newest = max(key[2], key[3], key[6], key[7])
         if newest > self._now - _RACY_NS:  # racy (or a file from the future: a stepped clock)
             return
-        self._new.append(_encode([sid, key, row]))
+        self._new.append((sid, key, row))
 
     def save(self) -> None:
         """Append the new rows, or rewrite the file with only the live ones once mostly dead.
-        Every failure is ignored."""
+        Called before the listing changes any row (its place in a tree, in the queue): the
+        rows ``put`` are encoded here. Every failure is ignored."""
         dead = self._count - len(self._kept)
         try:
             if dead > len(self._kept) + SLACK:
@@ -203,15 +195,17 @@ class RowCache:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                 return
-            if st.st_size + sum(len(x) + 1 for x in self._new) > MAX_BYTES:
+            data = _lines(self._new)  # one line each, as ``_head`` spells it
+            if st.st_size + len(data) > MAX_BYTES:
                 return  # replaced by the next compaction
-            _write_all(fd, b"".join(x + b"\n" for x in self._new))
+            _write_all(fd, data)
         finally:
             os.close(fd)
 
     def _compact(self) -> None:
         self._ensure_dir()
-        data = b"".join(x + b"\n" for x in [*self._kept.values(), *self._new])
+        kept = b"".join(x + b"\n" for x in self._kept.values())
+        data = kept + _lines(self._new) if self._new else kept
         if len(data) > MAX_BYTES:
             data = b""
         with contextlib.suppress(StoreError):  # a full disk: not worth failing a listing
@@ -224,6 +218,17 @@ class RowCache:
         except FileExistsError:
             if not _own_dir(os.lstat(self.dir)):
                 raise NotADirectoryError(str(self.dir)) from None
+
+
+def _lines(new: list[tuple[str, DirFileKey, dict[str, Any]]]) -> bytes:
+    """``["<id>",[<key>],<row>]`` for each of ``new``, a line each (compact JSON)."""
+    return _encoder.encode_lines(new)
+
+
+def _head(sid: str, key: DirFileKey) -> bytes:
+    """What a line of ``sid`` made from the files of ``key`` starts with (its row follows,
+    then ``]``): ``["<sid>",[<key>],``."""
+    return f'["{sid}",[{",".join(map(str, key))}],'.encode()
 
 
 def _own_dir(st: os.stat_result) -> bool:
