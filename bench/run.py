@@ -362,11 +362,14 @@ def _check_listing(new: Path, n: int, running: int, env: dict[str, str], cwd: Pa
         )
 
 
-def _cache_file(new: Path, env: dict[str, str]) -> Path:
-    """The listing's row cache of the state dir ``new``, as ``zwarm`` run with ``env`` finds it."""
+def _cache_files(new: Path, env: dict[str, str]) -> list[Path]:
+    """The listing's row cache of the state dir ``new``, as ``zwarm`` run with ``env`` finds it
+    (whatever code made it: ``rowcache.code_tag`` is the installed zwarm's, not this tree's)."""
     from zwarm.store import rowcache
 
-    return rowcache.location(env, os.stat(new / "sessions"))
+    rows = rowcache.location(env, os.stat(new / "sessions")).parent
+    prefix = rowcache.location(env, os.stat(new / "sessions")).name.rsplit("-", 1)[0] + "-"
+    return sorted(rows.glob(f"{prefix}*.jsonl"))
 
 
 def _warm_cache(new: Path, n: int, ls_json: list[str], env: dict[str, str], cwd: Path) -> None:
@@ -376,7 +379,7 @@ def _warm_cache(new: Path, n: int, ls_json: list[str], env: dict[str, str], cwd:
 
     time.sleep(rowcache.RACY_S + 0.1)
     run_cmd(ls_json, cwd=cwd, env=env)
-    lines = _cache_file(new, env).read_bytes().count(b"\n")
+    lines = sum(p.read_bytes().count(b"\n") for p in _cache_files(new, env))
     if lines < n:
         raise BenchError(f"the listing cache of the {n}-session tree holds {lines} rows")
 
@@ -414,10 +417,9 @@ def _listing(
         os.replace(tmp, m)
         return run_cmd(ls_json, cwd=cwd, env=env)
 
-    cache = _cache_file(new, env)
-
     def cold() -> Sample:  # no listing cache: every meta.json read, the cache written anew
-        cache.unlink(missing_ok=True)
+        for p in _cache_files(new, env):
+            p.unlink(missing_ok=True)
         return run_cmd(ls_json, cwd=cwd, env=env)
 
     floor = [PY, "-c", FLOOR_META, str(new / "sessions")]

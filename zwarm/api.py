@@ -440,7 +440,7 @@ class Zwarm:
         running: list[Session] = []
         read = self.store.read_keyed
         with self.store.sessions_fd() as sfd:
-            cache = rowcache.opened(self.env.environ, sfd)
+            cache = rowcache.opened(self.env.environ, sfd, _row_sources())
             for sid in self.store.list_ids():
                 cached = cache.get(sid) if cache is not None else None
                 if cached is not None:
@@ -1306,6 +1306,14 @@ def _numbered(
 
 def _problem(message: str, turn: int | None, index: int) -> Step:
     return {"kind": "error", "message": message, "fatal": False, "turn": turn, "index": index}
+
+
+def _row_sources() -> list[str]:
+    """The files whose code decides what a listing row says (``row``, the record's derived
+    fields, the schemas): the listing cache is kept per version of them."""
+    from zwarm.model import records, rows, schema, status
+
+    return [__file__, records.__file__, rows.__file__, schema.__file__, status.__file__]
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from zwarm import api as api_mod
 from zwarm.api import Zwarm, row
 from zwarm.env import Env
 from zwarm.model import QueuedMessage, Session, Status, Turn, Usage
@@ -165,7 +166,7 @@ def environ(store: Store) -> dict[str, str]:
 
 
 def cache_file(store: Store) -> Path:
-    return rowcache.location(environ(store), os.stat(store.sessions))
+    return rowcache.location(environ(store), os.stat(store.sessions), api_mod._row_sources())
 
 
 class Lister:
@@ -479,3 +480,21 @@ def test_no_cache_on_a_network_filesystem(
     lister.rows()
     assert lister.rows() == uncached(store) and len(lister.read) == len(sessions())
     assert not cache_file(store).exists()
+
+
+def test_rows_made_by_other_code_are_never_used_and_their_cache_goes(
+    store: Store, lister: Lister, later: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An upgraded (or edited) zwarm may derive a row differently: it starts a cache of its
+    own, and the old one is removed once the new one is written."""
+    lister.rows()
+    old = cache_file(store)
+    assert old.exists()
+    code = tmp_path / "api.py"
+    code.write_text("another zwarm")
+    monkeypatch.setattr(api_mod, "_row_sources", lambda: [str(code)])
+    assert cache_file(store) != old
+    assert lister.rows() == uncached(store) and len(lister.read) == len(sessions())
+    assert not old.exists() and len(cache_lines(store)) == len(FINISHED)
+    code.write_text("edited in place")  # same file, new size and mtime: another cache again
+    assert lister.rows() == uncached(store) and len(lister.read) == len(sessions())

@@ -1,7 +1,8 @@
 """The listing's cache of finished sessions' rows, kept where agents cannot write.
 
-Owns ``$XDG_CACHE_HOME/zwarm/rows/<dev>-<ino>.jsonl`` (default ``~/.cache/zwarm/rows``), one
-file per state dir (named by its ``sessions/`` directory's device and inode). A listing
+Owns ``$XDG_CACHE_HOME/zwarm/rows/<dev>-<ino>-<code>.jsonl`` (default ``~/.cache/zwarm/rows``),
+one file per state dir (named by its ``sessions/`` directory's device and inode) and per code
+that makes rows (``code_tag``: another zwarm never reads rows this one made). A listing
 (``Zwarm.sessions``) takes from it the row of each finished session whose files are
 unchanged, and gives it the rows it had to make. It lies outside the state dir, so an agent
 that may write its own ``meta.json`` (it lies in its working directory) cannot plant a row, as
@@ -33,7 +34,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,24 +69,47 @@ LOCAL_FS = frozenset(
 _encoder = msgspec.json.Encoder()
 
 
-def location(environ: Mapping[str, str], sessions: os.stat_result) -> Path:
-    """The cache file of the state dir whose ``sessions/`` directory is ``sessions``."""
+def location(
+    environ: Mapping[str, str], sessions: os.stat_result, sources: Sequence[str] = ()
+) -> Path:
+    """The cache file of the state dir whose ``sessions/`` directory is ``sessions``, for rows
+    made by the code in ``sources`` (``code_tag``)."""
     base = environ.get("XDG_CACHE_HOME") or ""
     if not os.path.isabs(base):
         home = environ.get("HOME") or os.path.expanduser("~")
         base = os.path.join(home, ".cache")
-    return Path(base) / "zwarm" / "rows" / f"{sessions.st_dev:x}-{sessions.st_ino:x}.jsonl"
+    name = f"{sessions.st_dev:x}-{sessions.st_ino:x}-{code_tag(sources)}.jsonl"
+    return Path(base) / "zwarm" / "rows" / name
 
 
-def opened(environ: Mapping[str, str], sessions_fd: int | None) -> RowCache | None:
-    """The cache of the state dir whose ``sessions/`` is open as ``sessions_fd``, read; None
-    if that is on a filesystem not known to be local (``local_fs``)."""
+def code_tag(sources: Sequence[str]) -> str:
+    """Which code made the rows: the files that decide what a row says (``api.row``, the
+    record's derived fields, the schemas), by inode, size and mtime. Another zwarm, or one
+    edited in place, has a cache of its own, so a fix to a derived field shows at once."""
+    import zlib
+
+    parts = []
+    for path in sources:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return "none"
+        parts.append(f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+    return f"{zlib.crc32('|'.join(parts).encode()):08x}"
+
+
+def opened(
+    environ: Mapping[str, str], sessions_fd: int | None, sources: Sequence[str] = ()
+) -> RowCache | None:
+    """The cache of the state dir whose ``sessions/`` is open as ``sessions_fd``, for rows
+    made by ``sources`` (``location``), read; None if that is on a filesystem not known to be
+    local (``local_fs``)."""
     if sessions_fd is None:
         return None
     st = os.fstat(sessions_fd)
     if not local_fs(st.st_dev):
         return None
-    cache = RowCache(location(environ, st), sessions_fd)
+    cache = RowCache(location(environ, st, sources), sessions_fd)
     cache.load()
     return cache
 
@@ -195,6 +219,8 @@ class RowCache:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                 return
+            if st.st_size == 0:
+                self._drop_others()
             data = _lines(self._new)  # one line each, as ``_head`` spells it
             if st.st_size + len(data) > MAX_BYTES:
                 return  # replaced by the next compaction
@@ -210,6 +236,15 @@ class RowCache:
             data = b""
         with contextlib.suppress(StoreError):  # a full disk: not worth failing a listing
             atomic_write(self.path, data, durable=False)
+
+    def _drop_others(self) -> None:
+        """Remove this state dir's caches made by other code (``code_tag``): a new one was
+        just started."""
+        prefix = self.path.name.rsplit("-", 1)[0] + "-"
+        for name in os.listdir(self.dir):
+            if name.startswith(prefix) and name != self.path.name and name.endswith(".jsonl"):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.dir / name)
 
     def _ensure_dir(self) -> None:
         """The cache dir, made (0700) if missing; ``OSError`` if it is not this user's own."""
