@@ -367,9 +367,7 @@ def _cache_files(new: Path, env: dict[str, str]) -> list[Path]:
     (whatever code made it: ``rowcache.code_tag`` is the installed zwarm's, not this tree's)."""
     from zwarm.store import rowcache
 
-    rows = rowcache.location(env, os.stat(new / "sessions")).parent
-    prefix = rowcache.location(env, os.stat(new / "sessions")).name.rsplit("-", 1)[0] + "-"
-    return sorted(rows.glob(f"{prefix}*.jsonl"))
+    return rowcache.siblings(rowcache.location(env, os.stat(new / "sessions")))
 
 
 def _warm_cache(new: Path, n: int, ls_json: list[str], env: dict[str, str], cwd: Path) -> None:

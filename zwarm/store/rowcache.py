@@ -82,6 +82,17 @@ def location(
     return Path(base) / "zwarm" / "rows" / name
 
 
+def siblings(path: Path) -> list[Path]:
+    """The cache files of the state dir of cache file ``path``, whatever code made them
+    (``path`` among them if it exists)."""
+    prefix = path.name.rsplit("-", 1)[0] + "-"
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    return [path.parent / n for n in sorted(names) if n.startswith(prefix) and n.endswith(".jsonl")]
+
+
 def code_tag(sources: Sequence[str]) -> str:
     """Which code made the rows: the files that decide what a row says (``api.row``, the
     record's derived fields, the schemas), by inode, size and mtime. Another zwarm, or one
@@ -240,11 +251,10 @@ class RowCache:
     def _drop_others(self) -> None:
         """Remove this state dir's caches made by other code (``code_tag``): a new one was
         just started."""
-        prefix = self.path.name.rsplit("-", 1)[0] + "-"
-        for name in os.listdir(self.dir):
-            if name.startswith(prefix) and name != self.path.name and name.endswith(".jsonl"):
+        for other in siblings(self.path):
+            if other != self.path:
                 with contextlib.suppress(OSError):
-                    os.unlink(self.dir / name)
+                    os.unlink(other)
 
     def _ensure_dir(self) -> None:
         """The cache dir, made (0700) if missing; ``OSError`` if it is not this user's own."""
