@@ -22,7 +22,17 @@ def _box(zw: ZW, shell: str) -> Toolbox:
 
 
 def _finished(tb: Toolbox, sid: str) -> None:
-    wait_until(lambda: tb.dispatch("check_session", {"session_id": sid})["status"] != "running")
+    """Wait until the session's turn ends; it must have completed (else say what it recorded
+    and what its supervisor logged)."""
+    view = wait_until(
+        lambda: (
+            (v := tb.dispatch("check_session", {"session_id": sid}))["status"] != "running" and v
+        )
+    )
+    log = tb.api.env.state_dir / "sessions" / sid / "supervisor.log"
+    text = log.read_text(errors="replace") if log.exists() else "(no log)"
+    if view["status"] != "completed" or "zwarm: no " in text:
+        raise AssertionError(f"session ended {view}\nsupervisor.log:\n{text[-2000:]}")
 
 
 def test_delegate_in_a_worktree_then_review_comment_and_merge(zw: ZW, repo: Repo) -> None:
