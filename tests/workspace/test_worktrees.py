@@ -236,6 +236,8 @@ def test_a_tampered_worktree_in_meta_json_never_redirects_a_turn(zw: ZW, repo: R
     d = zw.json("show", sid)
     assert d["turns_detail"][1]["reason"] == "start_failed"
     assert "disagrees with the session's launch record" in d["turns_detail"][1]["error"]
+    log = (zw.session_dir(sid) / "supervisor.log").read_text()
+    assert f"no snapshot of session {sid}'s workspace: " in log  # said, not silently skipped
     assert os.listdir(victim) == []
     for cmd in (["merge", sid], ["diff", sid]):
         res = zw.run(*cmd)

@@ -457,13 +457,14 @@ class BaseSessionManager(abc.ABC):
         return wrote
 
     def _pinned(self, s: Session) -> Workspace | None:
-        """``s``'s workspace as its launch pin has it (None: none, or not trusted: then the
-        turn is refused by ``agent_launch`` anyway)."""
+        """``s``'s workspace as its launch pin has it (None: none, or not trusted: said on
+        stderr, the supervisor's log; the turn is then refused by ``agent_launch`` anyway)."""
         if s.workspace is None:
             return None
         try:
             return ws_mod.pinned(s, self.env.environ, self.store.root)
-        except ZwarmError:
+        except ZwarmError as e:
+            print(f"zwarm: no snapshot of session {s.id}'s workspace: {e}", file=sys.stderr)
             return None
 
     def _needs_setup(self) -> bool:
