@@ -1,5 +1,5 @@
 """A listing in zwarm's own process runs without the cyclic garbage collector (``cli._one_shot``):
-its collections over thousands of rows cost it 5-8%. A program that calls ``main`` keeps its
+its collections over thousands of rows cost it ~5%. A program that calls ``main`` keeps its
 collector, and so does ``ls --watch``, which runs for as long as the user looks."""
 
 from __future__ import annotations

@@ -387,9 +387,10 @@ def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: 
 
 def _one_shot() -> None:
     """This process lists and ends: no cyclic garbage collection from now on. A listing makes
-    no garbage cycles, and collections that walk its thousands of rows (the first one comes as
-    the listing ends) and the API's imports cost it 5-8%. Only in zwarm's own process (``run``:
-    a program that calls ``main`` keeps its collector)."""
+    almost no garbage cycles (one per damaged session, which the listing's own pause of the
+    collector keeps until it ends anyway), and collections that walk its thousands of rows
+    (the first one as the listing ends) and the API's imports cost it ~5%. Only in zwarm's
+    own process (``run``: a program that calls ``main`` keeps its collector)."""
     if _PROCESS:
         import gc
 
