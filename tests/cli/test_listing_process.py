@@ -1,6 +1,7 @@
 """A listing in zwarm's own process runs without the cyclic garbage collector (``cli._one_shot``):
 its collections over thousands of rows cost it ~5%. A program that calls ``main`` keeps its
-collector, and so does ``ls --watch``, which runs for as long as the user looks."""
+collector. (``ls --watch``, which runs as long as the user looks, keeps it too: not tested
+here, it never ends by itself.)"""
 
 from __future__ import annotations
 
