@@ -2,7 +2,8 @@
 
 Every error carries the fields a caller needs (the session ref, the file, the exit code) and a
 one-line message fit to show a user as-is. The CLI maps ``ZwarmError`` to a one-line message and
-exit code 1 in exactly one place (``zwarm.cli``); the tool layer maps it to a tool error result.
+exit code 1 in exactly one place (``zwarm.cli.output.error_line``, for the click commands and
+the fast path alike); the tool layer maps it to a tool error result.
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ def commands() -> list[tuple[str, bool]]:
     """Every listed command, and whether it takes sessions (a SESSION/SESSIONS argument)."""
     import click
 
-    from zwarm.cli import cli
+    from zwarm.cli.commands import cli
 
     ctx = click.Context(cli)
     out = []

@@ -1,4 +1,4 @@
-"""A listing in zwarm's own process runs without the cyclic garbage collector (``cli._one_shot``):
+"""A listing in zwarm's own process runs without the cyclic garbage collector (``output.one_shot``):
 its collections over thousands of rows cost it ~5%. A program that calls ``main`` keeps its
 collector. (``ls --watch``, which runs as long as the user looks, keeps it too: not tested
 here, it never ends by itself.)"""
@@ -12,16 +12,17 @@ import pytest
 
 from tests.conftest import ZW
 
-# Runs ``entry`` (``run``: the console script; ``main``: a program's call) with ``_exit_now``
+# Runs ``entry`` (``run``: the console script; ``main``: a program's call) with ``exit_now``
 # replaced by a report of whether the collector is on as the listing ends.
 PROBE = """
 import gc, os, sys
 import zwarm.cli as cli
+import zwarm.cli.output as output
 def report():
     sys.stdout.flush()
     os.write(2, b"gc-enabled=%d\\n" % gc.isenabled())
     os._exit(0)
-cli._exit_now = report
+output.exit_now = report
 sys.argv = ["zwarm", *sys.argv[2:]]
 getattr(cli, ENTRY)()
 """

@@ -77,7 +77,8 @@ class _Out:
 
 
 def test_json_is_written_while_the_log_is_read(zw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from zwarm.cli import _OUT_CHUNK, cli
+    from zwarm.cli.commands import cli
+    from zwarm.cli.output import OUT_CHUNK
 
     sid = _session(zw, escaped=True)
     read = [0]
@@ -99,7 +100,7 @@ def test_json_is_written_while_the_log_is_read(zw: Any, monkeypatch: pytest.Monk
     total = read[0]
     assert total == N_ITEMS + 2
     assert len(out.writes) > 3 and out.writes[0][0] < total // 2  # written as read
-    assert max(size for _, size in out.writes) < _OUT_CHUNK + 10_000  # one chunk at a time
+    assert max(size for _, size in out.writes) < OUT_CHUNK + 10_000  # one chunk at a time
 
 
 def test_a_dropped_half_read_trajectory_closes_its_log_at_once(zw) -> None:

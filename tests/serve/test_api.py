@@ -359,7 +359,7 @@ def test_help_does_not_import_the_server(zw, args: list[str]) -> None:
 def test_without_the_extra_it_says_what_to_install(monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from zwarm.cli import cli
+    from zwarm.cli.commands import cli
 
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
     res = CliRunner().invoke(cli, ["serve"])

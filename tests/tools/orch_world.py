@@ -47,7 +47,7 @@ def make_inproc(zw: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
     """
     from click.testing import CliRunner
 
-    from zwarm.cli import cli
+    from zwarm.cli.commands import cli
 
     monkeypatch.chdir(zw.cwd)
 

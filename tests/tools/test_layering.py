@@ -5,10 +5,10 @@ imports it.
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
 including those inside functions (lazy imports still form cycles at run time), but not those
 under ``if TYPE_CHECKING:`` (never executed). Imports by name at run time are added from
-where they are declared: ``zwarm.cli.LAZY_COMMANDS``, and the ``zwarm.*`` entry-point groups
-in ``pyproject.toml`` (an edge from the module that names the group to each module in it);
-an ``import_module`` anywhere but in ``zwarm.cli`` and ``zwarm.plugins`` fails the test, so a
-new one must be taught here.
+where they are declared: ``zwarm.cli.commands.LAZY_COMMANDS``, and the ``zwarm.*``
+entry-point groups in ``pyproject.toml`` (an edge from the module that names the group to each
+module in it); an ``import_module`` anywhere but in ``zwarm.cli.commands`` and
+``zwarm.plugins`` fails the test, so a new one must be taught here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PKG = ROOT / "zwarm"
-DYNAMIC_IMPORTERS = {"zwarm.cli", "zwarm.plugins"}
+DYNAMIC_IMPORTERS = {"zwarm.cli.commands", "zwarm.plugins"}
 LAYER_FILES = [*sorted((PKG / "orchestrator").glob("*.py")), PKG / "cli" / "orchestrator.py"]
 
 
@@ -81,9 +81,9 @@ def _known(name: str) -> str:
 
 
 def _dynamic_edges() -> dict[str, set[str]]:
-    """``zwarm.cli`` -> its LAZY_COMMANDS modules; the module naming an entry-point group
+    """``zwarm.cli.commands`` -> its LAZY_COMMANDS modules; the module naming an entry-point group
     (the string ``"zwarm.agents"``, say) -> the modules registered in that group."""
-    edges: dict[str, set[str]] = {"zwarm.cli": _lazy_commands()}
+    edges: dict[str, set[str]] = {"zwarm.cli.commands": _lazy_commands()}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     groups = {
         group: {spec.partition(":")[0].strip() for spec in items.values()}
@@ -98,7 +98,7 @@ def _dynamic_edges() -> dict[str, set[str]]:
 
 
 def _lazy_commands() -> set[str]:
-    cli = ast.parse((PKG / "cli" / "__init__.py").read_text())
+    cli = ast.parse((PKG / "cli" / "commands.py").read_text())
     lazy: set[str] = set()
     for node in ast.walk(cli):
         if isinstance(node, ast.Assign) and any(
@@ -209,7 +209,7 @@ def test_the_checker_sees_what_it_must() -> None:
     """The graph reader itself: lazy, relative and by-name imports are edges; TYPE_CHECKING
     ones are not; a cycle is reported as a path."""
     graph = import_graph()
-    assert "zwarm.cli.orchestrator" in graph["zwarm.cli"]  # LAZY_COMMANDS
+    assert "zwarm.cli.orchestrator" in graph["zwarm.cli.commands"]  # LAZY_COMMANDS
     assert "zwarm.api" in graph["zwarm.orchestrator.tools"]
     lazy = ast.parse("def f():\n    from zwarm import api\n")
     found = set().union(*(_targets("zwarm.cli", n) for n in _runtime_nodes(lazy)))

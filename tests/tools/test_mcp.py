@@ -114,7 +114,7 @@ def test_missing_extras_are_one_line(monkeypatch) -> None:
 
     from click.testing import CliRunner
 
-    from zwarm.cli import cli
+    from zwarm.cli.commands import cli
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -17,7 +17,7 @@ import pytest
 from zwarm.agents import jsonl
 from zwarm.agents.claude import events as claude_events
 from zwarm.agents.codex import events as codex_events
-from zwarm.cli import _OUT_CHUNK, _stream_json_array
+from zwarm.cli.output import OUT_CHUNK, stream_json_array
 
 TESTS = Path(__file__).resolve().parent.parent
 SAMPLE_DIRS = [TESTS / "fixtures" / "samples", TESTS.parent.parent / "shared/reference/samples"]
@@ -228,7 +228,7 @@ def _old_bytes(items: list[Any]) -> bytes:
 def _stream(monkeypatch: pytest.MonkeyPatch, items: Iterable[Any], flush: bool = False) -> _Out:
     out = _Out()
     monkeypatch.setattr("sys.stdout", out)
-    _stream_json_array(items, flush=flush)
+    stream_json_array(items, flush=flush)
     return out
 
 
@@ -257,7 +257,7 @@ def test_json_output_is_written_while_steps_come(monkeypatch: pytest.MonkeyPatch
     out = _Out()
     step = {"kind": "command", "command": "cat", "output": "y" * 1000, "status": "completed"}
     seen: list[int] = []
-    n = 20 * _OUT_CHUNK // 1000
+    n = 20 * OUT_CHUNK // 1000
 
     def steps() -> Iterator[dict[str, Any]]:
         for i in range(n):
@@ -265,9 +265,9 @@ def test_json_output_is_written_while_steps_come(monkeypatch: pytest.MonkeyPatch
             yield {**step, "index": i}
 
     monkeypatch.setattr("sys.stdout", out)
-    _stream_json_array(steps())
-    assert seen[-1] >= n * 1000 - 2 * _OUT_CHUNK  # all but the last chunk already written
-    assert max(map(len, out.writes)) < _OUT_CHUNK + 2000  # one chunk at a time
+    stream_json_array(steps())
+    assert seen[-1] >= n * 1000 - 2 * OUT_CHUNK  # all but the last chunk already written
+    assert max(map(len, out.writes)) < OUT_CHUNK + 2000  # one chunk at a time
     assert len(json.loads(out.value())) == n
 
 

@@ -1,9 +1,11 @@
 """Helpers shared by the ``zwarm`` command modules (``zwarm.cli`` and its lazily loaded ones).
 
-Owns building the one ``Zwarm`` a command invocation uses and reading a TASK/MESSAGE argument
-(``-`` means stdin). Must stay true: this module imports no other ``zwarm.cli`` module, so
-every command module can import it without an import cycle; it imports only click and the
-standard library at import time (``zwarm --help`` stays fast).
+Owns handing a click command the one ``Zwarm`` its invocation uses (made by
+``zwarm.cli.fast.open_api``, as the fast path makes it) and reading a TASK/MESSAGE argument
+(``-`` means stdin). Must stay true: it imports no other ``zwarm.cli`` module but the
+click-free ``fast`` (inside ``get_api``), so every command module can import it without an
+import cycle; it imports only click and the standard library at import time (``zwarm --help``
+stays fast).
 """
 
 from __future__ import annotations
@@ -19,20 +21,13 @@ if TYPE_CHECKING:
 
 def get_api(ctx: click.Context) -> Zwarm:
     """The invocation's ``Zwarm`` (built once, on the state dir from ``--state-dir``)."""
-    from zwarm.api import Zwarm
-    from zwarm.env import Env
+    from zwarm.cli.fast import open_api
 
     obj = ctx.find_root().obj or {}
     if "api" not in obj:
-        obj["api"] = Zwarm(env=Env(state_dir=obj.get("state_dir")))
-        obj["api"].on_warning = warn
+        obj["api"] = open_api(obj.get("state_dir"))
     api: Zwarm = obj["api"]
     return api
-
-
-def warn(message: str) -> None:
-    """A warning from the API (not an error: the command goes on), one line on stderr."""
-    click.echo(f"warning: {message}", err=True)
 
 
 def read_task(task: str) -> str:

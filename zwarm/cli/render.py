@@ -324,7 +324,7 @@ def fleet_note(r: dict[str, Any], now: float) -> str:
 # ---------------------------------------------------------------------- rich output
 def console(stderr: bool = False) -> Any:
     """A rich console for zwarm's output; a closed pipe raises ``BrokenPipeError`` (rich's
-    own handling would exit 1), which ``zwarm.cli`` turns into a quiet exit."""
+    own handling would exit 1), which the CLI turns into a quiet exit (``output.reader_gone``)."""
     from rich.console import Console
 
     class _Console(Console):

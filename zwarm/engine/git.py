@@ -12,19 +12,23 @@ Owns how zwarm talks to git for workspaces, snapshots, diffs and merges. Must st
   smudge filters (``neutral_filters``), external diff and textconv drivers, automatic gc;
 - a failure is a ``GitError`` with git's own last line; a lock another git process holds
   (``index.lock``, ``packed-refs.lock`` ...) is retried a few times before it is reported;
-- this module imports only the standard library and ``zwarm.errors``.
+- this module imports only the standard library and ``zwarm.errors`` (``subprocess`` when git
+  first runs: the manager imports this module, and most commands never run git).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zwarm.errors import GitError
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["GitError"]
 
@@ -79,6 +83,8 @@ def run(
     extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """``git ARGS`` in ``cwd`` (``env`` sanitized here). ``GitError`` if it fails and ``check``."""
+    import subprocess  # here: a command that only reads (trajectory, show) never loads it
+
     argv = ["git", "--no-pager", *(HARDENED if hardened else ()), *config, *args]
     full_env = environ(env, extra_env)
     for attempt in range(LOCK_RETRIES + 1):

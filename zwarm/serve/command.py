@@ -4,8 +4,9 @@ Owns the command's options, the listening socket and what is printed. Must stay 
 - it binds 127.0.0.1 unless ``--host`` says otherwise, and then warns on stderr;
 - stdout carries one line, the dashboard's URL with the access token in its fragment (the
   only place it is printed), as soon as the socket listens; everything else goes to stderr;
-- importing this module imports only click and ``zwarm.cli.common``: Starlette, uvicorn and
-  the MCP SDK are imported when the command runs, and their absence is one line, exit 1.
+- importing this module imports only click, ``zwarm.cli.common`` and ``zwarm.cli.output``:
+  Starlette, uvicorn and the MCP SDK are imported when the command runs, and their absence
+  is one line, exit 1.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 import click
 
-from zwarm.cli.common import get_api, warn
+from zwarm.cli.common import get_api
+from zwarm.cli.output import warn
 
 
 @click.command("serve")

@@ -1,0 +1,258 @@
+"""The click-free fast path (``zwarm.cli.fast``) keeps its contract.
+
+Proves, for ``ls`` and ``trajectory SESSION --json``: every argv in the fast grammar gets from
+the console script (``run``: the fast path) exactly the answer the click CLI (``main``) gives,
+stdout bytes, stderr bytes and exit status, over one world of finished, failed, running,
+named, damaged and log-less sessions, and for errors (no session, no turn, a state dir that
+is a file or missing); whatever is doubtful (help, ``--``, repeated, unknown or malformed
+options...) is declined, so click answers it; the grammar's options, flags, choices and
+arguments are the click commands' own (it cannot drift from them); and an answered command
+imports neither click nor ``inspect``/``dataclasses``, while a declined one does load click.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import click
+import pytest
+
+from tests.conftest import ZW, ZWARM_BIN, _kill_leftovers, make_env, stop_forkservers, wait_until
+from zwarm.cli import fast
+from zwarm.cli.commands import cli
+
+CLICK = "import sys; from zwarm.cli import main; sys.argv[0] = 'zwarm'; main()"
+RUN = "import sys; from zwarm.cli import {entry}; sys.argv = ['zwarm', *sys.argv[1:]]; {entry}()"
+OLD = "2020-01-02T03:04:05.000+00:00"  # a creation time whose age ("Nd") the test cannot see move
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ZW, dict[str, str]]]:
+    """One world for every equivalence case, and its sessions by role."""
+    tmp = tmp_path_factory.mktemp("fast")
+    (tmp / "work").mkdir()
+    env = make_env(tmp, tmp / "state", tmp / "record")
+    env.update({f"XDG_{k}_HOME": str(tmp / f"xdg-{k.lower()}") for k in ("CONFIG", "STATE")})
+    env.update({f"XDG_{k}_HOME": str(tmp / f"xdg-{k.lower()}") for k in ("DATA", "CACHE")})
+    zw = ZW(tmp=tmp, state_dir=tmp / "state", cwd=tmp / "work", env=env, record=tmp / "record")
+    claude = zw.replay("claude_simple")
+    try:
+        ids = {
+            "done": zw.spawn("hello", env_extra=zw.replay("codex_simple")),
+            "tools": zw.spawn("use tools", env_extra=zw.replay("codex_toolcall")),
+            "named": zw.spawn("hi", "--name", "alpha-one", "--adapter", "claude", env_extra=claude),
+            "failed": zw.spawn("bad", env_extra={**zw.replay("codex_error"), "FAKE_EXIT": "1"}),
+            "damaged": zw.spawn("to damage", env_extra=zw.replay("codex_simple")),
+            "nolog": zw.spawn("to lose its log", env_extra=zw.replay("codex_simple")),
+        }
+        zw.wait(*ids.values())
+        ids["running"] = zw.spawn("hang", env_extra={**zw.replay("codex_simple"), "FAKE_HANG": "1"})
+        wait_until(lambda: zw.meta(ids["running"])["turns"][-1].get("agent"), message="agent")
+        for sid in ids.values():  # ages fixed: the table is the same a second later
+            meta = zw.meta(sid)
+            meta["created_at"] = OLD
+            (zw.session_dir(sid) / "meta.json").write_text(json.dumps(meta))
+        statuses = {r["id"]: r["status"] for r in zw.json("ls")}
+        assert statuses[ids["failed"]] == "failed" and statuses[ids["running"]] == "running"
+        assert statuses[ids["done"]] == statuses[ids["named"]] == "completed"
+        (zw.session_dir(ids["damaged"]) / "meta.json").write_bytes(b'{"id": "broken')
+        zw.turn_file(ids["nolog"], 1).unlink()
+        (tmp / "a-file").write_text("not a state dir")
+        yield zw, ids
+    finally:
+        _kill_leftovers(zw)
+        stop_forkservers(tmp)
+
+
+# (argv, expected exit status); {done}, {done8}... are session ids and 8-character prefixes,
+# {state} the world's state dir, {file} a regular file, {missing} a path that does not exist.
+CASES: list[tuple[tuple[str, ...], int]] = [
+    (("ls", "--json"), 0), (("ls",), 0), (("ls", "--tree"), 0), (("ls", "--json", "--tree"), 0),
+    (("ls", "--json", "--status", "completed"), 0), (("ls", "--status=damaged", "--json"), 0),
+    (("ls", "--status", "running"), 0), (("ls", "--json", "--limit", "2"), 0),
+    (("ls", "--limit=3", "--tree"), 0), (("ls", "--json", "--name", "alpha*"), 0),
+    (("ls", "--json", "--adapter", "codex"), 0), (("ls", "--source", "cli", "--json"), 0),
+    (("--state-dir", "{state}", "ls", "--json"), 0), (("--state-dir={state}", "ls", "--json"), 0),
+    (("--state-dir={missing}", "ls", "--json"), 0), (("--state-dir", "{missing}", "ls"), 0),
+    (("--state-dir", "{file}", "ls", "--json"), 1), (("trajectory", "{done}", "--json"), 0),
+    (("trajectory", "--json", "{tools8}"), 0), (("trajectory", "alpha-one", "--json"), 0),
+    (("trajectory", "{tools}", "--json", "--turn", "1"), 0),
+    (("trajectory", "{tools}", "--json", "--full"), 0), (("trajectory", "{running}", "--json"), 0),
+    (("trajectory", "nosuchsession", "--json"), 1),
+    (("trajectory", "{done}", "--json", "--turn", "99"), 1),
+    (("trajectory", "{nolog}", "--json"), 1), (("trajectory", "{damaged}", "--json"), 1),
+    (("--state-dir", "{file}", "trajectory", "{done}", "--json"), 1),
+]  # fmt: skip
+
+
+def _argv(template: tuple[str, ...], zw: ZW, ids: dict[str, str]) -> list[str]:
+    names = {"state": str(zw.state_dir), "file": str(zw.tmp / "a-file")}
+    names |= {"missing": str(zw.tmp / "no" / "such"), **ids}
+    names |= {f"{k}8": v[:8] for k, v in ids.items()}
+    return [t.format(**names) for t in template]
+
+
+def _both(zw: ZW, argv: list[str], env: dict[str, str]) -> tuple[tuple[int, bytes, bytes], ...]:
+    """(exit status, stdout, stderr) of ``argv`` from the console script, then from click."""
+    assert fast.parse(argv, env) is not None, f"not on the fast path: {argv}"
+    run = [[str(ZWARM_BIN), *argv], [sys.executable, "-c", CLICK, *argv]]
+    out = [subprocess.run(a, env=env, cwd=zw.cwd, capture_output=True, timeout=120) for a in run]
+    return tuple((p.returncode, p.stdout, p.stderr) for p in out)
+
+
+@pytest.mark.parametrize(("template", "code"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_the_fast_answer_is_clicks_byte_for_byte(
+    world: tuple[ZW, dict[str, str]], template: tuple[str, ...], code: int
+) -> None:
+    zw, ids = world
+    argv = _argv(template, zw, ids)
+    via_fast, via_click = _both(zw, argv, zw.env)
+    assert via_fast == via_click
+    assert via_fast[0] == code, via_fast
+    if code:  # one "Error: " line per problem, never a traceback, nothing half-written
+        assert via_fast[2].startswith(b"Error: ") and b"Traceback" not in via_fast[2]
+    else:
+        assert via_fast[1] and not via_fast[2], via_fast
+
+
+@pytest.mark.parametrize("where", ["env", "cwd", "both"])
+def test_the_state_dir_from_the_environment_or_cwd(
+    world: tuple[ZW, dict[str, str]], where: str
+) -> None:
+    """ZWARM_DIR names the state dir (``--state-dir`` wins over it); without either, the
+    ``.zwarm`` found from the working directory (none here: an empty listing)."""
+    zw, ids = world
+    env = {k: v for k, v in zw.env.items() if k != fast.STATE_DIR_ENV}
+    argv = ["ls", "--json"]
+    if where != "cwd":
+        env[fast.STATE_DIR_ENV] = str(zw.state_dir if where == "env" else zw.tmp / "a-file")
+    if where == "both":
+        argv = ["--state-dir", str(zw.state_dir), *argv]
+    via_fast, via_click = _both(zw, argv, env)
+    assert via_fast == via_click
+    rows = json.loads(via_fast[1])
+    assert len(rows) == (0 if where == "cwd" else len(ids)), via_fast
+
+
+DECLINED = [
+    [], ["--help"], ["ls", "--help"], ["-h"], ["ls", "-h"], ["--version"], ["ls", "-w"],
+    ["ls", "--watch"], ["ls", "--json", "--json"], ["ls", "--limit", "0"], ["ls", "--limit", "x"],
+    ["ls", "--limit", "-1"], ["ls", "--limit"], ["ls", "--limit", "+3"], ["ls", "--limit", " 3"],
+    ["ls", "--status", "bogus"], ["ls", "--status", "Running"], ["ls", "--name", "-x"],
+    ["ls", "--name", ""], ["ls", "--name="], ["ls", "--", "--json"], ["ls", "extra"],
+    ["ls", "--json=1"], ["ls", "--tree=yes"], ["ls", "--jso"], ["ls", "-j"],
+    ["trajectory", "s"], ["trajectory", "--json"], ["trajectory", "s", "t", "--json"],
+    ["trajectory", "s", "--json", "-f"], ["trajectory", "s", "--json", "--follow"],
+    ["trajectory", "s", "--json", "--turn", "１"], ["trajectory", "s", "--json", "--turn", "-1"],
+    ["trajectory", "s", "--json", "--turn"], ["trajectory", "s", "--json", "--full", "--full"],
+    ["ls", "--json", "--state-dir", "x"], ["--state-dir", "a", "--state-dir", "b", "ls"],
+    ["--state-dir", "ls"], ["--state-dir=", "ls"], ["--state-dir", "-x", "ls"],
+    ["--json", "ls"], ["-x", "ls"], ["spawn", "x"], ["show", "s", "--json"], ["LS"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", DECLINED, ids=[" ".join(a) or "(none)" for a in DECLINED])
+def test_doubtful_argv_is_declined(argv: list[str]) -> None:
+    assert fast.parse(argv, {}) is None
+    assert fast.parse(argv, {fast.STATE_DIR_ENV: "/somewhere"}) is None
+
+
+def test_an_empty_zwarm_dir_is_declined() -> None:
+    assert fast.parse(["ls", "--json"], {fast.STATE_DIR_ENV: ""}) is None
+    call = fast.parse(["--state-dir", "d", "ls", "--json"], {fast.STATE_DIR_ENV: ""})
+    assert call is not None and call.state_dir == "d"
+
+
+def test_accepted_argv_parses_to_the_bodys_arguments() -> None:
+    call = fast.parse(["--state-dir=d", "ls", "--limit=3", "--json"], {})
+    assert call is not None and (call.command, call.state_dir) == ("ls", "d")
+    assert call.kwargs == {"status": None, "name": None, "adapter": None, "source": None,
+                           "limit": 3, "as_json": True, "as_tree": False}  # fmt: skip
+    call = fast.parse(["ls", "--status", "killed", "--name=a*", "--tree"], {"ZWARM_DIR": "e"})
+    assert call is not None and call.state_dir == "e"
+    assert (call.kwargs["status"], call.kwargs["name"], call.kwargs["as_tree"]) == (
+        "killed", "a*", True)  # fmt: skip
+    call = fast.parse(["--state-dir", "d", "ls"], {"ZWARM_DIR": "e"})
+    assert call is not None and call.state_dir == "d" and call.kwargs["as_json"] is False
+    assert (call := fast.parse(["ls"], {})) is not None and call.state_dir is None
+    call = fast.parse(["trajectory", "--full", "3f2a", "--turn=2", "--json"], {})
+    assert call is not None and call.command == "trajectory"
+    assert call.kwargs == {"session": "3f2a", "turn": 2, "full": True, "as_json": True}
+
+
+def _options(cmd: click.Command) -> dict[str, click.Option]:
+    return {o: p for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
+
+
+@pytest.mark.parametrize("name", sorted(fast.GRAMMARS))
+def test_the_grammar_is_the_click_commands(name: str) -> None:
+    import inspect
+
+    grammar, cmd = fast.GRAMMARS[name], cli.commands[name]
+    options = _options(cmd)
+    for flag in grammar.flags:
+        assert flag in options and options[flag].is_flag, flag
+    for opt in grammar.values:
+        assert opt in options and not options[opt].is_flag and options[opt].nargs == 1, opt
+        assert not options[opt].multiple, opt
+    assert grammar.needs <= set(grammar.flags) | set(grammar.values)
+    click_args = tuple(p.name for p in cmd.params if isinstance(p, click.Argument))
+    assert click_args == grammar.args
+    keywords = [k for _, k in grammar.values.values()] + [*grammar.flags.values(), *grammar.args]
+    assert set(keywords) <= set(inspect.signature(fast._BODIES[name]).parameters)
+    if "--status" in grammar.values:
+        status = options["--status"].type
+        assert isinstance(status, click.Choice)
+        assert tuple(status.choices) == fast.STATUSES
+
+
+def test_the_global_state_dir_option_is_clicks() -> None:
+    (option,) = [p for p in cli.params if "--state-dir" in p.opts]
+    assert isinstance(option, click.Option) and option.envvar == fast.STATE_DIR_ENV
+    assert not option.is_flag and option.opts == ["--state-dir"]
+
+
+CLICK_MODULE = re.compile(r"\|\s*click(\.\S+)?$", re.M)
+HEAVY_MODULE = re.compile(r"\|\s*(inspect|dataclasses)$", re.M)
+
+
+def _imports(zw: ZW, code: str, *args: str) -> str:
+    """``-X importtime``'s report of ``python -c code args`` (asserts exit 0 and output)."""
+    argv = [sys.executable, "-X", "importtime", "-c", code, *args]
+    res = subprocess.run(argv, env=zw.env, cwd=zw.cwd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "import time:" in res.stderr, res.stderr[-2000:]
+    assert res.stdout or code == "import zwarm.cli.fast", res
+    return res.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "template", "loads_click"),
+    [
+        ("run", ("ls", "--json"), False),
+        ("run", ("ls",), False),
+        ("run", ("trajectory", "{tools}", "--json"), False),
+        ("run", ("ls", "--help"), True),  # declined: click answers
+        ("main", ("ls", "--json"), True),  # main never takes the fast path
+    ],
+)
+def test_the_fast_path_imports_no_click(
+    world: tuple[ZW, dict[str, str]], entry: str, template: tuple[str, ...], loads_click: bool
+) -> None:
+    """No click, and no ``dataclasses``, in a whole answered command. (``inspect`` is loaded
+    anyway, by msgspec through typing_extensions: only ``fast`` itself is kept from it.)"""
+    zw, ids = world
+    report = _imports(zw, RUN.format(entry=entry), *_argv(template, zw, ids))
+    assert bool(CLICK_MODULE.search(report)) is loads_click
+    if not loads_click:
+        assert re.search(r"\|\s*dataclasses$", report, re.M) is None
+
+
+def test_importing_fast_loads_nothing_heavy(world: tuple[ZW, dict[str, str]]) -> None:
+    report = _imports(world[0], "import zwarm.cli.fast")
+    assert re.search(r"\|\s*zwarm\.cli\.fast$", report, re.M)  # the report is of the import
+    assert CLICK_MODULE.search(report) is None
+    assert HEAVY_MODULE.search(report) is None, HEAVY_MODULE.findall(report)

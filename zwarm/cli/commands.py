@@ -1,0 +1,621 @@
+"""The click commands: every ``zwarm`` command, its options, its help and its usage errors.
+
+Owns argument parsing, exit codes and choosing JSON or human output, over ``zwarm.api.Zwarm``.
+Must stay true:
+- every ``ZwarmError`` (and ``OSError``, ``MemoryError``) becomes one line on stderr and exit
+  1, in one place (``_Group.invoke``, through ``output.error_line``, which the click-free fast
+  path uses too); click usage errors keep exit 2; no traceback ever reaches a user;
+- ``ls`` and ``trajectory --json`` run the bodies in ``zwarm.cli.fast``, so their answer is
+  the same whichever path parsed argv;
+- heavy modules (rich, the API's process machinery) are imported inside commands, so
+  ``zwarm --help`` costs little more than importing click.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from zwarm.cli import fast, output
+from zwarm.cli.common import get_api as _api
+from zwarm.cli.common import read_task as _read_task
+from zwarm.cli.fleet import fleet_options
+
+if TYPE_CHECKING:
+    from zwarm.api import Zwarm
+
+
+# Commands defined in their own modules, imported only when run (keeps --help fast).
+LAZY_COMMANDS = {
+    "tools": ("zwarm.cli.orchestrator", "tools_command", "Print the orchestrator tool schemas."),
+    "mcp": ("zwarm.cli.orchestrator", "mcp_command", "Serve zwarm's tools over MCP (stdio)."),
+    "orchestrate": (
+        "zwarm.cli.orchestrator",
+        "orchestrate_command",
+        "Run the built-in orchestrator.",
+    ),
+    "trust": ("zwarm.cli.trust", "trust_command", "Review and trust this state dir's config."),
+    "resume": ("zwarm.cli.fleet", "resume_command", "Resume a parked session now."),
+    "retry": ("zwarm.cli.fleet", "retry_command", "Run a failed or killed last turn again."),
+    "top": ("zwarm.cli.live", "top_command", "A live table of sessions and what each does now."),
+    "diff": ("zwarm.cli.review", "diff_command", "What a session (or one turn) changed."),
+    "comment": ("zwarm.cli.review", "comment_command", "Review comments for a session's agent."),
+    "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
+    "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
+    "serve": (
+        "zwarm.serve.command",
+        "serve_command",
+        "Serve the HTTP API, live event streams and the web dashboard.",
+    ),
+}
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            import importlib
+
+            module, attr, _ = LAZY_COMMANDS[name]
+            cmd = getattr(importlib.import_module(module), attr)
+            assert isinstance(cmd, click.Command)
+            return cmd
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # the first sentence of each, whole: never cut mid-sentence
+        rows = [(n, c.get_short_help_str(1000)) for n, c in self.commands.items() if not c.hidden]
+        rows += [(n, help_) for n, (_, _, help_) in LAZY_COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:  # --help and --version print here, before invoke
+            return super().parse_args(ctx, args)
+        except BrokenPipeError:
+            output.reader_gone()
+            ctx.exit(0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from zwarm.errors import ZwarmError
+
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except BrokenPipeError:
+            output.reader_gone()
+            ctx.exit(0)
+        except (ZwarmError, OSError, MemoryError) as e:  # one line, no traceback
+            raise click.ClickException(str(output.error_line(e))) from None
+
+
+@contextlib.contextmanager
+def _reader_may_go() -> Iterator[None]:
+    """Around the output of a command whose exit status is its answer (``wait``): a reader
+    that went away ends the output, not the command, which still exits by its result."""
+    try:
+        yield
+    except BrokenPipeError:
+        output.reader_gone()
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    envvar="ZWARM_DIR",
+    help="State directory (default: nearest .zwarm/ up from here, else ./.zwarm).",
+)
+@click.version_option(package_name="zwarm", message="zwarm %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, state_dir: Path | None) -> None:
+    """Run Codex and Claude Code agents as background sessions; every turn kept on disk."""
+    ctx.obj = {"state_dir": state_dir}
+
+
+@cli.command()
+@click.option("--yes", "-y", is_flag=True, help="Write without asking.")
+@click.option("--force", is_flag=True, help="Overwrite an existing config.toml.")
+@click.pass_context
+def init(ctx: click.Context, yes: bool, force: bool) -> None:
+    """Write .zwarm/config.toml, every key explained in a comment.
+
+    Every key is at its default; with --force an existing file's values are kept.
+
+    \b
+    Example:
+      zwarm init -y
+    """
+    api = _api(ctx)
+    path = api.config_path
+    if not yes and sys.stdin.isatty() and not click.confirm(f"Write {path}?", default=True):
+        ctx.exit(1)
+    click.echo(f"wrote {api.init(force=force)}")
+
+
+def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--adapter: an installed agent, checked when given (never at --help: no plugin scan)."""
+    if value is not None:
+        from zwarm import agents
+
+        try:
+            agents.get(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
+@cli.command()
+@click.argument("task")
+@click.option("--adapter", callback=_agent_name, help="Agent to run: codex, claude, or a plugin's.")
+@click.option("--model", "-m", help="Model (an alias like sonnet or gpt-5 picks the adapter).")
+@click.option("-C", "cwd", type=click.Path(path_type=Path), help="Working directory.")
+@click.option("--name", help="A unique name to refer to the session by.")
+@click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
+@click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
+@click.option("--dangerous", is_flag=True, help="Run the agent with its sandbox/permission bypass.")
+@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@click.option("--notify", is_flag=True, help="A desktop notification when the session ends.")
+@click.option(
+    "--worktree/--shared",
+    default=None,
+    help="Run in a new git worktree and branch of the repository (default: [defaults] workspace).",
+)
+@click.option("--branch", help="The worktree's new branch (default zwarm/<name or id>).")
+@click.option("--base", help="What the worktree starts from (default: HEAD).")
+@click.option(
+    "--launcher",
+    help="What runs its turns: local, or slurm (each turn a job; default: [launcher] default).",
+)
+@click.option(
+    "--detached",
+    is_flag=True,
+    help="Started by an agent: not killed or removed with its parent session.",
+)
+@fleet_options
+@json_option
+@click.pass_context
+def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerous: bool,
+          **opts: Any) -> None:  # fmt: skip
+    """Start a session with TASK in the background; prints its id.
+
+    TASK - reads the task from stdin. With --wait the id is printed first, then the command
+    blocks (showing progress on a terminal) and exits 0 if the turn completed, 1 if not.
+    Run by an agent of a session (ZWARM_PARENT_SESSION), it starts a child of that session,
+    killed and removed with it unless --detached; [limits] max_spawn_depth bounds the depth.
+
+    \b
+    Examples:
+      zwarm spawn "add a --verbose flag to cli.py" --name verbose
+      zwarm spawn "write tests for parser.py" -m sonnet -C ~/proj --wait
+      echo "a very long prompt..." | zwarm spawn - --timeout 1800 --notify
+      zwarm spawn "run the benchmark and fix regressions" --launcher slurm --timeout 3600
+    """
+    api = _api(ctx)
+    s = api.spawn(_read_task(task), dangerous=dangerous or None, **opts)
+    if wait_ and not as_json:
+        click.echo(s.id)  # first: the wait may be long, and may be interrupted
+    _after_start(ctx, api, s.id, 1, wait_, as_json, argv_task=task != "-")
+
+
+def _after_start(
+    ctx: click.Context, api: Zwarm, sid: str, n: int, wait_: bool, as_json: bool, argv_task: bool
+) -> None:
+    """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
+    prompt given as an argument is in this process's argv: we re-exec without it first."""
+    from zwarm.api import row
+
+    if wait_ and argv_task:
+        sys.stdout.flush()
+        args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]
+        os.execv(sys.executable, [sys.executable, "-m", "zwarm", *args, *(["--json"] * as_json)])
+    if wait_:
+        _turn_result(ctx, api, sid, n, as_json)
+    elif as_json:
+        output.emit_json(row(api.get(sid)))
+    else:
+        click.echo(sid)
+
+
+@cli.command(name="_turn-result", hidden=True)
+@click.argument("session")
+@click.argument("turn", type=int)
+@json_option
+@click.pass_context
+def turn_result(ctx: click.Context, session: str, turn: int, as_json: bool) -> None:
+    """Wait for TURN of SESSION, print it as spawn/inject --wait do, exit by its outcome."""
+    _turn_result(ctx, _api(ctx), session, turn, as_json)
+
+
+def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool) -> None:
+    from zwarm.api import WAIT_EXIT, resumed_as, row
+    from zwarm.cli import live
+
+    sid = api.resolve(sid)
+    try:
+        with live.progress(api, lambda: [sid]):
+            s, _ = api.wait_turn(sid, n)
+    except KeyboardInterrupt:
+        live.still_running(api, [sid])
+        ctx.exit(130)
+    n = resumed_as(s, n)  # a parked turn resumed, or retried: how its last run ended
+    t = s.turns[n - 1]
+    r = {**row(s), "turn": n, "status": t.status.value, "error": t.error}
+    r["last_message"] = t.final_message if t.final_message is not None else r["last_message"]
+    with _reader_may_go():
+        if as_json:
+            output.emit_json(r)
+        else:
+            from zwarm.cli import render
+
+            render.session_result(r)
+    ctx.exit(WAIT_EXIT["completed" if t.status.value == "completed" else "failed"])
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("message")
+@click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
+@click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
+@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@json_option
+@click.pass_context
+def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_: bool,
+           context: str | None, timeout: float | None) -> None:  # fmt: skip
+    """Continue SESSION with MESSAGE; queued if a turn is running.
+
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name; MESSAGE -
+    reads the message from stdin. With --wait the command blocks until this turn ends and
+    exits 0 if it completed, 1 if not.
+
+    \b
+    Examples:
+      zwarm inject verbose "also update the README"
+      zwarm inject 3f2a "now fix the tests" --context native --wait
+    """
+    api = _api(ctx)
+    s, state = api.inject(session, _read_task(message), context=context, timeout=timeout)
+    turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
+    if not as_json:
+        click.echo(f"{s.id} {state} (turn {turn})")  # with --wait: first
+    if not wait_:
+        return
+    _after_start(ctx, api, s.id, turn, wait_, as_json, argv_task=message != "-")
+
+
+@cli.command(name="ls")
+@click.option("--status", type=click.Choice(fast.STATUSES), help="Only sessions in this state.")
+@click.option("--name", "name_", metavar="PATTERN", help="Only names matching (* ? wildcards).")
+@click.option("--adapter", "adapter_", metavar="AGENT", help="Only this agent's sessions.")
+@click.option("--source", metavar="PATTERN", help="Only sessions started by (cli, 'mcp:*'...).")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the N newest.")
+@click.option("--watch", "-w", is_flag=True, help="Refresh live (as zwarm top does).")
+@click.option("--tree", "as_tree", is_flag=True, help="The delegation trees, with subtree totals.")
+@json_option
+@click.pass_context
+def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: str | None,
+           source: str | None, limit: int | None, watch: bool, as_tree: bool,
+           as_json: bool) -> None:  # fmt: skip
+    """List sessions: status, model, turns, tokens, cost, age, task.
+
+    Oldest first. On a terminal the table fits its width: the less useful columns go first, the task
+    is cut last. A failed session shows why in a word (timeout, exit 3, lost...). With --tree,
+    each session started by an agent is shown under its parent (and an orchestrator run's under
+    the run), with its whole subtree's tokens and cost.
+
+    \b
+    Examples:
+      zwarm ls --status running
+      zwarm ls --source 'orchestrate:*' --limit 20 --json
+    """
+    if watch:
+        from zwarm.api import select_rows
+        from zwarm.cli import live
+
+        def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return select_rows(rows, name_, adapter_, source, limit)
+
+        live.top(_api(ctx), select=select, status=status)
+        return
+    output.one_shot()
+    fast.ls(_api(ctx), status, name_, adapter_, source, limit, as_json, as_tree)
+
+
+@cli.command()
+@click.argument("session")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, session: str, as_json: bool) -> None:
+    """A session and each of its turns, in detail.
+
+    Each turn's prompt, times, exit code, usage, error and final answer. SESSION is a session id, a
+    unique prefix of it (4+ characters), or its name. Times are local (ISO 8601 with --json).
+
+    \b
+    Example:
+      zwarm show verbose
+    """
+    api = _api(ctx)
+    data = api.show(session)
+    if as_json:
+        output.emit_json(data)
+        return
+    from zwarm.cli import render, tree
+
+    render.session_detail(data, api.env.clock())
+    for line in tree.children_lines(data):
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--turn", type=int, help="Only this turn.")
+@click.option("--full", is_flag=True, help="Do not shorten long texts and outputs.")
+@click.option("--follow", "-f", is_flag=True, help="Live, across queued turns, until idle.")
+@json_option
+@click.pass_context
+def trajectory(ctx: click.Context, session: str, turn: int | None, full: bool, follow: bool,
+               as_json: bool) -> None:  # fmt: skip
+    """What the agent did, step by step.
+
+    Messages, reasoning, commands with their exit codes, file changes, tool calls. SESSION is a
+    session id, a unique prefix of it (4+ characters), or its name. With -f the steps are printed as
+    the agent takes them, turn after turn (queued ones too), until the session is idle; Ctrl-C stops
+    following and leaves the session running.
+
+    \b
+    Examples:
+      zwarm trajectory verbose --turn 2 --full
+      zwarm trajectory 3f2a -f
+    """
+    api = _api(ctx)
+    if as_json and not follow:  # the live views' modules are not loaded (start-up)
+        if fast.trajectory_json(api, session, turn):
+            ctx.exit(1)
+        return
+    from zwarm.cli import live, render
+
+    if follow and as_json:
+        sid = api.resolve(session)
+        try:
+            output.stream_json_array(live.follow_steps(api, sid, turn), flush=True)
+        except KeyboardInterrupt:
+            live.still_running(api, [sid], "stopped following")
+            ctx.exit(130)
+        return
+    if follow:
+        ctx.exit(live.follow_trajectory(api, session, turn, full))
+    steps = api.trajectory(session, turn)
+    render.steps(steps, full=full, header=live.header(api, session))
+    _exit_problems(ctx, steps.problems)
+
+
+def _exit_problems(ctx: click.Context, problems: list[str]) -> None:
+    """After showing what could be read: what could not, one line each on stderr; exit 1."""
+    if problems:
+        output.problem_lines(problems)
+        ctx.exit(1)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--turn", type=int, help="Turn number (default: the latest).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing, into queued turns, until idle.")
+@click.pass_context
+def logs(ctx: click.Context, session: str, turn: int | None, follow: bool) -> None:
+    """The raw JSONL an agent printed for a turn.
+
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name. Piped, the log is
+    copied byte for byte; on a terminal, control characters are removed. For a readable live view:
+    trajectory -f.
+
+    \b
+    Examples:
+      zwarm logs verbose --turn 1 > turn1.jsonl
+      zwarm logs 3f2a -f
+    """
+    out = sys.stdout.buffer
+    chunks = _api(ctx).logs(session, turn, follow)
+    cleaner = None
+    if sys.stdout.isatty():
+        from zwarm.cli.text import ByteCleaner
+
+        cleaner = ByteCleaner()
+    for chunk in chunks:
+        out.write(cleaner.feed(chunk) if cleaner else chunk)
+        out.flush()
+    if cleaner:
+        out.write(cleaner.feed(b"", final=True))
+    _exit_problems(ctx, chunks.problems)
+
+
+@cli.command()
+@click.argument("sessions", nargs=-1)
+@click.option("--timeout", type=float, help="Give up after this many seconds (exit 124).")
+@click.option("--any", "any_", is_flag=True, help="Return when any one finishes.")
+@click.option("--all", "all_", is_flag=True, help="Also every session running now.")
+@json_option
+@click.pass_context
+def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, any_: bool,
+         all_: bool, as_json: bool) -> None:  # fmt: skip
+    """Wait for sessions to finish; the exit status says how.
+
+    Exit status 0: all completed; 1: any failed or was killed; 124: timed out. Each SESSION is a
+    session id, a unique prefix of it (4+ characters), or its name. On a terminal, each running
+    session's time and latest step show while waiting; Ctrl-C stops waiting, never the sessions.
+
+    \b
+    Examples:
+      zwarm wait verbose 3f2a --timeout 600
+      zwarm wait --all --any
+    """
+    from zwarm.api import WAIT_EXIT
+    from zwarm.cli import live
+
+    if not sessions and not all_:
+        raise click.UsageError("give session ids or --all")
+    api = _api(ctx)
+    ids = _Ids(api, sessions, all_)
+    try:
+        with live.progress(api, ids):
+            res = api.wait(list(sessions), timeout, any_=any_, all_running=all_)
+    except KeyboardInterrupt:
+        live.still_running(api, ids())
+        ctx.exit(130)
+    if not res["statuses"] and not as_json:
+        click.echo("no session is running", err=True)
+    with _reader_may_go():
+        if as_json:
+            output.emit_json(res)
+        else:
+            for sid, st in res["statuses"].items():
+                click.echo(f"{sid} {st}")
+    if res["timed_out"]:
+        ctx.exit(WAIT_EXIT["timeout"])
+    finished = [res["statuses"][s] for s in res["finished"]]
+    ctx.exit(0 if all(st == "completed" for st in finished) else 1)
+
+
+class _Ids:
+    """The sessions a ``wait`` waits for, resolved once (for its progress and its Ctrl-C)."""
+
+    def __init__(self, api: Zwarm, refs: tuple[str, ...], all_: bool) -> None:
+        self.api, self.refs, self.all = api, refs, all_
+        self.ids: list[str] | None = None
+
+    def __call__(self) -> list[str]:
+        if self.ids is None:
+            from zwarm.errors import ZwarmError
+
+            ids = []
+            for ref in self.refs:
+                with contextlib.suppress(ZwarmError):
+                    ids.append(self.api.resolve(ref))
+            if self.all and self.api.has_sessions():
+                ids += [r["id"] for r in self.api.sessions("running")]
+            self.ids = list(dict.fromkeys(ids))
+        return self.ids
+
+
+@cli.command()
+@click.argument("sessions", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Kill every running session.")
+@json_option
+@click.pass_context
+def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: bool) -> None:
+    """Kill sessions: each agent's whole process tree.
+
+    The session ends killed, its queued messages dropped, and its linked child sessions (started
+    by its agent) are killed too; detached ones run on. Each SESSION is a session id, a unique
+    prefix of it (4+ characters), or its name. Every one given is tried; each outcome is one line,
+    and the exit status is 1 if any failed.
+
+    \b
+    Examples:
+      zwarm kill verbose 3f2a
+      zwarm kill --all
+    """
+    if not sessions and not all_:
+        raise click.UsageError("give session ids or --all")
+    from zwarm.errors import PartlyFailed
+
+    try:
+        killed, failed = _api(ctx).kill(list(sessions), all_=all_), []
+    except PartlyFailed as e:
+        killed, failed = e.done, e.failed
+    if as_json:
+        output.emit_json(killed)
+    else:
+        from zwarm.cli.tree import kill_line
+
+        for r in killed:
+            click.echo(kill_line(r))
+    _exit_failed(ctx, failed)
+
+
+def _exit_failed(ctx: click.Context, failed: list[Any]) -> None:
+    """After a command on several sessions did the rest: each failure on its own line, exit 1."""
+    from zwarm.cli.text import clean
+
+    for _, err in failed:
+        click.echo(f"Error: {clean(str(err), newlines=False)}", err=True)
+    if failed:
+        ctx.exit(1)
+
+
+@cli.command()
+@click.argument("sessions", nargs=-1)
+@click.option("--finished", is_flag=True, help="Remove every finished session.")
+@click.option("--force", is_flag=True, help="Also remove running (killed first) or damaged ones.")
+@json_option
+@click.pass_context
+def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: bool,
+       as_json: bool) -> None:  # fmt: skip
+    """Delete sessions and their files.
+
+    Each SESSION is a session id, a unique prefix of it (4+ characters), or its name. Its linked
+    child sessions (started by its agent) are removed with it; detached ones are kept.
+
+    \b
+    Examples:
+      zwarm rm verbose
+      zwarm rm --finished
+    """
+    if not sessions and not finished:
+        raise click.UsageError("give session ids or --finished")
+    api = _api(ctx)
+    # without a state dir, --finished removes nothing; a given id is still "not found"
+    exists = api.store.exists() or bool(sessions)
+    from zwarm.errors import PartlyFailed, ZwarmError
+
+    try:
+        removed = api.rm(list(sessions), finished, force, detail=True) if exists else []
+        failed: list[Any] = []
+    except PartlyFailed as e:
+        removed, failed = e.done, e.failed
+    failed += [(c, ZwarmError(f"child {c} of {d['id']} not removed: {why}"))
+               for d in removed for c, why in d["children_failed"]]  # fmt: skip
+    if as_json:
+        output.emit_json([sid for d in removed for sid in (d["id"], *d["children_removed"])])
+    else:
+        from zwarm.cli.tree import rm_line
+
+        for d in removed:
+            click.echo(rm_line(d))
+    _exit_failed(ctx, failed)
+
+
+@cli.command()
+@click.option(
+    "--keep",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Run the demo in DIR and keep it (default: a temporary directory, removed).",
+)
+@click.pass_context
+def demo(ctx: click.Context, keep: Path | None) -> None:
+    """A tour of zwarm on a built-in scripted agent.
+
+    No agent CLI or API key is needed. It runs in a temporary directory, removed at the end, unless
+    --keep DIR.
+
+    \b
+    Example:
+      zwarm demo --keep /tmp/zwarm-tour
+    """
+    from zwarm.cli.demo import run_demo
+
+    obj = ctx.find_root().obj or {}
+    ctx.exit(run_demo(obj.get("state_dir"), keep=keep))

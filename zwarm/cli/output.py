@@ -1,0 +1,164 @@
+"""What the command line writes, without click: JSON on stdout, error lines, a quick end.
+
+Owns how a command's JSON reaches stdout (one document: ``emit_json``; an array streamed as
+its items come: ``stream_json_array``), the one line a user sees for an error zwarm expects
+(``error_line``), what happens when stdout's reader goes away (``reader_gone``), and how a
+process that is zwarm's own ends a listing (``one_shot``, ``exit_now``). Both the click
+commands (``zwarm.cli.commands``) and the click-free fast path (``zwarm.cli.fast``) print
+through it, so the two cannot drift apart. Must stay true:
+- it imports no click and nothing heavy at import time: the fast path's start-up is its own;
+- ``error_line`` is the only mapping of an exception to what a user reads: a ``ZwarmError``
+  cleaned to one line (``text.clean``), an ``OSError`` as its reason and file, "out of
+  memory"; anything else is a bug and keeps its traceback;
+- ``exit_now`` and ``one_shot`` act only in zwarm's own process (``own_process``, set by
+  ``zwarm.cli.run``): a program that calls ``main`` keeps its objects and its collector.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+OUT_CHUNK = 1 << 18  # bytes of encoded items ``stream_json_array`` writes at once
+_OWN = {"process": False}  # set by ``own_process``: this process is zwarm's own
+
+
+def own_process() -> None:
+    """This process is zwarm's own (the console script, ``python -m zwarm``): it may end the
+    quick way (``exit_now``) and list without a collector (``one_shot``)."""
+    _OWN["process"] = True
+
+
+def is_own_process() -> bool:
+    return _OWN["process"]
+
+
+def emit_json(data: Any) -> None:
+    """One line of compact JSON (msgspec: 10x the stdlib for a 10,000-row listing)."""
+    import msgspec
+
+    try:
+        out = msgspec.json.encode(data)
+    except (TypeError, UnicodeEncodeError):  # not msgspec-encodable: the stdlib, ASCII-safe
+        import json  # only here: start-up (ls never imports it)
+
+        out = json.dumps(data, separators=(",", ":")).encode()
+    sys.stdout.flush()
+    sys.stdout.buffer.write(out + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def stream_json_array(items: Any, flush: bool = False) -> None:
+    """A JSON array, one item per line, written as ``items`` come (``flush``: each at once):
+    encoded by msgspec into one buffer written out every ``OUT_CHUNK`` bytes, so memory holds
+    one chunk, never the array; a ``msgspec.Raw`` value (``jsonl.raw_strings``) is copied as
+    is. An item msgspec cannot encode takes the stdlib encoder."""
+    import msgspec
+
+    out = sys.stdout
+    out.flush()
+    raw = out.buffer
+    encode_into = msgspec.json.Encoder().encode_into
+    buf = bytearray(b"[")
+    sep = b""
+    for item in items:
+        buf += sep
+        sep = b","
+        mark = len(buf)
+        try:
+            encode_into(item, buf, -1)
+        except (TypeError, ValueError):  # e.g. a lone surrogate in a str
+            import json
+
+            del buf[mark:]
+            buf += json.dumps(item, separators=(",", ":"), default=msgspec.json.decode).encode()
+        buf += b"\n"
+        if flush or len(buf) >= OUT_CHUNK:
+            raw.write(buf)
+            buf.clear()
+            if flush:
+                raw.flush()
+    buf += b"]\n"
+    raw.write(buf)
+    raw.flush()
+
+
+def error_line(e: BaseException) -> str | None:
+    """The one line a user reads for ``e`` (printed after "Error: ", exit status 1), or None
+    if ``e`` is not an error zwarm expects (a bug: it keeps its traceback)."""
+    from zwarm.errors import ZwarmError
+
+    if isinstance(e, ZwarmError):
+        from zwarm.cli.text import clean
+
+        return clean(str(e), newlines=False)
+    if isinstance(e, OSError):  # out of fds, inodes or memory for a pipe: one line
+        from zwarm.cli.text import clean
+
+        where = f" ({e.filename})" if e.filename else ""
+        return clean(f"{e.strerror or e}{where}", newlines=False)
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    return None
+
+
+def warn(message: str) -> None:
+    """A warning from the API (not an error: the command goes on), one line on stderr."""
+    from zwarm.cli.text import clean
+
+    sys.stderr.write(f"warning: {clean(message, newlines=False)}\n")
+    sys.stderr.flush()
+
+
+def problem_lines(problems: list[str]) -> None:
+    """After showing what could be read: what could not, one "Error: " line each on stderr."""
+    from zwarm.cli.text import clean
+
+    sys.stdout.flush()
+    for problem in problems:
+        sys.stderr.write(f"Error: {clean(problem, newlines=False)}\n")
+    sys.stderr.flush()
+
+
+def reader_gone() -> None:
+    """The reader of stdout went away (``| head``): whatever is still buffered, and the flush
+    at exit, go to /dev/null, so the command ends quietly instead of with an error."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    os.close(devnull)
+
+
+def one_shot() -> None:
+    """This process lists and ends: no cyclic garbage collection from now on. A listing makes
+    almost no garbage cycles (one per damaged session, which the listing's own pause of the
+    collector keeps until it ends anyway), and collections that walk its thousands of rows
+    (the first one as the listing ends) and the API's imports cost it ~5%. Only in zwarm's
+    own process (``own_process``: a program that calls ``main`` keeps its collector)."""
+    if _OWN["process"]:
+        import gc
+
+        gc.disable()
+
+
+def exit_now() -> None:
+    """End a listing's process now that its output is out: freeing thousands of rows and
+    sessions one by one, and the interpreter's final collection, would cost a large listing
+    up to a fifth of its time. Only in zwarm's own process (``own_process``: not when ``main``
+    is called by a program, nor under click's test runner, which swaps stdout); a flush that
+    fails (a closed pipe) is left to the usual exit path."""
+    out, err = sys.__stdout__, sys.__stderr__
+    if not _OWN["process"] or out is None or err is None or sys.stdout is not out:
+        return
+    if sys.stderr is not err:
+        return
+    try:
+        out.flush()
+        err.flush()
+    except OSError:
+        return
+    os._exit(0)
