@@ -96,7 +96,7 @@ class _Group(click.Group):
             output.reader_gone()
             ctx.exit(0)
         except (ZwarmError, OSError, MemoryError) as e:  # one line, no traceback
-            raise click.ClickException(str(output.error_line(e))) from None
+            raise click.ClickException(output.error_line(e) or str(e)) from None
 
 
 @contextlib.contextmanager
@@ -116,7 +116,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 @click.option(
     "--state-dir",
     type=click.Path(path_type=Path),
-    envvar="ZWARM_DIR",
+    envvar=fast.STATE_DIR_ENV,
     help="State directory (default: nearest .zwarm/ up from here, else ./.zwarm).",
 )
 @click.version_option(package_name="zwarm", message="zwarm %(version)s")
