@@ -438,6 +438,34 @@ def test_a_cache_over_its_size_limit_is_replaced(
     assert len(cache_lines(store)) == len(FINISHED)
 
 
+def test_rows_are_appended_a_batch_of_whole_lines_at_a_time(
+    store: Store, lister: Lister, later: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold listing of 10,000 rows must not build its 14 MB of cache lines at once: they go
+    out ``_BATCH`` rows per write, each write whole lines; the file is then as if written
+    at once. A size limit reached mid-way stops the appends at a batch's end."""
+    writes: list[bytes] = []
+    real = rowcache._write_all
+
+    def spy(fd: int, data: bytes) -> None:
+        writes.append(bytes(data))
+        real(fd, data)
+
+    monkeypatch.setattr(rowcache, "_write_all", spy)
+    monkeypatch.setattr(rowcache, "_BATCH", 2)
+    first = lister.rows()
+    assert [w.count(b"\n") for w in writes] == [2, 2, 1]
+    assert all(w.endswith(b"\n") for w in writes)
+    assert sorted(x[0] for x in cache_lines(store)) == FINISHED
+    assert lister.rows() == first and sorted(lister.read) == [sid(5), sid(6)]
+    first_batch = len(writes[0])
+    os.unlink(cache_file(store))
+    writes.clear()
+    monkeypatch.setattr(rowcache, "MAX_BYTES", first_batch + 1)
+    assert lister.rows() == first
+    assert len(writes) == 1 and len(cache_lines(store)) == 2  # the first batch only
+
+
 def test_ls_json_from_the_cache_is_byte_for_byte_the_same(tmp_path: Path, store: Store) -> None:
     """Through the CLI, with the real racy window: the first listing (files too young) caches
     nothing, one RACY_S later everything finished is cached, and the output never changes."""

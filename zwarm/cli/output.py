@@ -35,18 +35,49 @@ def is_own_process() -> bool:
 
 
 def emit_json(data: Any) -> None:
-    """One line of compact JSON (msgspec: 10x the stdlib for a 10,000-row listing)."""
+    """One line of compact JSON (msgspec: 10x the stdlib for a 10,000-row listing). A list is
+    encoded an item at a time into one buffer written out every ``OUT_CHUNK`` bytes: a
+    listing of 10,000 rows never holds its 14 MB of JSON, whose fresh pages would cost it
+    more than encoding it. An item msgspec cannot encode takes the stdlib encoder (ASCII)."""
+    if not isinstance(data, list):
+        data = [data]
+        whole = True
+    else:
+        whole = False
+    out = sys.stdout
+    out.flush()
+    raw = out.buffer
+    buf = bytearray() if whole else bytearray(b"[")
+    encode_into = _encoder().encode_into
+    for i, item in enumerate(data):
+        if i:
+            buf += b","
+        _encode_item(encode_into, item, buf)
+        if len(buf) >= OUT_CHUNK:
+            raw.write(buf)
+            buf.clear()
+    buf += b"\n" if whole else b"]\n"
+    raw.write(buf)
+    raw.flush()
+
+
+def _encoder() -> Any:
     import msgspec
 
+    return msgspec.json.Encoder()
+
+
+def _encode_item(encode_into: Any, item: Any, buf: bytearray) -> None:
+    """``item`` appended to ``buf`` as JSON: msgspec, else (a value it cannot encode, a lone
+    surrogate in a str) the stdlib, ASCII-safe."""
+    mark = len(buf)
     try:
-        out = msgspec.json.encode(data)
-    except (TypeError, UnicodeEncodeError):  # not msgspec-encodable: the stdlib, ASCII-safe
+        encode_into(item, buf, -1)
+    except (TypeError, ValueError, UnicodeEncodeError):
         import json  # only here: start-up (ls never imports it)
 
-        out = json.dumps(data, separators=(",", ":")).encode()
-    sys.stdout.flush()
-    sys.stdout.buffer.write(out + b"\n")
-    sys.stdout.buffer.flush()
+        del buf[mark:]
+        buf += json.dumps(item, separators=(",", ":")).encode()
 
 
 def stream_json_array(items: Any, flush: bool = False) -> None:
