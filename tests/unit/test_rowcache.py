@@ -297,6 +297,28 @@ def test_a_changed_session_is_listed_as_it_is_now(
         assert mine[0]["last_message"] == "DONE"
 
 
+def test_a_changed_meta_json_costs_one_stat(
+    store: Store, lister: Lister, later: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose meta.json changed since its row was cached (every session that just
+    ended, while agents run) is told by the file's stat alone: its directory is not looked
+    at. An unchanged one takes both stats, and is believed only if both match."""
+    lister.rows()
+    _rewrite_in_place(store, sid(1))
+    stats: list[str] = []
+    real = os.stat
+
+    def spy(path: Any, *args: Any, **kw: Any) -> os.stat_result:
+        stats.append(str(path))
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(rowcache.os, "stat", spy)
+    assert lister.rows() == uncached(store)
+    assert sorted(lister.read) == [sid(1), sid(5), sid(6)]
+    assert [p for p in stats if p.startswith(sid(1))] == [f"{sid(1)}/meta.json"]
+    assert [p for p in stats if p.startswith(sid(2))] == [f"{sid(2)}/meta.json", sid(2)]
+
+
 def test_a_tree_is_rolled_up_anew_over_cached_rows(
     store: Store, lister: Lister, later: None
 ) -> None:

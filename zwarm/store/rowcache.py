@@ -63,6 +63,7 @@ SLACK = 1000  # dead lines tolerated before a compaction, beyond one per live li
 _BATCH = 256  # rows encoded and appended at once: ~350 KB, the same memory reused (a
 # cold listing of 10,000 rows would otherwise touch 14 MB of fresh pages for one write)
 _FINISHED = frozenset(s.value for s in FINISHED)
+_HEAD_MAX = 256  # a line's id and key fit in this many bytes (``_head``: 8 numbers, an id)
 LOCAL_FS = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "bcachefs", "f2fs", "zfs", "jfs", "reiserfs"}
     | {"tmpfs", "ramfs", "overlay", "vfat", "exfat", "ntfs3", "hfsplus", "apfs"}
@@ -187,8 +188,11 @@ class RowCache:
         if raw is None:
             return None
         try:
-            d = os.stat(sid, dir_fd=self._fd, follow_symlinks=False)
             f = os.stat(f"{sid}/meta.json", dir_fd=self._fd, follow_symlinks=False)
+            # meta.json changed (a session that just ended): no need to look at its directory
+            if raw.find(_file_part(f), 0, _HEAD_MAX) < 0:
+                return None
+            d = os.stat(sid, dir_fd=self._fd, follow_symlinks=False)
         except OSError:
             return None
         head = _head(sid, dir_file_key(d, f))
@@ -280,6 +284,11 @@ def _head(sid: str, key: DirFileKey) -> bytes:
     """What a line of ``sid`` made from the files of ``key`` starts with (its row follows,
     then ``]``): ``["<sid>",[<key>],``."""
     return f'["{sid}",[{",".join(map(str, key))}],'.encode()
+
+
+def _file_part(f: os.stat_result) -> bytes:
+    """How the file's half of a key (``DirFileKey``) ends a line's key: ``,ino,size,m,c],``."""
+    return b",%d,%d,%d,%d]," % (f.st_ino, f.st_size, f.st_mtime_ns, f.st_ctime_ns)
 
 
 def _own_dir(st: os.stat_result) -> bool:
