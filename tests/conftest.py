@@ -39,6 +39,25 @@ ZWARM_BIN = VENV_BIN / "zwarm" if (VENV_BIN / "zwarm").exists() else ROOT / ".ve
 DEFAULT_TIMEOUT = 60.0
 
 
+class StdoutRecorder:
+    """A stand-in for ``sys.stdout`` (monkeypatched in): records each write to its binary
+    buffer, so a test sees how output was chunked as well as what it was."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.buffer = self
+
+    def write(self, data: Any) -> int:
+        self.writes.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def value(self) -> bytes:
+        return b"".join(self.writes)
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = DEFAULT_TIMEOUT,

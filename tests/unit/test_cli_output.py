@@ -14,29 +14,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from tests.conftest import StdoutRecorder
 from zwarm.cli.output import OUT_CHUNK, emit_json
 
 
-class _Out:
-    """A stand-in for sys.stdout that records each write to its binary buffer."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.buffer = self
-
-    def write(self, data: bytes) -> int:
-        self.writes.append(bytes(data))
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def value(self) -> bytes:
-        return b"".join(self.writes)
-
-
-def _emit(monkeypatch: pytest.MonkeyPatch, data: Any) -> _Out:
-    out = _Out()
+def _emit(monkeypatch: pytest.MonkeyPatch, data: Any) -> StdoutRecorder:
+    out = StdoutRecorder()
     monkeypatch.setattr("sys.stdout", out)
     emit_json(data)
     return out

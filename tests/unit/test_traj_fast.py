@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import StdoutRecorder
 from zwarm.agents import jsonl
 from zwarm.agents.claude import events as claude_events
 from zwarm.agents.codex import events as codex_events
@@ -201,32 +202,16 @@ def test_an_over_long_line_is_still_skipped_unread() -> None:
 # --------------------------------------------------------------------------- --json output
 
 
-class _Out:
-    """A stand-in for ``sys.stdout``: records each write to its binary buffer."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.buffer = self
-
-    def write(self, data: Any) -> int:
-        self.writes.append(bytes(data))
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def value(self) -> bytes:
-        return b"".join(self.writes)
-
-
 def _old_bytes(items: list[Any]) -> bytes:
     """What the stdlib encoder wrote before (``ensure_ascii=False``, compact, one a line)."""
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     return ("[" + ",".join(dumps(i) + "\n" for i in items) + "]\n").encode()
 
 
-def _stream(monkeypatch: pytest.MonkeyPatch, items: Iterable[Any], flush: bool = False) -> _Out:
-    out = _Out()
+def _stream(
+    monkeypatch: pytest.MonkeyPatch, items: Iterable[Any], flush: bool = False
+) -> StdoutRecorder:
+    out = StdoutRecorder()
     monkeypatch.setattr("sys.stdout", out)
     stream_json_array(items, flush=flush)
     return out
@@ -254,7 +239,7 @@ def test_json_output_of_odd_values(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_json_output_is_written_while_steps_come(monkeypatch: pytest.MonkeyPatch) -> None:
     """RSS is bounded by design: the array is written in chunks as the steps are produced,
     never built whole (the writes seen while the generator still runs)."""
-    out = _Out()
+    out = StdoutRecorder()
     step = {"kind": "command", "command": "cat", "output": "y" * 1000, "status": "completed"}
     seen: list[int] = []
     n = 20 * OUT_CHUNK // 1000

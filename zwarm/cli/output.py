@@ -30,54 +30,45 @@ def own_process() -> None:
     _OWN["process"] = True
 
 
-def is_own_process() -> bool:
-    return _OWN["process"]
-
-
 def emit_json(data: Any) -> None:
     """One line of compact JSON (msgspec: 10x the stdlib for a 10,000-row listing). A list is
     encoded an item at a time into one buffer written out every ``OUT_CHUNK`` bytes: a
     listing of 10,000 rows never holds its 14 MB of JSON, whose fresh pages would cost it
     more than encoding it. An item msgspec cannot encode takes the stdlib encoder (ASCII)."""
-    if not isinstance(data, list):
-        data = [data]
-        whole = True
-    else:
-        whole = False
+    import msgspec
+
+    items, buf, end = (
+        (data, bytearray(b"["), b"]\n") if isinstance(data, list) else ([data], bytearray(), b"\n")
+    )
     out = sys.stdout
     out.flush()
     raw = out.buffer
-    buf = bytearray() if whole else bytearray(b"[")
-    encode_into = _encoder().encode_into
-    for i, item in enumerate(data):
+    encode_into = msgspec.json.Encoder().encode_into
+    for i, item in enumerate(items):
         if i:
             buf += b","
         _encode_item(encode_into, item, buf)
         if len(buf) >= OUT_CHUNK:
             raw.write(buf)
             buf.clear()
-    buf += b"\n" if whole else b"]\n"
+    buf += end
     raw.write(buf)
     raw.flush()
 
 
-def _encoder() -> Any:
-    import msgspec
-
-    return msgspec.json.Encoder()
-
-
 def _encode_item(encode_into: Any, item: Any, buf: bytearray) -> None:
     """``item`` appended to ``buf`` as JSON: msgspec, else (a value it cannot encode, a lone
-    surrogate in a str) the stdlib, ASCII-safe."""
+    surrogate in a str) the stdlib, ASCII-safe; a ``msgspec.Raw`` in it is decoded for it."""
     mark = len(buf)
     try:
         encode_into(item, buf, -1)
-    except (TypeError, ValueError, UnicodeEncodeError):
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
         import json  # only here: start-up (ls never imports it)
 
+        import msgspec
+
         del buf[mark:]
-        buf += json.dumps(item, separators=(",", ":")).encode()
+        buf += json.dumps(item, separators=(",", ":"), default=msgspec.json.decode).encode()
 
 
 def stream_json_array(items: Any, flush: bool = False) -> None:
@@ -96,14 +87,7 @@ def stream_json_array(items: Any, flush: bool = False) -> None:
     for item in items:
         buf += sep
         sep = b","
-        mark = len(buf)
-        try:
-            encode_into(item, buf, -1)
-        except (TypeError, ValueError):  # e.g. a lone surrogate in a str
-            import json
-
-            del buf[mark:]
-            buf += json.dumps(item, separators=(",", ":"), default=msgspec.json.decode).encode()
+        _encode_item(encode_into, item, buf)
         buf += b"\n"
         if flush or len(buf) >= OUT_CHUNK:
             raw.write(buf)
