@@ -1,13 +1,14 @@
 """The click-free fast path (``zwarm.cli.fast``) keeps its contract.
 
-Proves, for ``ls`` and ``trajectory SESSION --json``: every argv in the fast grammar gets from
-the console script (``run``: the fast path) exactly the answer the click CLI (``main``) gives,
-stdout bytes, stderr bytes and exit status, over one world of finished, failed, running,
-named, damaged and log-less sessions, and for errors (no session, no turn, a state dir that
-is a file or missing); whatever is doubtful (help, ``--``, repeated, unknown or malformed
-options...) is declined, so click answers it; the grammar's options, flags, choices and
-arguments are the click commands' own (it cannot drift from them); and an answered command
-imports neither click nor ``inspect``/``dataclasses``, while a declined one does load click.
+Proves, for ``ls``, ``trajectory SESSION --json``, ``show SESSION --json`` and ``logs
+SESSION``: every argv in the fast grammar gets from the console script (``run``: the fast
+path) exactly the answer the click CLI (``main``) gives, stdout bytes, stderr bytes and exit
+status, over one world of finished, failed, running, named, damaged and log-less sessions,
+and for errors (no session, no turn, a state dir that is a file or missing); whatever is
+doubtful (help, ``--``, repeated, unknown or malformed options...) is declined, so click
+answers it; the grammar's options, flags, choices and arguments are the click commands' own
+(it cannot drift from them); and an answered command imports neither click nor
+``dataclasses``, while a declined one does load click.
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ CASES: list[tuple[tuple[str, ...], int]] = [
     (("trajectory", "{done}", "--json", "--turn", "99"), 1),
     (("trajectory", "{nolog}", "--json"), 1), (("trajectory", "{damaged}", "--json"), 1),
     (("--state-dir", "{file}", "trajectory", "{done}", "--json"), 1),
+    (("show", "{done}", "--json"), 0), (("show", "--json", "alpha-one"), 0),
+    (("show", "{running}", "--json"), 0), (("show", "{failed}", "--json"), 0),
+    (("show", "nosuchsession", "--json"), 1), (("show", "{damaged}", "--json"), 1),
+    (("logs", "{done}"), 0), (("logs", "{tools}", "--turn", "1"), 0),
+    (("logs", "--turn=1", "{named}"), 0), (("logs", "{nolog}"), 1),
+    (("logs", "nosuchsession"), 1), (("logs", "{done}", "--turn", "99"), 1),
 ]  # fmt: skip
 
 
@@ -151,7 +158,9 @@ DECLINED = [
     ["trajectory", "s", "--json", "--turn"], ["trajectory", "s", "--json", "--full", "--full"],
     ["ls", "--json", "--state-dir", "x"], ["--state-dir", "a", "--state-dir", "b", "ls"],
     ["--state-dir", "ls"], ["--state-dir=", "ls"], ["--state-dir", "-x", "ls"],
-    ["--json", "ls"], ["-x", "ls"], ["spawn", "x"], ["show", "s", "--json"], ["LS"],
+    ["--json", "ls"], ["-x", "ls"], ["spawn", "x"], ["show", "s"], ["show", "--json"],
+    ["show", "s", "--json", "--full"], ["logs", "s", "-f"], ["logs", "s", "--follow"],
+    ["logs", "s", "--json"], ["logs"], ["logs", "s", "t"], ["LS"],
 ]  # fmt: skip
 
 
@@ -235,6 +244,8 @@ def _imports(zw: ZW, code: str, *args: str) -> str:
         ("run", ("ls", "--json"), False),
         ("run", ("ls",), False),
         ("run", ("trajectory", "{tools}", "--json"), False),
+        ("run", ("show", "{tools}", "--json"), False),
+        ("run", ("logs", "{tools}"), False),
         ("run", ("ls", "--help"), True),  # declined: click answers
         ("main", ("ls", "--json"), True),  # main never takes the fast path
     ],

@@ -2,12 +2,13 @@
 
 Owns the entry points: ``run`` (the console script and ``python -m zwarm``) and ``main`` (the
 click CLI, for a program that calls it). ``run`` answers the commands an orchestrator runs
-again and again (``ls``, ``trajectory --json``) itself when their argv is in ``fast``'s strict
-grammar, without loading click; anything else goes to the click commands (``commands``),
-which parse argv, report usage errors and help, and map errors to exit codes once. The
-layout: ``commands`` (click), ``fast`` (the click-free bodies and grammar), ``output`` (what
-both print through), ``text``/``render``/``tree`` (terminal text), ``live``/``follow``
-(watching), and one module per command group loaded when run. Must stay true: importing this
+again and again (``ls``, ``trajectory --json``, ``show --json``, ``logs``) itself when their
+argv is in ``fast``'s strict grammar, without loading click; anything else goes to the click
+commands (``commands``), which parse argv, report usage errors and help, and map errors to
+exit codes once. The layout: ``commands`` (click), ``fast`` (the click-free bodies and
+grammar), ``output`` (what both print through), ``text``/``render``/``tree`` (terminal
+text), ``live``/``follow`` (watching), and one module per command group loaded when run.
+Must stay true: importing this
 package loads only the standard library, so ``fast``'s start-up is its own.
 """
 

@@ -5,8 +5,8 @@ Must stay true:
 - every ``ZwarmError`` (and ``OSError``, ``MemoryError``) becomes one line on stderr and exit
   1, in one place (``_Group.invoke``, through ``output.error_line``, which the click-free fast
   path uses too); click usage errors keep exit 2; no traceback ever reaches a user;
-- ``ls`` and ``trajectory --json`` run the bodies in ``zwarm.cli.fast``, so their answer is
-  the same whichever path parsed argv;
+- ``ls``, ``trajectory --json``, ``show --json`` and ``logs`` run the bodies in
+  ``zwarm.cli.fast``, so their answer is the same whichever path parsed argv;
 - heavy modules (rich, the API's process machinery) are imported inside commands, so
   ``zwarm --help`` costs little more than importing click.
 """
@@ -349,10 +349,10 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
       zwarm show verbose
     """
     api = _api(ctx)
-    data = api.show(session)
     if as_json:
-        output.emit_json(data)
+        fast.show_json(api, session)
         return
+    data = api.show(session)
     from zwarm.cli import render, tree
 
     render.session_detail(data, api.env.clock())
@@ -427,19 +427,8 @@ def logs(ctx: click.Context, session: str, turn: int | None, follow: bool) -> No
       zwarm logs verbose --turn 1 > turn1.jsonl
       zwarm logs 3f2a -f
     """
-    out = sys.stdout.buffer
-    chunks = _api(ctx).logs(session, turn, follow)
-    cleaner = None
-    if sys.stdout.isatty():
-        from zwarm.cli.text import ByteCleaner
-
-        cleaner = ByteCleaner()
-    for chunk in chunks:
-        out.write(cleaner.feed(chunk) if cleaner else chunk)
-        out.flush()
-    if cleaner:
-        out.write(cleaner.feed(b"", final=True))
-    _exit_problems(ctx, chunks.problems)
+    if fast.logs(_api(ctx), session, turn, follow):
+        ctx.exit(1)
 
 
 @cli.command()

@@ -1,7 +1,8 @@
-"""The commands an orchestrator runs again and again, answered without loading click.
+"""The reading commands an orchestrator runs again and again, answered without click.
 
-Owns the bodies of ``zwarm ls`` (but ``--watch``) and ``zwarm trajectory SESSION --json`` (but
-``-f``), which the click commands call too, and a strict argv grammar for them (``parse``), so
+Owns the bodies of ``zwarm ls`` (but ``--watch``), ``trajectory SESSION --json`` and ``logs
+SESSION`` (but ``-f``), and ``show SESSION --json``, which the click commands call too, and a
+strict argv grammar for them (``parse``), so
 that ``zwarm.cli.run`` can answer them before click is imported: click, and the modules only
 it loads, cost ~17 ms, a fifth of a warm ``ls --json`` over 1,000 sessions. Must stay true:
 - the grammar accepts a subset of what the click CLI accepts (the same option names, values
@@ -84,6 +85,10 @@ GRAMMARS = {
         args=("session",),
         needs=frozenset({"--json"}),
     ),
+    "show": Grammar(
+        values={}, flags={"--json": "as_json"}, args=("session",), needs=frozenset({"--json"})
+    ),
+    "logs": Grammar(values={"--turn": (_int, "turn")}, flags={}, args=("session",)),
 }
 
 
@@ -248,4 +253,36 @@ def trajectory_json(api: Zwarm, session: str, turn: int | None = None, full: boo
     return 0
 
 
-_BODIES: dict[str, Callable[..., int]] = {"ls": ls, "trajectory": trajectory_json}
+def show_json(api: Zwarm, session: str, as_json: bool = True) -> int:
+    """``zwarm show SESSION --json``: the session and every turn in full, one JSON line."""
+    output.emit_json(api.show(session))
+    return 0
+
+
+def logs(api: Zwarm, session: str, turn: int | None = None, follow: bool = False) -> int:
+    """``zwarm logs``: a turn's raw log, copied byte for byte when piped, control characters
+    removed on a terminal; what could not be read follows on stderr (exit status 1)."""
+    out = sys.stdout.buffer
+    chunks = api.logs(session, turn, follow)
+    cleaner = None
+    if sys.stdout.isatty():
+        from zwarm.cli.text import ByteCleaner
+
+        cleaner = ByteCleaner()
+    for chunk in chunks:
+        out.write(cleaner.feed(chunk) if cleaner else chunk)
+        out.flush()
+    if cleaner:
+        out.write(cleaner.feed(b"", final=True))
+    if chunks.problems:
+        output.problem_lines(chunks.problems)
+        return 1
+    return 0
+
+
+_BODIES: dict[str, Callable[..., int]] = {
+    "ls": ls,
+    "trajectory": trajectory_json,
+    "show": show_json,
+    "logs": logs,
+}
