@@ -3,8 +3,8 @@
 Owns argument parsing, exit codes and choosing JSON or human output, over ``zwarm.api.Zwarm``.
 Must stay true:
 - every ``ZwarmError`` (and ``OSError``, ``MemoryError``) becomes one line on stderr and exit
-  1, in one place (``_Group.invoke``, through ``output.error_line``, which the click-free fast
-  path uses too); click usage errors keep exit 2; no traceback ever reaches a user;
+  1, Ctrl-C exit 130, in one place (``_Group.invoke``, through ``output.ending``, which the
+  click-free fast path uses too); click usage errors keep exit 2; no traceback reaches a user;
 - ``ls``, ``trajectory --json``, ``show --json`` and ``logs`` run the bodies in
   ``zwarm.cli.fast``, so their answer is the same whichever path parsed argv;
 - heavy modules (rich, the API's process machinery) are imported inside commands, so
@@ -89,14 +89,14 @@ class _Group(click.Group):
 
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
-        except BrokenPipeError:
-            output.reader_gone()
-            ctx.exit(0)
-        except (ZwarmError, OSError, MemoryError) as e:  # one line, no traceback
-            raise click.ClickException(output.error_line(e) or str(e)) from None
+        except (KeyboardInterrupt, ZwarmError, OSError, MemoryError) as e:  # no traceback
+            end = output.ending(e)
+            if end is None:
+                raise
+            line, code = end
+            if line is not None:
+                click.echo(line, err=True)
+            ctx.exit(code)
 
 
 @contextlib.contextmanager

@@ -139,41 +139,51 @@ def _value(argv: list[str], i: int, name: str) -> tuple[str, int] | None:
 
 
 def _command_args(grammar: Grammar, argv: list[str]) -> dict[str, Any] | None:
+    """The keyword arguments ``argv`` (after the command's name) gives the command's body, or
+    None if ``argv`` is not exactly in ``grammar``."""
     kwargs: dict[str, Any] = {k: None for _, k in grammar.values.values()}
     kwargs |= {k: False for k in grammar.flags.values()}
     seen: set[str] = set()
     args: list[str] = []
     i = 0
     while i < len(argv):
-        tok = argv[i]
-        if not tok.startswith("-"):
-            args.append(tok)
+        if not argv[i].startswith("-"):
+            args.append(argv[i])
             i += 1
             continue
-        name = tok.partition("=")[0]
+        name = argv[i].partition("=")[0]
         if name in seen:
             return None
         seen.add(name)
-        if tok in grammar.flags:
-            kwargs[grammar.flags[tok]] = True
-            i += 1
-            continue
-        if name not in grammar.values:
+        i = _option(grammar, argv, i, kwargs)
+        if i < 0:
             return None
-        got = _value(argv, i, name)
-        check, key = grammar.values[name]
-        value = check(got[0]) if got is not None else None
-        if got is None or value is None:
-            return None
-        kwargs[key], i = value, got[1]
     if len(args) != len(grammar.args) or not grammar.needs <= seen:
         return None
     return kwargs | dict(zip(grammar.args, args, strict=True))
 
 
+def _option(grammar: Grammar, argv: list[str], i: int, kwargs: dict[str, Any]) -> int:
+    """Put the flag or option at ``argv[i]`` into ``kwargs``: the index after it, -1 if it is
+    not one of ``grammar``'s or its value is doubtful."""
+    if argv[i] in grammar.flags:
+        kwargs[grammar.flags[argv[i]]] = True
+        return i + 1
+    name = argv[i].partition("=")[0]
+    if name not in grammar.values:
+        return -1
+    got = _value(argv, i, name)
+    check, key = grammar.values[name]
+    value = check(got[0]) if got is not None else None
+    if got is None or value is None:
+        return -1
+    kwargs[key] = value
+    return got[1]
+
+
 def answer(argv: list[str], environ: Mapping[str, str]) -> int | None:
     """Answer ``argv`` if it is one of the accepted forms: its exit status; None if it is
-    not (click's to answer). Errors end as the click CLI ends them (``_Group.invoke``)."""
+    not (click's to answer). Errors end as the click CLI ends them (``output.ending``)."""
     call = parse(argv, environ)
     if call is None:
         return None
@@ -183,19 +193,15 @@ def answer(argv: list[str], environ: Mapping[str, str]) -> int | None:
         if call.command == "ls":
             output.one_shot()
         return _BODIES[call.command](open_api(call.state_dir), **call.kwargs)
-    except KeyboardInterrupt:
-        return _stderr("interrupted", 130)
-    except BrokenPipeError:
-        output.reader_gone()
-        return 0
-    except (ZwarmError, OSError, MemoryError) as e:
-        return _stderr(f"Error: {output.error_line(e)}", 1)
-
-
-def _stderr(line: str, code: int) -> int:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-    return code
+    except (KeyboardInterrupt, ZwarmError, OSError, MemoryError) as e:
+        end = output.ending(e)
+        if end is None:
+            raise
+        line, code = end
+        if line is not None:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        return code
 
 
 def open_api(state_dir: str | os.PathLike[str] | None) -> Zwarm:

@@ -99,6 +99,20 @@ def stream_json_array(items: Any, flush: bool = False) -> None:
     raw.flush()
 
 
+def ending(e: BaseException) -> tuple[str | None, int] | None:
+    """How a command that raised ``e`` ends: the line for stderr (None: none) and the exit
+    status; None if ``e`` is a bug (it keeps its traceback). Ctrl-C is "interrupted" (130), a
+    reader that went away a quiet 0 (``reader_gone``), an expected error one "Error: " line
+    (1, ``error_line``). The click commands and the fast path both end through it."""
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted", 130
+    if isinstance(e, BrokenPipeError):
+        reader_gone()
+        return None, 0
+    line = error_line(e)
+    return None if line is None else (f"Error: {line}", 1)
+
+
 def error_line(e: BaseException) -> str | None:
     """The one line a user reads for ``e`` (printed after "Error: ", exit status 1), or None
     if ``e`` is not an error zwarm expects (a bug: it keeps its traceback)."""
