@@ -265,6 +265,10 @@ def _bytes(d: Any) -> bytes:
         (("turns", 0, "cost_usd"), 10**400, ""),
         (("turns", 0, "usage", "input_tokens"), 10**400, ""),
         (("turns", 0, "started_at"), "yesterday", "started_at"),
+        # digits that are not ASCII: no time parser takes them (was: accepted, ``\d``)
+        (("created_at",), "\uff12\uff10\uff12\uff16-11-16T10:08:25Z", "created_at"),
+        (("turns", 0, "ended_at"), "\u0662\u0660\u0662\u0666-11-16T10:08:25Z", "ended_at"),
+        (("parent_run_id",), "\u0662\u0660\u0662\u0666" * 2 + "-120000-abcd", "parent_run_id"),
         (("turns", 0, "supervisor", "pid"), 1.5, "pid"),
         (("turns", 0, "supervisor", "start_ticks"), float("nan"), ""),
         (("turns", 0, "agent_session_id"), "--dangerously-bypass-approvals-and-sandbox", ""),

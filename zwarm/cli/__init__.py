@@ -28,12 +28,17 @@ def main() -> NoReturn:
 
 
 def run() -> NoReturn:
-    """``main`` in a process of its own, which a listing may end without tearing its objects
-    down (``output.exit_now``); the fast path's commands answered without click first."""
+    """``main`` in a process of its own, which ends without tearing its modules and objects
+    down when nothing else is left to do (``output.leave``); the fast path's commands
+    answered without click first."""
     from zwarm.cli import fast, output
 
     output.own_process()
-    code = fast.answer(sys.argv[1:], os.environ)
-    if code is not None:
-        sys.exit(code)
-    main()
+    code: str | int | None
+    try:
+        code = fast.answer(sys.argv[1:], os.environ)
+        if code is None:
+            main()
+    except SystemExit as e:
+        code = e.code
+    output.leave(code)

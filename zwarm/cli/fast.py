@@ -227,7 +227,6 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
     rows = select_rows(rows, name, adapter, source, limit)
     if as_json:
         output.emit_json(rows)
-        output.exit_now()
         return 0
     from zwarm.cli import render
     from zwarm.cli.text import terminal_width
@@ -239,7 +238,6 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
         tree.tree_table(rows, api.env.clock(), color=color, width=terminal_width())
         return 0
     render.session_table(rows, api.env.clock(), color=color, width=terminal_width())
-    output.exit_now()
     return 0
 
 

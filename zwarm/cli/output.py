@@ -3,31 +3,38 @@
 Owns how a command's JSON reaches stdout (one document: ``emit_json``; an array streamed as
 its items come: ``stream_json_array``), the one line a user sees for an error zwarm expects
 (``error_line``), what happens when stdout's reader goes away (``reader_gone``), and how a
-process that is zwarm's own ends a listing (``one_shot``, ``exit_now``). Both the click
+process that is zwarm's own ends (``one_shot``, ``exit_now``, ``leave``). Both the click
 commands (``zwarm.cli.commands``) and the click-free fast path (``zwarm.cli.fast``) print
 through it, so the two cannot drift apart. Must stay true:
 - it imports no click and nothing heavy at import time: the fast path's start-up is its own;
 - ``error_line`` is the only mapping of an exception to what a user reads: a ``ZwarmError``
   cleaned to one line (``text.clean``), an ``OSError`` as its reason and file, "out of
   memory"; anything else is a bug and keeps its traceback;
-- ``exit_now`` and ``one_shot`` act only in zwarm's own process (``own_process``, set by
-  ``zwarm.cli.run``): a program that calls ``main`` keeps its objects and its collector.
+- ``exit_now``, ``leave`` and ``one_shot`` act only in zwarm's own process (``own_process``,
+  set by ``zwarm.cli.run``): a program that calls ``main`` keeps its objects and its collector;
+- the quick exit (``os._exit``) skips only what the interpreter's exit would do beyond freeing
+  memory when none of it is pending (``_nothing_left``): no thread but daemons still runs, no
+  exit handler was registered since the process became zwarm's own, and stdout and stderr are
+  the process's own and flushed. Otherwise the process ends the usual way.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 OUT_CHUNK = 1 << 18  # bytes of encoded items ``stream_json_array`` writes at once
-_OWN = {"process": False}  # set by ``own_process``: this process is zwarm's own
+# set by ``own_process``: this process is zwarm's own; the exit handlers registered by then
+_OWN = {"process": False, "handlers": 0}
 
 
 def own_process() -> None:
     """This process is zwarm's own (the console script, ``python -m zwarm``): it may end the
-    quick way (``exit_now``) and list without a collector (``one_shot``)."""
+    quick way (``exit_now``, ``leave``) and list without a collector (``one_shot``)."""
     _OWN["process"] = True
+    _OWN["handlers"] = atexit._ncallbacks()
 
 
 def emit_json(data: Any) -> None:
@@ -174,20 +181,54 @@ def one_shot() -> None:
         gc.disable()
 
 
-def exit_now() -> None:
-    """End a listing's process now that its output is out: freeing thousands of rows and
-    sessions one by one, and the interpreter's final collection, would cost a large listing
-    up to a fifth of its time. Only in zwarm's own process (``own_process``: not when ``main``
-    is called by a program, nor under click's test runner, which swaps stdout); a flush that
-    fails (a closed pipe) is left to the usual exit path."""
+def exit_now(code: int = 0) -> None:
+    """End zwarm's own process now, with ``code``, if nothing is left for the interpreter's
+    exit to do but free memory (``_nothing_left``); else return. Tearing down every module and
+    object (thousands of rows and sessions for a listing) and the final collection cost a
+    short command 5-15 ms, and a large listing up to a fifth of its time."""
+    if _nothing_left():
+        os._exit(code)
+
+
+def leave(code: str | int | None) -> NoReturn:
+    """End zwarm's own process with a command's exit status (``SystemExit.code``): the quick
+    way if it may (``exit_now``), else the usual way (``sys.exit``)."""
+    if code is None:
+        code = 0
+    if isinstance(code, int) and 0 <= code <= 255:
+        exit_now(code)
+    sys.exit(code)
+
+
+def _nothing_left() -> bool:
+    """Whether the interpreter's exit would only free memory: the process is zwarm's own
+    (``own_process``: not a program that called ``main``), no thread but daemons runs besides
+    this one (an exit waits for the others), no exit handler was registered since (a
+    library's cleanup, a temporary directory's finalizer), stdout and stderr are the
+    process's own (not click's test runner's) and flush (a closed pipe is left to the usual
+    exit path)."""
     out, err = sys.__stdout__, sys.__stderr__
-    if not _OWN["process"] or out is None or err is None or sys.stdout is not out:
-        return
-    if sys.stderr is not err:
-        return
+    if not _OWN["process"] or out is None or err is None:
+        return False
+    if sys.stdout is not out or sys.stderr is not err:
+        return False
+    if atexit._ncallbacks() != _OWN["handlers"] or _threads_running():
+        return False
     try:
         out.flush()
         err.flush()
-    except OSError:
-        return
-    os._exit(0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _threads_running() -> bool:
+    """Whether a thread the exit would wait for runs: one that is not a daemon, or this is
+    not the main thread."""
+    threading = sys.modules.get("threading")
+    if threading is None:  # never imported: no thread was started from Python
+        return False
+    me = threading.current_thread()
+    if me is not threading.main_thread():
+        return True
+    return any(not t.daemon for t in threading.enumerate() if t is not me)

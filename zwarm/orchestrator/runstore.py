@@ -39,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from zwarm.errors import InvalidInput, OrchestratorError
+from zwarm.model.records import RUN_ID as RUN_ID_PATTERN
 from zwarm.store.files import CLOEXEC, NOFOLLOW, read_file
 
 DB_NAME = "orchestrator.db"
 USER_VERSION = 1
-RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}\Z")
+RUN_ID = re.compile(RUN_ID_PATTERN)
 _RUN_REF = re.compile(r"^[0-9a-f-]{1,40}\Z")
 STATUSES = ("running", "finished", "step_limit", "budget", "error", "interrupted")
 ROLES = ("system", "user", "assistant", "tool")
