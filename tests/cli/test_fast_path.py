@@ -126,6 +126,62 @@ def test_the_fast_answer_is_clicks_byte_for_byte(
         assert via_fast[1] and not via_fast[2], via_fast
 
 
+SPAWN_REFUSED = [
+    ("spawn", "t", "--after", "nosuchsession"), ("spawn", "t", "-C", "{missing}"),
+    ("spawn", "t", "--name", "alpha-one"), ("--state-dir", "{file}", "spawn", "t"),
+    ("spawn", ""), ("spawn", "t", "--timeout", "0"), ("spawn", "t", "--launcher", "nosuch"),
+    ("spawn", "t", "--name", "bad name"), ("spawn", "t", "--max-cost", "99999999999"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("template", SPAWN_REFUSED, ids=" ".join)
+def test_a_refused_spawn_is_clicks_byte_for_byte(
+    world: tuple[ZW, dict[str, str]], template: tuple[str, ...]
+) -> None:
+    """A spawn the API refuses: the same one error line and status both ways, and no session
+    made by either (the world's sessions are unchanged)."""
+    zw, ids = world
+    via_fast, via_click = _both(zw, _argv(template, zw, ids), zw.env)
+    assert via_fast == via_click
+    assert via_fast[0] == 1 and via_fast[1] == b"", via_fast
+    assert via_fast[2].startswith(b"Error: ") and via_fast[2].count(b"\n") == 1, via_fast
+    assert sorted(r["id"] for r in zw.json("ls")) == sorted(ids.values())
+
+
+# what two spawns of the same argv may differ in: their identity and times
+_OWN_KEYS = {"id", "created_at", "updated_at", "agent_session_id", "name", "last_message"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["t"], ["t", "--json"], ["t", "--json", "-m", "gpt-5", "--notify", "--priority", "2"]],
+    ids=" ".join,
+)
+def test_a_spawn_is_clicks(zw: ZW, argv: list[str]) -> None:
+    """A spawn answered by the fast path starts the same session click starts and prints
+    the same: its id, or its row (the same but for its identity and times)."""
+    env = {**zw.env, **zw.replay("codex_simple")}
+    outs = []
+    for runner in ([str(ZWARM_BIN)], [sys.executable, "-c", CLICK]):
+        assert fast.parse(["spawn", *argv], env) is not None
+        p = subprocess.run([*runner, "spawn", *argv], env=env, cwd=zw.cwd, capture_output=True)
+        assert p.returncode == 0 and p.stderr == b"", p
+        outs.append(p.stdout.decode())
+    if "--json" not in argv:
+        assert all(re.fullmatch(r"[0-9a-f-]{36}\n", o) for o in outs), outs
+        sids = [o.strip() for o in outs]
+    else:
+        rows = [json.loads(o) for o in outs]
+        assert [{k: v for k, v in r.items() if k not in _OWN_KEYS} for r in rows] == [
+            {k: v for k, v in rows[1].items() if k not in _OWN_KEYS}
+        ] * 2
+        sids = [r["id"] for r in rows]
+    assert zw.wait(*sids).returncode == 0
+    metas = [zw.meta(sid) for sid in sids]
+    assert metas[0]["task"] == metas[1]["task"] == "t"
+    assert {m["status"] for m in metas} == {"completed"}
+
+
 @pytest.mark.parametrize("where", ["env", "cwd", "both"])
 def test_the_state_dir_from_the_environment_or_cwd(
     world: tuple[ZW, dict[str, str]], where: str
@@ -158,9 +214,23 @@ DECLINED = [
     ["trajectory", "s", "--json", "--turn"], ["trajectory", "s", "--json", "--full", "--full"],
     ["ls", "--json", "--state-dir", "x"], ["--state-dir", "a", "--state-dir", "b", "ls"],
     ["--state-dir", "ls"], ["--state-dir=", "ls"], ["--state-dir", "-x", "ls"],
-    ["--json", "ls"], ["-x", "ls"], ["spawn", "x"], ["show", "s"], ["show", "--json"],
+    ["--json", "ls"], ["-x", "ls"], ["inject", "s", "x"], ["show", "s"], ["show", "--json"],
     ["show", "s", "--json", "--full"], ["logs", "s", "-f"], ["logs", "s", "--follow"],
     ["logs", "s", "--json"], ["logs"], ["logs", "s", "t"], ["LS"],
+    ["spawn"], ["spawn", "-"], ["spawn", "--fix it"], ["spawn", "a", "b"], ["spawn", "t", "--wait"],
+    ["spawn", "t", "--help"], ["spawn", "t", "-m", "x", "--model", "y"], ["spawn", "t", "-mx"],
+    ["spawn", "t", "-m=x"], ["spawn", "t", "-C"], ["spawn", "t", "-C", "-"],
+    ["spawn", "t", "--worktree", "--shared"], ["spawn", "t", "--shared=1"],
+    ["spawn", "t", "--adapter", "nosuchagent"], ["spawn", "t", "--adapter", "Codex"],
+    ["spawn", "t", "--timeout", "1e3"], ["spawn", "t", "--timeout", "inf"],
+    ["spawn", "t", "--timeout", "-1"], ["spawn", "t", "--timeout", "."],
+    ["spawn", "t", "--timeout", "1.2.3"], ["spawn", "t", "--max-cost", "nan"],
+    ["spawn", "t", "--priority", "-5"], ["spawn", "t", "--priority", "+5"],
+    ["spawn", "t", "--max-tokens", "1_000"], ["spawn", "t", "--stall", "٣"],
+    ["spawn", "t", "--context", "task"], ["spawn", "t", "--context", "Native"],
+    ["spawn", "t", "--after", "a", "--after", "b"], ["spawn", "t", "--after-any=1"],
+    ["spawn", "t", "--json", "--json"], ["spawn", "t", "--dangerous", "--dangerous"],
+    ["spawn", "t", "-c", "x"], ["spawn", "t", "--detach"],
 ]  # fmt: skip
 
 
@@ -197,26 +267,60 @@ def _options(cmd: click.Command) -> dict[str, click.Option]:
     return {o: p for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
 
 
+def _negations(cmd: click.Command) -> dict[str, click.Option]:
+    return {o: p for p in cmd.params if isinstance(p, click.Option) for o in p.secondary_opts}
+
+
 @pytest.mark.parametrize("name", sorted(fast.GRAMMARS))
 def test_the_grammar_is_the_click_commands(name: str) -> None:
-    import inspect
-
+    """Every name the grammar takes is the click command's, for the keyword click passes it
+    as: a value option one value (a multiple one, once), a flag or its negation a flag; the
+    arguments are click's; a keyword's default is click's."""
     grammar, cmd = fast.GRAMMARS[name], cli.commands[name]
-    options = _options(cmd)
-    for flag in grammar.flags:
-        assert flag in options and options[flag].is_flag, flag
-    for opt in grammar.values:
-        assert opt in options and not options[opt].is_flag and options[opt].nargs == 1, opt
-        assert not options[opt].multiple, opt
-    assert grammar.needs <= set(grammar.flags) | set(grammar.values)
+    options, negations = _options(cmd), _negations(cmd)
+    for flag, key in grammar.flags.items():
+        assert flag in options and options[flag].is_flag and options[flag].name == key, flag
+    for flag, key in grammar.off.items():
+        assert flag in negations and negations[flag].name == key, flag
+    for opt, (_, key) in grammar.values.items():
+        o = options[opt]
+        assert not o.is_flag and o.nargs == 1 and o.name == key, opt
     click_args = tuple(p.name for p in cmd.params if isinstance(p, click.Argument))
     assert click_args == grammar.args
-    keywords = [k for _, k in grammar.values.values()] + [*grammar.flags.values(), *grammar.args]
-    assert set(keywords) <= set(inspect.signature(fast._BODIES[name]).parameters)
+    keys = {k for _, k in grammar.values.values()} | set(grammar.flags.values())
+    assert grammar.needs <= keys
+    given = cmd.make_context(name, ["x"] * len(grammar.args)).params  # what click passes
+    for key in keys | set(grammar.off.values()):
+        want = grammar.defaults.get(key, False if key in grammar.flags.values() else None)
+        got = given[key]
+        assert (tuple(got) if isinstance(got, list) else got) == want, key
     if "--status" in grammar.values:
         status = options["--status"].type
         assert isinstance(status, click.Choice)
         assert tuple(status.choices) == fast.STATUSES
+
+
+SPAWN_ARGV = [
+    ["t"], ["--json", "a task"], ["t", "-m", "sonnet", "-C", "/tmp/x", "--name", "n1"],
+    ["t", "--model=gpt-5", "--adapter", "codex", "--timeout", "1.5", "--context", "summary"],
+    ["--dangerous", "t", "--notify", "--detached", "--shared", "--launcher", "local"],
+    ["t", "--worktree", "--branch", "b/1", "--base", "main"], ["t", "--after", "a, b,,c"],
+    ["t", "--after=x", "--after-any", "--group", "g", "--priority", "7", "--max-cost", "2"],
+    ["t", "--max-tokens", "400000", "--stall", "300", "--timeout=.5", "--max-cost=3."],
+    ["t", "--context=native", "--adapter=claude", "-C", "rel/dir"], [""],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", SPAWN_ARGV, ids=" ".join)
+def test_spawn_parses_as_click_parses_it(argv: list[str]) -> None:
+    """The keywords the fast path passes ``fast.spawn`` are exactly the ones click passes
+    ``spawn`` (after its callbacks), for the same argv."""
+    call = fast.parse(["spawn", *argv], {})
+    assert call is not None and call.command == "spawn", argv
+    ctx = cli.commands["spawn"].make_context("spawn", list(argv))
+    want = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.params.items()}
+    assert want.pop("wait_") is False
+    assert call.kwargs == want
 
 
 def test_the_global_state_dir_option_is_clicks() -> None:
@@ -260,6 +364,11 @@ def test_the_fast_path_imports_no_click(
     assert bool(CLICK_MODULE.search(report)) is loads_click
     if not loads_click:
         assert re.search(r"\|\s*dataclasses$", report, re.M) is None
+
+
+def test_a_spawn_imports_no_click(zw: ZW) -> None:
+    report = _imports(zw, RUN.format(entry="run"), "spawn", "t")
+    assert CLICK_MODULE.search(report) is None
 
 
 def test_importing_fast_loads_nothing_heavy(world: tuple[ZW, dict[str, str]]) -> None:

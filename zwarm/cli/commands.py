@@ -205,8 +205,11 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
       zwarm spawn "run the benchmark and fix regressions" --launcher slurm --timeout 3600
     """
     api = _api(ctx)
+    if not wait_:  # the fast path's body (``fast.spawn``)
+        fast.spawn(api, _read_task(task), as_json, dangerous, **opts)
+        return
     s = api.spawn(_read_task(task), dangerous=dangerous or None, **opts)
-    if wait_ and not as_json:
+    if not as_json:
         click.echo(s.id)  # first: the wait may be long, and may be interrupted
     _after_start(ctx, api, s.id, 1, wait_, as_json, argv_task=task != "-")
 
@@ -216,7 +219,6 @@ def _after_start(
 ) -> None:
     """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
     prompt given as an argument is in this process's argv: we re-exec without it first."""
-    from zwarm.api import row
 
     if wait_ and argv_task:
         sys.stdout.flush()
@@ -224,10 +226,8 @@ def _after_start(
         os.execv(sys.executable, [sys.executable, "-m", "zwarm", *args, *(["--json"] * as_json)])
     if wait_:
         _turn_result(ctx, api, sid, n, as_json)
-    elif as_json:
-        output.emit_json(row(api.get(sid)))
     else:
-        click.echo(sid)
+        fast.started(api, sid, as_json)
 
 
 @cli.command(name="_turn-result", hidden=True)
@@ -298,15 +298,15 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
 
 @cli.command(name="ls")
 @click.option("--status", type=click.Choice(fast.STATUSES), help="Only sessions in this state.")
-@click.option("--name", "name_", metavar="PATTERN", help="Only names matching (* ? wildcards).")
-@click.option("--adapter", "adapter_", metavar="AGENT", help="Only this agent's sessions.")
+@click.option("--name", metavar="PATTERN", help="Only names matching (* ? wildcards).")
+@click.option("--adapter", metavar="AGENT", help="Only this agent's sessions.")
 @click.option("--source", metavar="PATTERN", help="Only sessions started by (cli, 'mcp:*'...).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the N newest.")
 @click.option("--watch", "-w", is_flag=True, help="Refresh live (as zwarm top does).")
 @click.option("--tree", "as_tree", is_flag=True, help="The delegation trees, with subtree totals.")
 @json_option
 @click.pass_context
-def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: str | None,
+def ls_cmd(ctx: click.Context, status: str | None, name: str | None, adapter: str | None,
            source: str | None, limit: int | None, watch: bool, as_tree: bool,
            as_json: bool) -> None:  # fmt: skip
     """List sessions: status, model, turns, tokens, cost, age, task.
@@ -326,12 +326,12 @@ def ls_cmd(ctx: click.Context, status: str | None, name_: str | None, adapter_: 
         from zwarm.cli import live
 
         def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            return select_rows(rows, name_, adapter_, source, limit)
+            return select_rows(rows, name, adapter, source, limit)
 
         live.top(_api(ctx), select=select, status=status)
         return
     output.one_shot()
-    fast.ls(_api(ctx), status, name_, adapter_, source, limit, as_json, as_tree)
+    fast.ls(_api(ctx), status, name, adapter, source, limit, as_json, as_tree)
 
 
 @cli.command()

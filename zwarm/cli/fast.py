@@ -1,16 +1,18 @@
-"""The reading commands an orchestrator runs again and again, answered without click.
+"""The commands an orchestrator runs again and again, answered without click.
 
 Owns the bodies of ``zwarm ls`` (but ``--watch``), ``trajectory SESSION --json`` and ``logs
-SESSION`` (but ``-f``), and ``show SESSION --json``, which the click commands call too, and a
-strict argv grammar for them (``parse``), so
-that ``zwarm.cli.run`` can answer them before click is imported: click, and the modules only
-it loads, cost ~17 ms, a fifth of a warm ``ls --json`` over 1,000 sessions. Must stay true:
+SESSION`` (but ``-f``), ``show SESSION --json`` and ``spawn TASK`` (but ``--wait`` and a task
+on stdin), which the click commands call too, and a strict argv grammar for them (``parse``),
+so that ``zwarm.cli.run`` can answer them before click is imported: click, and the modules
+only it loads, cost ~20 ms, a fifth of a warm ``ls --json`` over 1,000 sessions and of a
+spawn. Must stay true:
 - the grammar accepts a subset of what the click CLI accepts (the same option names, values
   checked as click checks them) and, for it, the answer is the click CLI's exactly: the same
   stdout, stderr and exit status, because both run the same bodies and print through
   ``zwarm.cli.output``. Anything else (``--help``, an unknown or repeated option, ``--``, a
-  value that is empty or starts with ``-``, ``-w``/``-f``, a malformed number) is declined
-  (None) and goes to click unchanged: this module never reports a usage error itself;
+  value that is empty or starts with ``-``, ``-w``/``-f``, a number that is not plain
+  digits, an agent that is not installed) is declined (None) and goes to click unchanged:
+  this module never reports a usage error itself;
 - it imports no click and nothing heavy at import time (no dataclasses: they import inspect).
 """
 
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from zwarm.cli import output
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from zwarm.api import Zwarm
 
 STATUSES = ("running", "stalled", "queued", "parked", "completed", "failed", "killed", "damaged")
@@ -47,16 +51,57 @@ def _status(value: str) -> str | None:
     return value if value in STATUSES else None
 
 
+def _float(value: str) -> float | None:
+    """A plain decimal (ASCII digits, at most one point); signs, exponents, ``inf``, spaces
+    are click's to read."""
+    whole, _, frac = value.partition(".")
+    digits = whole + frac
+    return float(value) if digits.isascii() and digits.isdigit() else None
+
+
+def _context(value: str) -> str | None:
+    return value if value in ("summary", "native") else None
+
+
+def _path(value: str) -> Path:
+    from pathlib import Path
+
+    return Path(value)
+
+
+def _agent(value: str) -> str | None:
+    """An installed agent's name (as ``--adapter`` checks it); another is click's to report."""
+    from zwarm import agents
+
+    try:
+        agents.get(value)
+    except ValueError:
+        return None
+    return value
+
+
+def split_refs(values: Iterable[str]) -> tuple[str, ...]:
+    """``--after a,b --after c`` -> (a, b, c)."""
+    return tuple(ref.strip() for v in values for ref in v.split(",") if ref.strip())
+
+
+def _refs(value: str) -> tuple[str, ...]:
+    return split_refs((value,))
+
+
 Check = Callable[[str], Any]  # a value as click converts it, None if click might not accept it
 
 
 class Grammar:
     """One command's accepted argv: options taking a value (by name: how it is checked, and
-    the keyword it is passed as), flags (name: keyword), positional arguments, and the
-    flags it needs (a command without them is click's). A plain class: a NamedTuple or a
-    dataclass costs this module's start-up milliseconds."""
+    the keyword it is passed as; a short name and a long one may share a keyword), flags
+    (name: keyword, set True), their negations (``--shared``: keyword, set False),
+    positional arguments, the keywords it needs (a command without them is click's) and the
+    defaults that are not None (values) or False (flags), as click passes them. Each keyword
+    is given at most once. A plain class: a NamedTuple or a dataclass costs this module's
+    start-up milliseconds."""
 
-    __slots__ = ("args", "flags", "needs", "values")
+    __slots__ = ("args", "defaults", "flags", "needs", "off", "values")
 
     def __init__(
         self,
@@ -64,8 +109,17 @@ class Grammar:
         flags: dict[str, str],
         args: tuple[str, ...] = (),
         needs: frozenset[str] = frozenset(),
+        off: dict[str, str] | None = None,
+        defaults: dict[str, Any] | None = None,
     ) -> None:
         self.values, self.flags, self.args, self.needs = values, flags, args, needs
+        self.off, self.defaults = off or {}, defaults or {}
+
+    def keyword(self, name: str) -> str | None:
+        """The keyword option ``name`` sets, None if it is not one of this command's."""
+        if name in self.values:
+            return self.values[name][1]
+        return self.flags.get(name) or self.off.get(name)
 
 
 GRAMMARS = {
@@ -83,12 +137,43 @@ GRAMMARS = {
         values={"--turn": (_int, "turn")},
         flags={"--json": "as_json", "--full": "full"},
         args=("session",),
-        needs=frozenset({"--json"}),
+        needs=frozenset({"as_json"}),
     ),
     "show": Grammar(
-        values={}, flags={"--json": "as_json"}, args=("session",), needs=frozenset({"--json"})
+        values={}, flags={"--json": "as_json"}, args=("session",), needs=frozenset({"as_json"})
     ),
     "logs": Grammar(values={"--turn": (_int, "turn")}, flags={}, args=("session",)),
+    "spawn": Grammar(
+        values={
+            "--adapter": (_agent, "adapter"),
+            "--model": (_any, "model"),
+            "-m": (_any, "model"),
+            "-C": (_path, "cwd"),
+            "--name": (_any, "name"),
+            "--timeout": (_float, "timeout"),
+            "--context": (_context, "context"),
+            "--branch": (_any, "branch"),
+            "--base": (_any, "base"),
+            "--launcher": (_any, "launcher"),
+            "--after": (_refs, "after"),
+            "--group": (_any, "group"),
+            "--priority": (_int, "priority"),
+            "--max-cost": (_float, "max_cost"),
+            "--max-tokens": (_int, "max_tokens"),
+            "--stall": (_float, "stall"),
+        },
+        flags={
+            "--dangerous": "dangerous",
+            "--notify": "notify",
+            "--worktree": "worktree",
+            "--detached": "detached",
+            "--after-any": "after_any",
+            "--json": "as_json",
+        },
+        args=("task",),
+        off={"--shared": "worktree"},
+        defaults={"worktree": None, "after": (), "priority": 0},
+    ),
 }
 
 
@@ -123,10 +208,17 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> Call | None:
     return Call(argv[i], state_dir, kwargs)
 
 
+def _name(arg: str) -> str:
+    """The option an argument names: ``--name`` of ``--name=value``; a short one whole (click
+    reads ``-mx`` and ``-m=x`` as ``-m`` with the value ``x`` or ``=x``: not ours)."""
+    return arg.partition("=")[0] if arg.startswith("--") else arg
+
+
 def _value(argv: list[str], i: int, name: str) -> tuple[str, int] | None:
-    """The value of option ``name`` at ``argv[i]`` (``--name=value`` or ``--name value``)
-    and the index after it; None if ``argv[i]`` is another option or the value is doubtful."""
-    opt, eq, value = argv[i].partition("=")
+    """The value of option ``name`` at ``argv[i]`` (``--name=value``, ``--name value``, ``-n
+    value``) and the index after it; None if ``argv[i]`` is another option or the value is
+    doubtful."""
+    opt, eq, value = argv[i].partition("=") if name.startswith("--") else (argv[i], "", "")
     if opt != name:
         return None
     if not eq:
@@ -142,7 +234,7 @@ def _command_args(grammar: Grammar, argv: list[str]) -> dict[str, Any] | None:
     """The keyword arguments ``argv`` (after the command's name) gives the command's body, or
     None if ``argv`` is not exactly in ``grammar``."""
     kwargs: dict[str, Any] = {k: None for _, k in grammar.values.values()}
-    kwargs |= {k: False for k in grammar.flags.values()}
+    kwargs |= {k: False for k in grammar.flags.values()} | grammar.defaults
     seen: set[str] = set()
     args: list[str] = []
     i = 0
@@ -151,10 +243,10 @@ def _command_args(grammar: Grammar, argv: list[str]) -> dict[str, Any] | None:
             args.append(argv[i])
             i += 1
             continue
-        name = argv[i].partition("=")[0]
-        if name in seen:
+        key = grammar.keyword(_name(argv[i]))
+        if key is None or key in seen:
             return None
-        seen.add(name)
+        seen.add(key)
         i = _option(grammar, argv, i, kwargs)
         if i < 0:
             return None
@@ -169,7 +261,10 @@ def _option(grammar: Grammar, argv: list[str], i: int, kwargs: dict[str, Any]) -
     if argv[i] in grammar.flags:
         kwargs[grammar.flags[argv[i]]] = True
         return i + 1
-    name = argv[i].partition("=")[0]
+    if argv[i] in grammar.off:
+        kwargs[grammar.off[argv[i]]] = False
+        return i + 1
+    name = _name(argv[i])
     if name not in grammar.values:
         return -1
     got = _value(argv, i, name)
@@ -284,9 +379,31 @@ def logs(api: Zwarm, session: str, turn: int | None = None, follow: bool = False
     return 0
 
 
+def spawn(api: Zwarm, task: str, as_json: bool = False, dangerous: bool = False,
+          **opts: Any) -> int:  # fmt: skip
+    """``zwarm spawn TASK`` but ``--wait``: start the session (``task``: the prompt itself),
+    print what ``started`` prints. ``opts``: ``Zwarm.spawn``'s, as the options name them."""
+    s = api.spawn(task, dangerous=dangerous or None, **opts)
+    started(api, s.id, as_json)
+    return 0
+
+
+def started(api: Zwarm, sid: str, as_json: bool) -> None:
+    """What a start without ``--wait`` prints (``spawn``, ``inject``): the session's id, or
+    its row as JSON."""
+    if as_json:
+        from zwarm.api import row
+
+        output.emit_json(row(api.get(sid)))
+        return
+    sys.stdout.write(sid + "\n")
+    sys.stdout.flush()
+
+
 _BODIES: dict[str, Callable[..., int]] = {
     "ls": ls,
     "trajectory": trajectory_json,
     "show": show_json,
     "logs": logs,
+    "spawn": spawn,
 }

@@ -22,8 +22,10 @@ F = Callable[..., Any]
 
 
 def _ids(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    """``--after a,b --after c`` -> (a, b, c)."""
-    return tuple(ref.strip() for v in value for ref in v.split(",") if ref.strip())
+    """``--after a,b --after c`` -> (a, b, c) (``fast.split_refs``: as the fast path reads it)."""
+    from zwarm.cli.fast import split_refs
+
+    return split_refs(value)
 
 
 def fleet_options(f: F) -> F:
