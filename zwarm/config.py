@@ -262,8 +262,6 @@ MAX_CONFIG_BYTES = 1 << 20
 def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
     """Load and validate ``path``; a missing file gives the defaults. ``environ`` locates the
     trust file (default ``os.environ``); it is read only if a security-relevant value is used."""
-    import tomllib
-
     from zwarm.store.files import read_file
 
     try:
@@ -272,6 +270,8 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
         return defaults()
     except OSError as e:
         raise ConfigError(str(path), f"cannot read: {e.strerror}") from None
+    import tomllib  # here: a state dir without a config file never loads it (~2 ms)
+
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

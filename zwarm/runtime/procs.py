@@ -25,9 +25,6 @@ Owns every signal zwarm sends. Must stay true:
 from __future__ import annotations
 
 import os
-import select
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, Self, TypeVar
@@ -39,7 +36,9 @@ MARKER = "ZWARM_SESSION_ID"  # in the agent's environment (and so its descendant
 SUPERVISOR_MARKER = "ZWARM_SUPERVISOR_OF"  # in the supervisor's
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _LINUX = boot.LINUX
-_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+# signal, threading and select are imported where used: a command that only reads (trajectory,
+# show, ls) imports this module through the engine and never signals nor waits (~2 ms)
+_PIDFD = hasattr(os, "pidfd_open")  # Linux 5.3; implies signal.pidfd_send_signal (5.1)
 POLL_S = 0.02  # a round, for processes waited for without a pidfd
 KILLED_WAIT_S = 1.0  # after SIGKILL: how long a stop waits for the processes to be gone
 
@@ -196,6 +195,8 @@ class _SharedScan(Generic[K]):
     started just before), and one scan runs at a time."""
 
     def __init__(self, scan: Callable[[], dict[K, list[ProcRef]]]) -> None:
+        import threading
+
         self._scan = scan
         self._cond = threading.Condition()
         self._started = self._done = 0
@@ -352,6 +353,8 @@ def wait_all_gone(refs: Sequence[ProcRef], timeout: float) -> list[ProcRef]:
 def _stop(leaders: Sequence[ProcRef], targets: Sequence[ProcRef], grace: float) -> None:
     """SIGTERM every target and each live leader's group, wait for all at once (up to
     ``grace``), then SIGKILL what is left and wait (briefly) for it to go."""
+    import signal
+
     with _Exits(targets) as exits:
         exits.send(signal.SIGTERM, leaders)
         if exits.wait(grace):
@@ -395,6 +398,8 @@ class _Exits:
 
     def wait(self, timeout: float) -> list[ProcRef]:
         """Wait until every held process has exited, or ``timeout``: those still running."""
+        import select
+
         deadline = time.monotonic() + timeout
         poller = select.poll()
         by_fd = {fd: pid for pid, (_, fd) in self._live.items() if fd is not None}
@@ -431,6 +436,8 @@ def _pidfd(ref: ProcRef) -> int | None:
 
 
 def _send(ref: ProcRef, fd: int | None, sig: int) -> None:
+    import signal
+
     try:
         if fd is not None:
             signal.pidfd_send_signal(fd, sig)
