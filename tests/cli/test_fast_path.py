@@ -103,11 +103,16 @@ def _argv(template: tuple[str, ...], zw: ZW, ids: dict[str, str]) -> list[str]:
     return [t.format(**names) for t in template]
 
 
-def _both(zw: ZW, argv: list[str], env: dict[str, str]) -> tuple[tuple[int, bytes, bytes], ...]:
+def _both(
+    zw: ZW, argv: list[str], env: dict[str, str], stdin: bytes = b""
+) -> tuple[tuple[int, bytes, bytes], ...]:
     """(exit status, stdout, stderr) of ``argv`` from the console script, then from click."""
     assert fast.parse(argv, env) is not None, f"not on the fast path: {argv}"
     run = [[str(ZWARM_BIN), *argv], [sys.executable, "-c", CLICK, *argv]]
-    out = [subprocess.run(a, env=env, cwd=zw.cwd, capture_output=True, timeout=120) for a in run]
+    out = [
+        subprocess.run(a, input=stdin, env=env, cwd=zw.cwd, capture_output=True, timeout=120)
+        for a in run
+    ]
     return tuple((p.returncode, p.stdout, p.stderr) for p in out)
 
 
@@ -127,7 +132,8 @@ def test_the_fast_answer_is_clicks_byte_for_byte(
 
 
 SPAWN_REFUSED = [
-    ("spawn", "t", "--after", "nosuchsession"), ("spawn", "t", "-C", "{missing}"),
+    ("spawn", "-"), ("spawn", "-", "--name", "x"), ("spawn", "t", "--after", "nosuchsession"),
+    ("spawn", "t", "-C", "{missing}"),
     ("spawn", "t", "--name", "alpha-one"), ("--state-dir", "{file}", "spawn", "t"),
     ("spawn", ""), ("spawn", "t", "--timeout", "0"), ("spawn", "t", "--launcher", "nosuch"),
     ("spawn", "t", "--name", "bad name"), ("spawn", "t", "--max-cost", "99999999999"),
@@ -141,7 +147,8 @@ def test_a_refused_spawn_is_clicks_byte_for_byte(
     """A spawn the API refuses: the same one error line and status both ways, and no session
     made by either (the world's sessions are unchanged)."""
     zw, ids = world
-    via_fast, via_click = _both(zw, _argv(template, zw, ids), zw.env)
+    stdin = b"not UTF-8: \xff" if "-" in template else b""
+    via_fast, via_click = _both(zw, _argv(template, zw, ids), zw.env, stdin)
     assert via_fast == via_click
     assert via_fast[0] == 1 and via_fast[1] == b"", via_fast
     assert via_fast[2].startswith(b"Error: ") and via_fast[2].count(b"\n") == 1, via_fast
@@ -154,9 +161,10 @@ _OWN_KEYS = {"id", "created_at", "updated_at", "agent_session_id", "name", "last
 
 @pytest.mark.parametrize(
     "argv",
-    [["t"], ["t", "--json"], ["t", "--json", "-m", "gpt-5", "--notify", "--priority", "2"]],
+    [["t"], ["t", "--json"], ["t", "--json", "-m", "gpt-5", "--notify", "--priority", "2"],
+     ["-"], ["-", "--json"]],
     ids=" ".join,
-)
+)  # fmt: skip
 def test_a_spawn_is_clicks(zw: ZW, argv: list[str]) -> None:
     """A spawn answered by the fast path starts the same session click starts and prints
     the same: its id, or its row (the same but for its identity and times)."""
@@ -164,7 +172,9 @@ def test_a_spawn_is_clicks(zw: ZW, argv: list[str]) -> None:
     outs = []
     for runner in ([str(ZWARM_BIN)], [sys.executable, "-c", CLICK]):
         assert fast.parse(["spawn", *argv], env) is not None
-        p = subprocess.run([*runner, "spawn", *argv], env=env, cwd=zw.cwd, capture_output=True)
+        p = subprocess.run(
+            [*runner, "spawn", *argv], input=b"t", env=env, cwd=zw.cwd, capture_output=True
+        )
         assert p.returncode == 0 and p.stderr == b"", p
         outs.append(p.stdout.decode())
     if "--json" not in argv:
@@ -217,7 +227,8 @@ DECLINED = [
     ["--json", "ls"], ["-x", "ls"], ["inject", "s", "x"], ["show", "s"], ["show", "--json"],
     ["show", "s", "--json", "--full"], ["logs", "s", "-f"], ["logs", "s", "--follow"],
     ["logs", "s", "--json"], ["logs"], ["logs", "s", "t"], ["LS"],
-    ["spawn"], ["spawn", "-"], ["spawn", "--fix it"], ["spawn", "a", "b"], ["spawn", "t", "--wait"],
+    ["spawn"], ["spawn", "--fix it"], ["spawn", "-", "-"], ["spawn", "a", "b"],
+    ["spawn", "t", "--wait"],
     ["spawn", "t", "--help"], ["spawn", "t", "-m", "x", "--model", "y"], ["spawn", "t", "-mx"],
     ["spawn", "t", "-m=x"], ["spawn", "t", "-C"], ["spawn", "t", "-C", "-"],
     ["spawn", "t", "--worktree", "--shared"], ["spawn", "t", "--shared=1"],
@@ -307,7 +318,8 @@ SPAWN_ARGV = [
     ["t", "--worktree", "--branch", "b/1", "--base", "main"], ["t", "--after", "a, b,,c"],
     ["t", "--after=x", "--after-any", "--group", "g", "--priority", "7", "--max-cost", "2"],
     ["t", "--max-tokens", "400000", "--stall", "300", "--timeout=.5", "--max-cost=3."],
-    ["t", "--context=native", "--adapter=claude", "-C", "rel/dir"], [""],
+    ["t", "--context=native", "--adapter=claude", "-C", "rel/dir"], [""], ["-"],
+    ["--json", "-", "--name", "from-stdin"],
 ]  # fmt: skip
 
 

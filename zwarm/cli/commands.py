@@ -24,7 +24,6 @@ import click
 
 from zwarm.cli import fast, output
 from zwarm.cli.common import get_api as _api
-from zwarm.cli.common import read_task as _read_task
 from zwarm.cli.fleet import fleet_options
 
 if TYPE_CHECKING:
@@ -206,9 +205,9 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
     """
     api = _api(ctx)
     if not wait_:  # the fast path's body (``fast.spawn``)
-        fast.spawn(api, _read_task(task), as_json, dangerous, **opts)
+        fast.spawn(api, task, as_json, dangerous, **opts)
         return
-    s = api.spawn(_read_task(task), dangerous=dangerous or None, **opts)
+    s = api.spawn(fast.read_task(task), dangerous=dangerous or None, **opts)
     if not as_json:
         click.echo(s.id)  # first: the wait may be long, and may be interrupted
     _after_start(ctx, api, s.id, 1, wait_, as_json, argv_task=task != "-")
@@ -287,7 +286,7 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
       zwarm inject 3f2a "now fix the tests" --context native --wait
     """
     api = _api(ctx)
-    s, state = api.inject(session, _read_task(message), context=context, timeout=timeout)
+    s, state = api.inject(session, fast.read_task(message), context=context, timeout=timeout)
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:
         click.echo(f"{s.id} {state} (turn {turn})")  # with --wait: first

@@ -1,8 +1,8 @@
 """The commands an orchestrator runs again and again, answered without click.
 
 Owns the bodies of ``zwarm ls`` (but ``--watch``), ``trajectory SESSION --json`` and ``logs
-SESSION`` (but ``-f``), ``show SESSION --json`` and ``spawn TASK`` (but ``--wait`` and a task
-on stdin), which the click commands call too, and a strict argv grammar for them (``parse``),
+SESSION`` (but ``-f``), ``show SESSION --json`` and ``spawn TASK`` (but ``--wait``), which
+the click commands call too, and a strict argv grammar for them (``parse``),
 so that ``zwarm.cli.run`` can answer them before click is imported: click, and the modules
 only it loads, cost ~20 ms, a fifth of a warm ``ls --json`` over 1,000 sessions and of a
 spawn. Must stay true:
@@ -239,7 +239,7 @@ def _command_args(grammar: Grammar, argv: list[str]) -> dict[str, Any] | None:
     args: list[str] = []
     i = 0
     while i < len(argv):
-        if not argv[i].startswith("-"):
+        if not argv[i].startswith("-") or argv[i] == "-":  # ``-``: an argument, as for click
             args.append(argv[i])
             i += 1
             continue
@@ -381,11 +381,25 @@ def logs(api: Zwarm, session: str, turn: int | None = None, follow: bool = False
 
 def spawn(api: Zwarm, task: str, as_json: bool = False, dangerous: bool = False,
           **opts: Any) -> int:  # fmt: skip
-    """``zwarm spawn TASK`` but ``--wait``: start the session (``task``: the prompt itself),
-    print what ``started`` prints. ``opts``: ``Zwarm.spawn``'s, as the options name them."""
-    s = api.spawn(task, dangerous=dangerous or None, **opts)
+    """``zwarm spawn TASK`` but ``--wait``: start the session (``task``: the prompt, ``-``
+    for stdin), print what ``started`` prints. ``opts``: ``Zwarm.spawn``'s, as the options
+    name them."""
+    s = api.spawn(read_task(task), dangerous=dangerous or None, **opts)
     started(api, s.id, as_json)
     return 0
+
+
+def read_task(task: str) -> str:
+    """``task`` itself, or stdin (UTF-8) when it is ``-``; one clear error if it is not text."""
+    if task != "-":
+        return task
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from zwarm.errors import InvalidInput
+
+        raise InvalidInput(f"the prompt on stdin is not valid UTF-8 (byte {e.start})") from None
 
 
 def started(api: Zwarm, sid: str, as_json: bool) -> None:

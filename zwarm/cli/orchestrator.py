@@ -25,7 +25,8 @@ from typing import Any
 
 import click
 
-from zwarm.cli.common import get_api, read_task
+from zwarm.cli.common import get_api
+from zwarm.cli.fast import read_task
 
 FORMATS = ("openai", "anthropic", "mcp")
 
