@@ -218,7 +218,6 @@ def _after_start(
 ) -> None:
     """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
     prompt given as an argument is in this process's argv: we re-exec without it first."""
-
     if wait_ and argv_task:
         sys.stdout.flush()
         args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]
