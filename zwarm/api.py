@@ -46,7 +46,7 @@ from zwarm.errors import (
     ZwarmError,
 )
 from zwarm.model import ACTIVE, FINISHED, RUNS, Session, Status
-from zwarm.model.records import RUN_ID, Workspace
+from zwarm.model.records import RUN_ID, Workspace, order_key
 from zwarm.model.steps import Step
 from zwarm.store import Store
 
@@ -426,7 +426,7 @@ class Zwarm:
 
                 tree.roll_up(every)  # only rows in a delegation tree change
         rows = [r for r in every if status is None or r["status"] == status]
-        rows.sort(key=lambda r: (r.get("created_at") or "", r["id"]))
+        rows.sort(key=order_key)
         return rows
 
     def _rows_of_finished(self) -> tuple[list[dict[str, Any]], list[Session]]:

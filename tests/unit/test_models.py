@@ -326,3 +326,23 @@ def test_version_1_is_migrated_in_memory() -> None:
 def test_migrations_are_ordered_one_version_at_a_time() -> None:
     starts = [v for v, _ in schema.MIGRATIONS]
     assert starts == sorted(starts) and starts == list(range(1, SCHEMA_VERSION))
+
+
+def test_the_listing_order_is_creation_time_then_id() -> None:
+    """``order_key`` orders rows exactly as ``(created_at or "", id)`` does: a time that is a
+    prefix of another first, equal times by id, rows without a time (damaged) first."""
+    import itertools
+    import random
+
+    from zwarm.model.records import order_key
+
+    times = [None, "2026-11-16T10:08:25Z", "2026-11-16T10:08:25", "2026-11-16T10:08:25.1Z",
+             "2026-11-16T10:08:25.1+00:00", "2026-11-16T10:08:25+01:00", "2025-01-01T00:00:00Z",
+             "2026-11-16T10:08:25.10Z"]  # fmt: skip
+    ids = ["00000000-0000-4000-8000-000000000000", "0fffffff-0000-4000-8000-000000000000",
+           "f0000000-0000-4000-8000-000000000000"]  # fmt: skip
+    rows = [{"created_at": t, "id": i} for t, i in itertools.product(times, ids)]
+    random.Random(7).shuffle(rows)
+    want = sorted(rows, key=lambda r: (r["created_at"] or "", r["id"]))
+    assert sorted(rows, key=order_key) == want
+    assert want[0]["created_at"] is None

@@ -31,7 +31,7 @@ import msgspec
 
 from zwarm.errors import DamagedSession, InvalidInput, SessionNotFound, StoreError
 from zwarm.model import RUNS, USAGE_KEYS, Session, Usage
-from zwarm.model.records import SESSION_ID
+from zwarm.model.records import SESSION_ID, order_key
 
 if TYPE_CHECKING:
     from zwarm.store import Store
@@ -118,7 +118,7 @@ def children_map(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
     ids = {r["id"] for r in rows}
     kids: dict[str, list[str]] = {}
     linked = [r for r in rows if r.get("parent_session_id")]
-    for r in sorted(linked, key=lambda r: (r.get("created_at") or "", r["id"])):
+    for r in sorted(linked, key=order_key):
         parent = r.get("parent_session_id")
         if parent and parent in ids and parent != r["id"]:
             kids.setdefault(parent, []).append(r["id"])

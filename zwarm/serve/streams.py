@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from zwarm.model.records import order_key
+
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
     from zwarm.cli.follow import LiveLog, TurnWatch
@@ -418,7 +420,7 @@ class Fleet:
             return None
 
     def snapshot(self) -> tuple[list[dict[str, Any]], int]:
-        rows = sorted(self.rows.values(), key=lambda r: (r.get("created_at") or "", r["id"]))
+        rows = sorted(self.rows.values(), key=order_key)
         return rows, self.seq
 
     async def run(self, needed: Callable[[], bool]) -> None:
