@@ -140,6 +140,24 @@ class ZW:
             timeout=timeout,
         )
 
+    def python(
+        self,
+        code: str,
+        *args: str,
+        env_extra: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """``python -c code args`` (this interpreter) in this world's cwd and environment; text
+        output, not checked."""
+        return subprocess.run(
+            [sys.executable, "-c", code, *args],
+            env={**self.env, **(env_extra or {})},
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     def json(self, *args: str, **kw: Any) -> Any:
         """Run a command with ``--json`` appended and parse stdout (asserts exit 0)."""
         res = self.run(*args, "--json", check=True, **kw)

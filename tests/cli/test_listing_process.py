@@ -5,9 +5,6 @@ here, it never ends by itself.)"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from tests.conftest import ZW
@@ -33,15 +30,7 @@ except SystemExit:  # main: a program's call ends by SystemExit, not by exit_now
 
 
 def _probe(zw: ZW, entry: str, *args: str) -> str:
-    code = PROBE.replace("ENTRY", repr(entry))
-    res = subprocess.run(
-        [sys.executable, "-c", code, "-", *args],
-        env=zw.env,
-        cwd=zw.cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    res = zw.python(PROBE.replace("ENTRY", repr(entry)), "-", *args, timeout=60)
     assert res.returncode == 0, res.stderr
     return res.stderr.strip().splitlines()[-1]
 

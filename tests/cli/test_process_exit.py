@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -25,14 +24,8 @@ getattr(cli, ENTRY)()
 
 
 def _probe(zw: ZW, entry: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", PROBE.replace("ENTRY", repr(entry)), "-", *args],
-        env={**zw.env, **zw.replay("codex_simple")},
-        cwd=zw.cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    code = PROBE.replace("ENTRY", repr(entry))
+    return zw.python(code, "-", *args, env_extra=zw.replay("codex_simple"), timeout=60)
 
 
 @pytest.mark.parametrize(

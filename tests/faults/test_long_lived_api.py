@@ -10,8 +10,6 @@ may leak: no zombie, no child left, the same fds, no extra threads.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 SCRIPT = r"""
@@ -94,22 +92,9 @@ print(json.dumps(out))
 
 
 def test_fifty_sessions_leave_no_zombie_or_fd(zw: Any) -> None:
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            SCRIPT,
-            str(zw.state_dir),
-            str(zw.cwd),
-            json.dumps(zw.env),
-            str(zw.sample("codex_simple")).rsplit("/", 1)[0],
-        ],
-        env=zw.env,
-        cwd=zw.cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    samples = str(zw.sample("codex_simple")).rsplit("/", 1)[0]
+    args = [str(zw.state_dir), str(zw.cwd), json.dumps(zw.env), samples]
+    res = zw.python(SCRIPT, *args, timeout=600)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["sessions"] >= 50

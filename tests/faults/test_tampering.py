@@ -256,14 +256,7 @@ def test_logs_streams_in_bounded_memory(zw: Any) -> None:
         "sys.exit(p.returncode)\n"
     )
     exe = Path(sys.executable).parent / "zwarm"
-    res = subprocess.run(
-        [sys.executable, "-c", code, str(exe), "logs", sid],
-        env=zw.env,
-        cwd=zw.cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = zw.python(code, str(exe), "logs", sid)
     assert res.returncode == 0, res.stderr
     assert int(res.stdout) < 48 * 1024, f"peak RSS {res.stdout} KiB"
 
