@@ -257,12 +257,41 @@ def test_config_rewritten_mid_turn_never_runs(zw: Any, tmp_path: Path) -> None:
     env = zw.replay("codex_simple", FAKE_WAIT_FILE=str(go))
     sid = spawn(zw, "t", env=env)
     assert zw.run("inject", sid, "next", env_extra=env, check=True).stdout.split()[1] == "queued"
+    wait_until(lambda: zw.calls() == 1, message="turn 1's agent running")  # mid-turn, really
     script, marker = evil(zw)
     cfg = plant(zw, f'[codex]\ncommand = ["{script}"]\n')
     go.touch()
     wait_until(lambda: len(meta(zw, sid)["turns"]) == 2 and meta(zw, sid)["status"] != "running")
+    # the running supervisor keeps the config it read before the plant: the queued turn
+    # runs the agent it was spawned with, never the planted program
+    assert [t["status"] for t in meta(zw, sid)["turns"]] == ["completed", "completed"]
     one_error_line(zw.run("inject", sid, "again", env_extra=env), str(cfg), "codex.command")
-    assert not marker.exists()
+    assert not marker.exists() and zw.calls() == 2
+
+
+def test_config_planted_before_the_supervisor_reads_it_keeps_the_queue(zw: Any) -> None:
+    """Planted after spawn but before the first turn's supervisor reads it (the other timing
+    of the test above: the supervisor starts late on a loaded machine). The turn is refused;
+    a message queued behind it is neither run nor lost: once the config is trusted (or
+    removed), the next inject runs it first."""
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.replay("codex_simple")
+    first = spawn(zw, "first", env={**env, **zw.gated(hold)})
+    wait_until(lambda: zw.calls() == 0 and meta(zw, first)["turns"][0].get("agent"))
+    sid = spawn(zw, "t", "--after", first, env=env)  # waits, queued, for ``first`` to end
+    assert zw.run("inject", sid, "next", env_extra=env, check=True).stdout.split()[1] == "queued"
+    script, marker = evil(zw)
+    cfg = plant(zw, f'[codex]\ncommand = ["{script}"]\n')
+    hold.unlink()
+    m = wait_status(zw, sid, "failed")
+    assert m["turns"][0]["reason"] == "start_failed" and str(cfg) in m["error"], m
+    assert [q["message"] for q in m["queue"]] == ["next"], m
+    cfg.unlink()
+    assert zw.run("inject", sid, "again", env_extra=env, check=True).stdout.split()[1] == "queued"
+    m = wait_status(zw, sid, "completed")
+    assert [t["message"] for t in m["turns"]] == ["t", "next", "again"], m
+    assert not marker.exists() and zw.calls() == 3
 
 
 # ---------------------------------------------------------------------------- state dirs
