@@ -24,6 +24,7 @@ import pytest
 
 from zwarm import api as api_mod
 from zwarm.api import Zwarm, row
+from zwarm.cli import fast
 from zwarm.env import Env
 from zwarm.model import QueuedMessage, Session, Status, Turn, Usage
 from zwarm.model.records import Archive, Changes, Workspace
@@ -330,6 +331,56 @@ def test_a_tree_is_rolled_up_anew_over_cached_rows(
     third = {r["id"]: r for r in lister.rows()}
     assert third[sid(1)]["children"] == [] and third[sid(1)]["tree_sessions"] == 1
     assert list(third.values()) == uncached(store)
+
+
+def _printed(api: Zwarm, capsysbinary: pytest.CaptureFixture[bytes], **how: Any) -> bytes:
+    """What ``zwarm ls --json`` prints (``fast.ls``, through the encoded listing)."""
+    assert fast.ls(api, as_json=True, **how) == 0
+    return capsysbinary.readouterr().out
+
+
+@pytest.mark.parametrize("when", ["cold", "warm", "young"])
+def test_an_encoded_listing_prints_exactly_the_rows(
+    store: Store,
+    lister: Lister,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    when: str,
+) -> None:
+    """``ls --json`` prints each finished row outside any tree from the JSON made when its
+    row was (``api.EncodedRow``), without keeping the row. The output is byte for byte what
+    the whole rows encode to: every filter, cold (the rows made and cached), warm (read from
+    the cache), young (too young to cache). The tree's parent (1) and child (4), the queued
+    (5) and parked (6) sessions are rows, their listing fills them in."""
+    if when != "young":
+        real = time.time_ns
+        monkeypatch.setattr(rowcache.time, "time_ns", lambda: real() + 60 * 10**9)
+        monkeypatch.setattr(rowcache, "local_fs", lambda dev: True)
+    if when == "warm":
+        lister.rows()
+    api = lister.api
+    encoded = api.sessions(encoded=True)
+    assert sorted(r["id"] for r in encoded if type(r) is api_mod.EncodedRow) == [
+        sid(2),
+        sid(3),
+        sid(7),
+    ]
+    assert (cache_lines(store) == []) == (when == "young")
+    for how in [{}, {"status": "completed"}, {"name": "f"}, {"adapter": "codex", "limit": 2}]:
+        whole = api_mod.select_rows(api.sessions(how.get("status")), *_filters(how))
+        assert _printed(api, capsysbinary, **how) == msgspec.json.encode(whole) + b"\n", how
+    assert json.loads(_printed(api, capsysbinary)) == uncached(store)
+
+
+def _filters(how: dict[str, Any]) -> list[Any]:
+    return [how.get("name"), how.get("adapter"), None, how.get("limit")]
+
+
+def test_a_row_that_cannot_be_encoded_is_not_cached() -> None:
+    """A row msgspec cannot encode (a lone surrogate) makes no line; the others do."""
+    assert rowcache._lines([(b"[1,", {"a": "\ud800"}), (b"[2,", {"a": 1}), (b"[3,", b"{}")]) == (
+        b'[2,{"a":1}]\n[3,{}]\n'
+    )
 
 
 def test_files_younger_than_the_racy_window_are_not_cached(store: Store, lister: Lister) -> None:

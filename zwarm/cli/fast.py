@@ -316,12 +316,12 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
        adapter: str | None = None, source: str | None = None, limit: int | None = None,
        as_json: bool = False, as_tree: bool = False) -> int:  # fmt: skip
     """``zwarm ls`` but ``--watch``: the rows as JSON, the delegation trees, or the table."""
-    from zwarm.api import select_rows
+    from zwarm.api import EncodedRow, select_rows
 
-    rows = api.sessions(status) if api.store.exists() else []
+    rows = api.sessions(status, encoded=as_json) if api.store.exists() else []
     rows = select_rows(rows, name, adapter, source, limit)
     if as_json:
-        output.emit_json(rows)
+        output.emit_json([r.raw if type(r) is EncodedRow else r for r in rows])
         return 0
     from zwarm.cli import render
     from zwarm.cli.text import terminal_width

@@ -56,11 +56,12 @@ from zwarm.store.files import (
 )
 from zwarm.store.files import write_all as _write_all
 
+_encode = msgspec.json.Encoder().encode
 MAX_BYTES = 256 << 20  # a larger cache is ignored (and replaced by the next listing)
 RACY_S = 2.0
 _RACY_NS = int(RACY_S * 1e9)
 SLACK = 1000  # dead lines tolerated before a compaction, beyond one per live line
-_BATCH = 256  # rows encoded and appended at once: ~350 KB, the same memory reused (a
+_BATCH = 256  # lines made and appended at once: ~350 KB, the same memory reused (a
 # cold listing of 10,000 rows would otherwise touch 14 MB of fresh pages for one write)
 _FINISHED = frozenset(s.value for s in FINISHED)
 _HEAD_MAX = 256  # a line's id and key fit in this many bytes (``_head``: 8 numbers, an id)
@@ -68,9 +69,6 @@ LOCAL_FS = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "bcachefs", "f2fs", "zfs", "jfs", "reiserfs"}
     | {"tmpfs", "ramfs", "overlay", "vfat", "exfat", "ntfs3", "hfsplus", "apfs"}
 )
-
-
-_encoder = msgspec.json.Encoder()
 
 
 def location(
@@ -158,7 +156,7 @@ class RowCache:
         self._fd = sessions_fd
         self._lines: dict[bytes, bytes] = {}  # session id -> its latest line
         self._count = 0  # lines in the file, live or not
-        self._new: list[tuple[str, DirFileKey, dict[str, Any]]] = []  # encoded by ``save``
+        self._new: list[tuple[bytes, bytes | dict[str, Any]]] = []  # to add: (``_head``, row)
         self._kept: dict[str, bytes] = {}  # the lines a listing used, by session
         self._now = time.time_ns()
 
@@ -207,19 +205,21 @@ class RowCache:
         self._kept[sid] = raw
         return row
 
-    def put(self, sid: str, key: DirFileKey, row: dict[str, Any]) -> None:
-        """Keep ``row`` (just made from the files of ``key``) if it may be cached."""
+    def put(self, sid: str, key: DirFileKey, row: dict[str, Any], raw: bytes | None) -> None:
+        """Keep ``row`` (just made from the files of ``key``) if it may be cached. ``raw``:
+        its JSON (exactly ``msgspec.json.encode(row)``) if the listing holds it already, to
+        make the line of; else the row is encoded by ``save``, a batch at a time."""
         if row["status"] not in _FINISHED or row.get("damaged"):
             return
         newest = max(key[2], key[3], key[6], key[7])
         if newest > self._now - _RACY_NS:  # racy (or a file from the future: a stepped clock)
             return
-        self._new.append((sid, key, row))
+        self._new.append((_head(sid, key), row if raw is None else raw))
 
     def save(self) -> None:
         """Append the new rows, or rewrite the file with only the live ones once mostly dead.
         Called before the listing changes any row (its place in a tree, in the queue): the
-        rows ``put`` are encoded here. Every failure is ignored."""
+        rows ``put`` without their JSON are encoded here. Every failure is ignored."""
         dead = self._count - len(self._kept)
         try:
             if dead > len(self._kept) + SLACK:
@@ -241,7 +241,7 @@ class RowCache:
                 self._drop_others()
             size = st.st_size
             for i in range(0, len(self._new), _BATCH):  # whole lines, a batch at a time
-                data = _lines(self._new[i : i + _BATCH])  # one line each, as ``_head`` spells
+                data = _lines(self._new[i : i + _BATCH])
                 size += len(data)
                 if size > MAX_BYTES:
                     return  # replaced by the next compaction
@@ -275,9 +275,17 @@ class RowCache:
                 raise NotADirectoryError(str(self.dir)) from None
 
 
-def _lines(new: list[tuple[str, DirFileKey, dict[str, Any]]]) -> bytes:
-    """``["<id>",[<key>],<row>]`` for each of ``new``, a line each (compact JSON)."""
-    return _encoder.encode_lines(new)
+def _lines(new: list[tuple[bytes, bytes | dict[str, Any]]]) -> bytes:
+    """``["<id>",[<key>],<row>]`` for each of ``new`` (its head, its row or the row's JSON),
+    a line each; none for a row msgspec cannot encode (a lone surrogate in a string)."""
+    parts: list[bytes] = []
+    for head, row in new:
+        try:
+            raw = row if isinstance(row, bytes) else _encode(row)
+        except (TypeError, ValueError):
+            continue
+        parts += (head, raw, b"]\n")
+    return b"".join(parts)
 
 
 def _head(sid: str, key: DirFileKey) -> bytes:
