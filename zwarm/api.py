@@ -1370,7 +1370,7 @@ def _kept(
     if it takes it (``r`` just made from the files of ``key``), and with ``encoded`` an
     ``EncodedRow`` if it can be one: encoded once, while the row is fresh in memory, and
     the cache's line made of the same bytes."""
-    raw = _encoded(r) if encoded else None
+    raw = _encoded(r) if encoded and r["status"] in _FINISHED else None  # else never used
     if cache is not None and key is not None:
         cache.put(r["id"], key, r, raw)
     return r if raw is None else EncodedRow.of(r, raw)
