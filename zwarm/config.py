@@ -10,8 +10,6 @@ Owns every configurable key and its default. Must stay true:
 - loading uses only ``tomllib``; ``tomli_w`` is imported only when writing.
 """
 
-from __future__ import annotations
-
 import math
 import re
 from collections.abc import Mapping
@@ -132,7 +130,7 @@ class Config(msgspec.Struct, frozen=True):
 
     data: dict[str, dict[str, Any]]
     path: str | None = None
-    source: ConfigSource | None = None  # neither compared nor shown (__eq__, __repr__)
+    source: "ConfigSource | None" = None  # neither compared nor shown (__eq__, __repr__)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Config) and (self.data, self.path) == (other.data, other.path)

@@ -12,8 +12,6 @@ unsafe one is an error, never silently skipped for another dir further up or ``.
 file named ``.zwarm`` is not a state dir and is passed over, as before.
 """
 
-from __future__ import annotations
-
 import os
 import stat
 import sys

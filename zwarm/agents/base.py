@@ -15,8 +15,6 @@ boundary between an agent's output and zwarm. Must stay true:
 - importing this module is cheap (no parser, no engine): the registry and config import it.
 """
 
-from __future__ import annotations
-
 import abc
 import math
 import re

@@ -25,8 +25,6 @@ Must stay true (an agent can write any bytes):
   the same string as decoded, valid UTF-8 with no lone surrogate.
 """
 
-from __future__ import annotations
-
 import _thread
 import contextlib
 import functools
@@ -138,11 +136,11 @@ def _given_lines(lines: Iterable[Any], cap: int) -> Iterator[bytes | Skipped]:
 STRUCT_ERRORS = (ValueError, TypeError, RecursionError)  # what a struct decoder raises
 # made by the first ``raw_strings`` (contextvars is not imported before): until then no
 # ``raw_strings`` is open anywhere
-_RAW_STRINGS: ContextVar[bool] | None = None
+_RAW_STRINGS: "ContextVar[bool] | None" = None
 _RAW_STRINGS_LOCK = _thread.allocate_lock()
 
 
-def _raw_strings_var() -> ContextVar[bool]:
+def _raw_strings_var() -> "ContextVar[bool]":
     global _RAW_STRINGS
     with _RAW_STRINGS_LOCK:
         if _RAW_STRINGS is None:

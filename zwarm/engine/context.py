@@ -9,8 +9,6 @@ Owns what a new turn is told about earlier ones. Must stay true:
 - building a prompt for 100 turns reads only small files (meta and digests): well under 50 ms.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -53,7 +51,7 @@ class Digest(msgspec.Struct):
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Digest:
+    def from_dict(cls, d: dict[str, Any]) -> "Digest":
         if d.get("version") != DIGEST_VERSION:
             raise ValueError("digest version mismatch")
         return cls(

@@ -13,8 +13,6 @@ turn hit by a usage or rate limit resumes (``park_until``) and what the state di
 - this module reads the config and sessions it is given; it starts, stops or writes nothing.
 """
 
-from __future__ import annotations
-
 import math
 import re
 import time
@@ -75,7 +73,7 @@ def _positive(v: Any) -> bool:
     return ok and math.isfinite(v) and 0 < v <= 1e9
 
 
-def settle(s: Session, f: Fleet, config: Config) -> None:
+def settle(s: Session, f: Fleet, config: "Config") -> None:
     """Record ``f`` on new session ``s``, filling budgets and stall time from the config."""
     group = config.data["groups"].get(f.group, {}) if f.group else {}
     lim = config.data["limits"]
@@ -117,7 +115,7 @@ def over_budget(
 
 # ---------------------------------------------------------------------- parking
 def park_until(
-    config: Config, s: Session, reason: Reason, o: TurnOutcome, now: float
+    config: "Config", s: Session, reason: Reason, o: TurnOutcome, now: float
 ) -> float | None:
     """When a turn that ended on ``reason`` resumes, or None if it must not be parked
     (``[limits] on_usage_limit`` is not "wait", or ``max_auto_resumes`` are used up): the

@@ -25,8 +25,6 @@ or signals a process itself. Must stay true:
   ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``).
 """
 
-from __future__ import annotations
-
 import abc
 import contextlib
 import os
@@ -320,7 +318,7 @@ class BaseSessionManager(abc.ABC):
 
         return scheduler_mod.capped(self.config) or (s.count == 1 and bool(s.after))
 
-    def scheduler(self) -> scheduler_mod.Scheduler:
+    def scheduler(self) -> "scheduler_mod.Scheduler":
         """The state dir's scheduler (``engine.scheduler``), with this manager's config."""
         from zwarm.engine import scheduler as scheduler_mod
 
@@ -403,7 +401,7 @@ class BaseSessionManager(abc.ABC):
             return TurnOutcome()
 
     # ------------------------------------------------------------------ supervisor side
-    def agent_launch(self, s: Session, t: Turn) -> AgentLaunch:
+    def agent_launch(self, s: Session, t: Turn) -> "AgentLaunch":
         """What to run for turn ``t`` (session lock held). Security-relevant facts (agent, cwd,
         sandbox bypass) come from the session's pin and the trusted config, never from
         ``meta.json``, which the agent may have rewritten. ``StartRefused`` if they disagree."""

@@ -37,8 +37,6 @@ manager's launcher, under the scheduler lock, and never signals a process; every
 reads is untrusted (a waiting file is only a hint: meta.json decides).
 """
 
-from __future__ import annotations
-
 import contextlib
 import errno
 import fcntl
@@ -68,17 +66,17 @@ TICK_WAIT_S = 5.0  # how long a command waits for another pass to end before goi
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
-def waiting_dir(store: Store) -> Path:
+def waiting_dir(store: "Store") -> Path:
     """Where the waiting files are: ``scheduler/waiting/<id>`` in the state dir."""
     return store.waiting
 
 
-def pending(store: Store) -> bool:
+def pending(store: "Store") -> bool:
     """Whether any session waits (one directory read: what every command checks first)."""
     return store.pending()
 
 
-def capped(config: Config) -> bool:
+def capped(config: "Config") -> bool:
     """Whether any cap is configured: then every session or turn that would start running is
     queued first and started by a pass."""
     d = config.data
@@ -89,7 +87,7 @@ def capped(config: Config) -> bool:
     return any(_agent_cap(config, table) for table in d)
 
 
-def _agent_cap(config: Config, adapter: str) -> int:
+def _agent_cap(config: "Config", adapter: str) -> int:
     from zwarm.config import SCHEMA
 
     if adapter in SCHEMA:
@@ -125,10 +123,10 @@ class Scheduler:
 
     def __init__(
         self,
-        store: Store,
-        config: Config,
-        env: Env,
-        classes: Callable[[str], type[BaseSessionManager]],
+        store: "Store",
+        config: "Config",
+        env: "Env",
+        classes: "Callable[[str], type[BaseSessionManager]]",
     ) -> None:
         """``classes``: ``zwarm.engine.manager_class`` (handed in: the manager imports this
         module, so this one never imports the managers)."""
@@ -140,7 +138,7 @@ class Scheduler:
         self.dir = self.waiting.parent
         self._managers: dict[str, BaseSessionManager] = {}
 
-    def manager(self, adapter: str) -> BaseSessionManager:
+    def manager(self, adapter: str) -> "BaseSessionManager":
         if adapter not in self._managers:
             self._managers[adapter] = self._classes(adapter)(self.store, self.config, self.env)
         return self._managers[adapter]

@@ -21,8 +21,6 @@ roll-up of a subtree's usage and cost (``roll_up``), which sessions go with a pa
 - this module reads what it is given (or the store); it writes and signals nothing.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -56,7 +54,7 @@ class Lineage(msgspec.Struct, frozen=True):
 
 
 def lineage(
-    store: Store,
+    store: "Store",
     environ: Mapping[str, str],
     max_depth: int,
     run: str | None = None,
@@ -83,7 +81,7 @@ def lineage(
     )
 
 
-def verified_parent(store: Store, ref: str) -> Session:
+def verified_parent(store: "Store", ref: str) -> Session:
     """The session ``ref`` (from ``PARENT_VAR``) names, if it is one of this state dir's and
     its latest turn runs; else ``InvalidInput`` saying why (the variable may be stale, or an
     agent's invention)."""
@@ -240,7 +238,7 @@ def cascade(rows: list[dict[str, Any]], sid: str) -> Cascade:
 
 
 # ---------------------------------------------------------------------- budgets
-def over_budget(store: Store, s: Session) -> str | None:
+def over_budget(store: "Store", s: Session) -> str | None:
     """Why ``s``'s turn must stop for a budget over a subtree: ``s``'s own budget counting
     its descendants, or an ancestor's counting all of its subtree (``s`` included, as given:
     the caller may hold its newer state). None if none is passed, or none applies. Reads
@@ -271,7 +269,7 @@ def over_budget(store: Store, s: Session) -> str | None:
     return None
 
 
-def ancestors(store: Store, s: Session, limit: int = 1000) -> list[Session]:
+def ancestors(store: "Store", s: Session, limit: int = 1000) -> list[Session]:
     """``s``'s parent, its parent's parent ... as their files say (a missing or damaged one,
     or a loop, ends the chain)."""
     out: list[Session] = []
@@ -287,7 +285,7 @@ def ancestors(store: Store, s: Session, limit: int = 1000) -> list[Session]:
     return out
 
 
-def _all_sessions(store: Store, s: Session) -> dict[str, Session]:
+def _all_sessions(store: "Store", s: Session) -> dict[str, Session]:
     found = {}
     for sid in store.list_ids():
         got = s if sid == s.id else store.read(sid)

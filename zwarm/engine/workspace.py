@@ -18,8 +18,6 @@ one worktree per session. Must stay true:
 - a failed creation or preparation leaves nothing behind (worktree and branch removed).
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import re

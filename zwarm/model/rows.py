@@ -10,8 +10,6 @@ session it just decoded (the listing cache, ``zwarm.store.rowcache``). Must stay
 - this module imports only the standard library, msgspec and ``zwarm.model``.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 import msgspec

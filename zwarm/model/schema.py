@@ -15,8 +15,6 @@ Must stay true:
   consecutive after the archived ones, is damaged.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any
 

@@ -13,8 +13,6 @@ under the ``zwarm.launchers`` entry point). Must stay true:
   is alive (``Probe.shown = "unknown"``): only a verified end is ever reconciled.
 """
 
-from __future__ import annotations
-
 import abc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
@@ -51,13 +49,13 @@ class Launcher(abc.ABC):
     # listing's or a scheduler pass's running turns first, before any is reconciled
     batched: ClassVar[bool] = False
 
-    def __init__(self, store: Store, env: Env) -> None:
+    def __init__(self, store: "Store", env: "Env") -> None:
         self.store = store
         self.env = env
 
     @abc.abstractmethod
     def start(
-        self, sid: str, turn: Turn, after: Sequence[Turn] = (), after_any: bool = False
+        self, sid: str, turn: "Turn", after: "Sequence[Turn]" = (), after_any: bool = False
     ) -> None:
         """Start what runs ``turn`` (the session lock is held, ``turn`` is running) and record
         its handle on ``turn``. ``after``: turns of other sessions to wait for (to complete;
@@ -65,21 +63,21 @@ class Launcher(abc.ABC):
         ``OSError`` if it could not be started."""
 
     @abc.abstractmethod
-    def alive(self, sid: str, turn: Turn) -> bool:
+    def alive(self, sid: str, turn: "Turn") -> bool:
         """Whether what runs ``turn`` is verifiably still running (or waiting to)."""
 
     @abc.abstractmethod
-    def stop(self, sid: str, turn: Turn) -> None:
+    def stop(self, sid: str, turn: "Turn") -> None:
         """Stop the turn's agent (its whole tree) and what runs it; idempotent."""
 
-    def stop_many(self, items: Sequence[tuple[str, Turn]]) -> dict[str, ZwarmError]:
+    def stop_many(self, items: "Sequence[tuple[str, Turn]]") -> "dict[str, ZwarmError]":
         """``stop`` for many turns at once (``kill --all``): the errors by session id. Here
         each in its own thread; a launcher that can stop many together overrides this."""
         from concurrent.futures import ThreadPoolExecutor
 
         from zwarm.errors import ZwarmError
 
-        def one(item: tuple[str, Turn]) -> ZwarmError | None:
+        def one(item: "tuple[str, Turn]") -> ZwarmError | None:
             try:
                 self.stop(*item)
             except ZwarmError as e:
@@ -90,13 +88,13 @@ class Launcher(abc.ABC):
             errors = list(pool.map(one, items))
         return {sid: e for (sid, _), e in zip(items, errors, strict=True) if e is not None}
 
-    def survey(self, items: Sequence[tuple[str, Turn]]) -> dict[str, Probe]:
+    def survey(self, items: "Sequence[tuple[str, Turn]]") -> dict[str, Probe]:
         """``{session id: Probe}`` for many running turns at once (``(session id, turn)``):
         what a listing asks, once per listing. A launcher that can answer for all in one
         query (a cluster's queue) overrides this."""
         return {sid: Probe(self.alive(sid, t)) for sid, t in items}
 
-    def lost(self, sid: str, turn: Turn) -> tuple[Reason, str]:
+    def lost(self, sid: str, turn: "Turn") -> "tuple[Reason, str]":
         """Why ``turn``'s runner ended without recording the turn (``alive`` said no): a
         typed reason and a message, for the reconciled turn."""
         from zwarm.model import Reason
@@ -104,12 +102,12 @@ class Launcher(abc.ABC):
         what = "supervisor never started" if turn.supervisor is None else "supervisor lost"
         return Reason.SUPERVISOR_LOST, what
 
-    def can_wait_for(self, turns: Sequence[Turn]) -> bool:
+    def can_wait_for(self, turns: "Sequence[Turn]") -> bool:
         """Whether ``start(..., after=turns)`` can make a turn wait for these running turns
         itself (a cluster scheduler's job dependencies); else zwarm's scheduler waits."""
         return False
 
-    def runs_here(self, sid: str, turn: Turn) -> bool:
+    def runs_here(self, sid: str, turn: "Turn") -> bool:
         """Whether this process is what this launcher started for ``turn`` (checked by the
         supervisor before it runs a turn it was started for)."""
         return True

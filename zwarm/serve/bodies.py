@@ -6,8 +6,6 @@ or a value out of bounds is refused before anything runs); every value is checke
 ``zwarm.api.Zwarm``, which these only pass on.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 import msgspec

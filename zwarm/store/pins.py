@@ -15,8 +15,6 @@ makes their home the agent's working directory, which README warns about). Must 
   untrusted input too (one strict schema; a bad pin is no pin).
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 from collections.abc import Mapping

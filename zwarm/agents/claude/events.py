@@ -39,8 +39,6 @@ Must stay true:
   ``usage_so_far`` reports at the end, and what a budget is checked against meanwhile.
 """
 
-from __future__ import annotations
-
 import math
 import re
 from collections import deque

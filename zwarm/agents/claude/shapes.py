@@ -19,8 +19,6 @@ Must stay true:
   decisions), are left to the dict path (``SLOW``).
 """
 
-from __future__ import annotations
-
 from typing import Any, Final
 
 import msgspec

@@ -16,8 +16,6 @@ Must stay true:
   errors, items of unknown or other types started) is ``SLOW``.
 """
 
-from __future__ import annotations
-
 from typing import Any, Final
 
 import msgspec

@@ -30,8 +30,6 @@ Must stay true:
   layout is decoded, with the same answer.
 """
 
-from __future__ import annotations
-
 import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
