@@ -378,6 +378,34 @@ def test_the_fast_path_imports_no_click(
         assert re.search(r"\|\s*dataclasses$", report, re.M) is None
 
 
+# what only signals, waits for or starts a process, or reads a config: a reading command
+# never needs it (README, "Start-up": ~3 ms); _posixsubprocess and selectors come with them
+PROCESS_MODULE = re.compile(
+    r"\|\s*(threading|subprocess|_posixsubprocess|signal|select|selectors|tomllib)$", re.M
+)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        ("trajectory", "{tools}", "--json"),
+        ("show", "{tools}", "--json"),
+        ("logs", "{tools}"),
+        ("ls", "--json"),
+    ],
+)
+def test_a_reading_command_loads_nothing_to_run_processes(
+    world: tuple[ZW, dict[str, str]], template: tuple[str, ...]
+) -> None:
+    """With a session running in the state dir. Regressions: the /proc scan that threads
+    share, made at import, loaded threading into every ``trajectory``; the local launcher,
+    loaded to ask whether running sessions live, loaded subprocess (and signal, threading,
+    select) into ``ls`` and ``show``."""
+    zw, ids = world
+    report = _imports(zw, RUN.format(entry="run"), *_argv(template, zw, ids))
+    assert PROCESS_MODULE.findall(report) == []
+
+
 def test_a_spawn_imports_no_click(zw: ZW) -> None:
     report = _imports(zw, RUN.format(entry="run"), "spawn", "t")
     assert CLICK_MODULE.search(report) is None

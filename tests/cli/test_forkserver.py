@@ -247,8 +247,6 @@ def test_one_server_starts_at_a_time_and_holds_the_start_lock_until_it_listens(
     """A storm of first turns starts one server, not one per turn (the rest would exit at
     once, having lost the race to bind): the starter takes the state dir's start lock and
     hands it to the server, which holds it until it listens."""
-    from zwarm.runtime import local
-
     api = zw.api()
     api.store.ensure()
     launcher = api._launcher("local")
@@ -261,7 +259,7 @@ def test_one_server_starts_at_a_time_and_holds_the_start_lock_until_it_listens(
         started.append(argv)
         return popen(argv, **kw)
 
-    monkeypatch.setattr(local.subprocess, "Popen", counting)
+    monkeypatch.setattr(subprocess, "Popen", counting)  # local imports it where it starts one
     for _ in range(5):
         launcher._start_server(name, environ)
     assert len(started) == 1 and "--lock" in started[0]

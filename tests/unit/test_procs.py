@@ -231,6 +231,39 @@ def test_concurrent_callers_share_scans(monkeypatch: pytest.MonkeyPatch) -> None
     assert 1 <= len(calls) <= 3, len(calls)
 
 
+def test_threads_asking_first_together_share_one_condition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scan's condition is made at its first use (not at import: reading commands never
+    load threading); threads that ask for it at the same instant all get the same one, even
+    when making one is slow (a check-then-set would hand out several)."""
+    import threading
+
+    real = threading.Condition
+    barrier = threading.Barrier(16)  # made with the real Condition
+    shared: procs._SharedScan[str] = procs._SharedScan(dict)
+    got: list[object] = []
+
+    def slow_condition(*lock: threading.Lock) -> threading.Condition:
+        if not lock:  # the scan's (threads' own events pass a lock)
+            time.sleep(0.005)
+        return real(*lock)
+
+    monkeypatch.setattr(threading, "Condition", slow_condition)
+
+    def ask() -> None:
+        barrier.wait(10)
+        got.append(shared._cond())
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 16 and len({id(c) for c in got}) == 1
+    assert shared._cond() is got[0]
+
+
 def test_a_caller_never_gets_a_scan_begun_before_it_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -24,8 +24,6 @@ a new interpreter (and a server is started for the turns after). Must stay true:
 from __future__ import annotations
 
 import os
-import subprocess
-import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -35,8 +33,12 @@ from zwarm.runtime.launcher import Launcher
 from zwarm.store.files import open_append
 
 if TYPE_CHECKING:
+    import subprocess
+
     from zwarm.errors import ZwarmError
 
+# subprocess and threading (with signal, select) are imported where a supervisor is started:
+# a listing of running sessions loads this module only to ask whether they live
 SUPERVISOR = "zwarm.runtime.supervisor"
 SUPERVISOR_GRACE_S = 10.0
 
@@ -87,6 +89,8 @@ class LocalLauncher(Launcher):
             _close(lock)
             return
         argv = forking.start_argv(self.env.python, self.store.root, name, lock)
+        import subprocess
+
         try:
             proc = subprocess.Popen(
                 argv,
@@ -108,6 +112,8 @@ class LocalLauncher(Launcher):
 
     def _spawned(self, sid: str, log: int) -> int:
         """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``)."""
+        import subprocess
+
         proc = subprocess.Popen(
             [self.env.python, "-I", "-m", SUPERVISOR, str(self.store.root), sid],
             stdin=subprocess.DEVNULL,
@@ -158,6 +164,8 @@ def _close(fd: int | None) -> None:
 
 def _reap_later(proc: subprocess.Popen[bytes]) -> None:
     """Reap a detached supervisor when it exits, so a long-lived caller keeps no zombies."""
+    import threading
+
     _reaping.add(proc)
 
     def wait() -> None:

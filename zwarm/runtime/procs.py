@@ -27,10 +27,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
 from zwarm.model import ProcRef
 from zwarm.runtime import boot
+
+if TYPE_CHECKING:
+    import threading
 
 MARKER = "ZWARM_SESSION_ID"  # in the agent's environment (and so its descendants')
 SUPERVISOR_MARKER = "ZWARM_SUPERVISOR_OF"  # in the supervisor's
@@ -195,33 +198,43 @@ class _SharedScan(Generic[K]):
     started just before), and one scan runs at a time."""
 
     def __init__(self, scan: Callable[[], dict[K, list[ProcRef]]]) -> None:
-        import threading
-
         self._scan = scan
-        self._cond = threading.Condition()
+        self._conds: dict[str, threading.Condition] = {}  # made at the first scan: see _cond
         self._started = self._done = 0
         self._running = False
         self._result: dict[K, list[ProcRef]] = {}
 
+    def _cond(self) -> threading.Condition:
+        """The one condition of every caller, made when first asked for (a module-level scan
+        made at import would load threading into every reading command); ``setdefault`` is
+        atomic, so threads that ask together get the same one."""
+        cond = self._conds.get("")
+        if cond is None:
+            import threading
+
+            cond = self._conds.setdefault("", threading.Condition())
+        return cond
+
     def fresh(self) -> dict[K, list[ProcRef]]:
-        with self._cond:
+        cond = self._cond()
+        with cond:
             target = self._started + 1  # the next scan to begin, after this call
             while self._done < target:
                 if self._running:
-                    self._cond.wait()
+                    cond.wait()
                     continue
                 self._started += 1
                 self._running = True
                 try:
-                    self._cond.release()
+                    cond.release()
                     try:
                         result = self._scan()
                     finally:
-                        self._cond.acquire()
+                        cond.acquire()
                     self._result, self._done = result, self._started
                 finally:
                     self._running = False
-                    self._cond.notify_all()
+                    cond.notify_all()
             return self._result
 
 
