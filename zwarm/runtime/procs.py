@@ -24,6 +24,7 @@ Owns every signal zwarm sends. Must stay true:
 
 from __future__ import annotations
 
+import _thread
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -199,21 +200,22 @@ class _SharedScan(Generic[K]):
 
     def __init__(self, scan: Callable[[], dict[K, list[ProcRef]]]) -> None:
         self._scan = scan
-        self._conds: dict[str, threading.Condition] = {}  # made at the first scan: see _cond
+        self._making = _thread.allocate_lock()  # guards making the condition (see _cond)
+        self._condition: threading.Condition | None = None
         self._started = self._done = 0
         self._running = False
         self._result: dict[K, list[ProcRef]] = {}
 
     def _cond(self) -> threading.Condition:
-        """The one condition of every caller, made when first asked for (a module-level scan
-        made at import would load threading into every reading command); ``setdefault`` is
-        atomic, so threads that ask together get the same one."""
-        cond = self._conds.get("")
-        if cond is None:
-            import threading
+        """The one condition of every caller, made when first asked for: a module-level scan
+        made at import would load threading into every reading command (``_thread`` is built
+        in). Threads that ask together get the same one."""
+        with self._making:
+            if self._condition is None:
+                import threading
 
-            cond = self._conds.setdefault("", threading.Condition())
-        return cond
+                self._condition = threading.Condition()
+            return self._condition
 
     def fresh(self) -> dict[K, list[ProcRef]]:
         cond = self._cond()
