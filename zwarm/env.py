@@ -10,6 +10,16 @@ Walking up *stops* at the first ``.zwarm`` that is a directory or a symlink, saf
 unsafe one is an error, never silently skipped for another dir further up or ``./.zwarm``
 (as git does), so the dir zwarm uses never depends on whose ``.zwarm`` sits where. A regular
 file named ``.zwarm`` is not a state dir and is passed over, as before.
+
+Also owns how zwarm starts Python (``python_argv``): every Python process zwarm starts (the
+``--wait`` re-exec, supervisors, the fork server, the hook runner, a Slurm job's supervisor)
+runs ``PYTHON -I -m MODULE``, isolated: no ``PYTHON*`` variable (``PYTHONPATH``,
+``PYTHONSTARTUP``, ``PYTHONHOME``), no user site (nor its ``.pth`` files or
+``usercustomize``), and neither the working directory nor a script's directory on
+``sys.path``, so nothing an agent wrote in a folder it can write is imported; and where the
+process needs no working directory it is started in ``NEUTRAL_CWD``. ``PYTHON`` is the
+interpreter running zwarm (``sys.executable``: a virtualenv's own ``bin/python``, kept as
+its path so the virtualenv stays in effect), or the one the user configured.
 """
 
 import os
@@ -23,6 +33,12 @@ from pathlib import Path
 import msgspec
 
 STATE_DIR_NAME = ".zwarm"
+NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working directory
+
+
+def python_argv(python: str, module: str, *args: str) -> list[str]:
+    """The argv of a Python process zwarm starts: ``PYTHON -I -m MODULE ARGS`` (isolated)."""
+    return [python, "-I", "-m", module, *args]
 
 
 class Env(msgspec.Struct):

@@ -217,11 +217,17 @@ def _after_start(
     ctx: click.Context, api: Zwarm, sid: str, n: int, wait_: bool, as_json: bool, argv_task: bool
 ) -> None:
     """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
-    prompt given as an argument is in this process's argv: we re-exec without it first."""
-    if wait_ and argv_task:
+    prompt given as an argument is in this process's argv: we re-exec without it first, as
+    every Python process zwarm starts, isolated (``env.python_argv``) in ``env.NEUTRAL_CWD``:
+    the working directory is the agent's, and nothing it wrote there may be imported."""
+    if wait_ and argv_task and sys.executable:
+        from zwarm.env import NEUTRAL_CWD, python_argv
+
         sys.stdout.flush()
         args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]
-        os.execv(sys.executable, [sys.executable, "-m", "zwarm", *args, *(["--json"] * as_json)])
+        argv = python_argv(sys.executable, "zwarm", *args, *(["--json"] * as_json))
+        os.chdir(NEUTRAL_CWD)
+        os.execv(sys.executable, argv)
     if wait_:
         _turn_result(ctx, api, sid, n, as_json)
     else:

@@ -267,7 +267,9 @@ def sbatch_argv(
 
 def job_script(python: str, state_dir: str, sid: str, n: int) -> str:
     """The batch script: zwarm's own values only, shell-quoted; no prompt, no variable."""
-    cmd = [python, "-I", "-m", "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid]
+    from zwarm.env import python_argv
+
+    cmd = python_argv(python, "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid)
     return (
         "#!/bin/sh\n"
         f"# zwarm: turn {n} of session {sid} (its prompt is in the session's files)\n"
