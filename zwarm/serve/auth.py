@@ -11,7 +11,8 @@ front of every route. Must stay true:
   ``--allow-host`` (DNS rebinding needs a name of the attacker's); a request with an
   ``Origin`` must come from this same origin or one given with ``--allow-origin``, and a
   browser's ``Sec-Fetch-Site: cross-site`` is refused: no other site's page can call the API;
-- refusals are JSON (``{"error": ...}``) with 401, 403; every response carries headers that
+- refusals are JSON (``{"error": ...}``) with 401, 403, and close their connection (a client
+  without the token cannot keep one open: ``conns``); every response carries headers that
   keep the page from loading anything from elsewhere or being framed.
 """
 
@@ -178,7 +179,11 @@ def _host_name(host: str) -> str:
 
 async def _refuse(send: Send, status: int, why: str) -> None:
     body = json.dumps({"error": why}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="zwarm"'))
     headers += SECURITY_HEADERS

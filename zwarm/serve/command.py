@@ -2,6 +2,7 @@
 
 Owns the command's options, the listening socket and what is printed. Must stay true:
 - it binds 127.0.0.1 unless ``--host`` says otherwise, and then warns on stderr;
+- uvicorn runs its h11 protocol under ``conns``' connection limits (never without them);
 - stdout carries one line, the dashboard's URL with the access token in its fragment (the
   only place it is printed), as soon as the socket listens; everything else goes to stderr;
 - importing this module imports only click, ``zwarm.cli.common`` and ``zwarm.cli.output``:
@@ -183,16 +184,18 @@ def _tell(host: str, state_dir: Any, mcp: bool) -> None:
 def _run(asgi: Any, sock: socket.socket) -> None:
     import uvicorn
 
+    from zwarm.serve import conns
+
     config = uvicorn.Config(
         asgi,
         log_level="warning",
         access_log=False,  # no request lines on the terminal (and never a token: none in URLs)
         lifespan="on",
-        http="h11",
+        http=conns.protocol(conns.Gate(conns.total_for_files())),  # h11, connections limited
         ws="none",
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=2,
-        limit_concurrency=1000,
+        limit_concurrency=None,  # the gate bounds connections; idle ones never crowd out others
     )
     uvicorn.Server(config).run(sockets=[sock])
