@@ -959,10 +959,13 @@ class Zwarm:
         """Remove one session (its id; None if ``skip_busy`` skipped it). Whether it runs is
         decided again under its lock, where the removal happens: an ``inject`` that restarted
         it meanwhile is never removed from under (without ``force``), and with ``force`` it is
-        killed again first."""
+        killed again first. A lost session (its supervisor gone) is ended in memory only, its
+        orphaned agent stopped, never written: removing frees space, so a full disk must not
+        stop it."""
         for _ in range(3):
             try:
-                s = self.get(sid)
+                self.tick()
+                s = self.store.load(sid)  # never reconciled on disk: removal needs no room
             except DamagedSession as e:
                 if not force:
                     raise DamagedSession(
@@ -970,7 +973,7 @@ class Zwarm:
                     ) from None
                 self._remove(sid, None)
                 return sid
-            if s.status in ACTIVE:
+            if s.status in ACTIVE and not (s.status in RUNS and not self._alive(s)):
                 if skip_busy:
                     return None
                 if not force:
@@ -980,7 +983,9 @@ class Zwarm:
                 with contextlib.suppress(SessionStateError):
                     self.reader(s.adapter).kill(sid)
             with self.store.lock(sid):
-                if self.store.load(sid).status not in ACTIVE:
+                now = self.store.load(sid)
+                self.reader(now.adapter).end_lost(now)  # in memory: it is deleted next
+                if now.status not in ACTIVE:
                     self._release_workspace(sid, force)
                     self._remove(sid, s.name)
                     return sid
