@@ -8,7 +8,8 @@ and their stable JSON shapes. Must stay true:
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
   be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
-  said (``Stream.problems``);
+  said (``Stream.problems``); a session removed while listed is not damage (``rm`` renames
+  it away whole): it is left out;
 - an operation on several sessions does every one it can and then reports each failure
   (``PartlyFailed``); references naming one session count once;
 - a session spawned from inside a running session's agent is its child (``engine.tree``:
@@ -423,7 +424,8 @@ class Zwarm:
         with _gc_paused():  # the rows make no cycles; collections cost 10-20% over 1,000
             every, running = self._rows_of_finished(encoded)
             probes = self._survey(running)
-            every += [self._listed(s.id, s, probes.get(s.id)) for s in running]
+            listed = (self._listed(s.id, s, probes.get(s.id)) for s in running)
+            every += [r for r in listed if r is not None]
             _queue_places(every)  # queued rows: never encoded
             if any(r.get("parent_session_id") for r in every):
                 from zwarm.engine import tree
@@ -456,6 +458,8 @@ class Zwarm:
                     continue
                 got, key = read(sid)
                 if isinstance(got, DamagedSession):
+                    if self.store.removed(sid):
+                        continue  # removed since listed (rm renames it away whole): not damage
                     rows.append(damaged_row(sid, got.problem))
                 elif got.status in RUNS and got.current is not None:
                     running.append(got)
@@ -467,18 +471,20 @@ class Zwarm:
 
     def _listed(
         self, sid: str, got: Session | DamagedSession, probe: Probe | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         """``sid``'s row, decoded by the one schema; a running session is reconciled (its
         launcher verifies what runs it, ``probe`` its answer when the listing asked it
         already; only a lost one needs its agent's parser), and says what its launcher
-        says of it (``launcher_state``: a Slurm job's state)."""
+        says of it (``launcher_state``: a Slurm job's state). None: removed meanwhile."""
         if isinstance(got, DamagedSession):
             return damaged_row(sid, got.problem)
         if got.status in RUNS and not (probe.alive if probe is not None else self._alive(got)):
             try:
                 got = self.reader(got.adapter).reconcile(got)
+            except SessionNotFound:
+                return None
             except ZwarmError as e:
-                return damaged_row(sid, str(e))
+                return None if self.store.removed(sid) else damaged_row(sid, str(e))
         r = row(got)
         if probe is not None and got.status in RUNS:
             r["launcher_state"] = _launcher_state(probe, got)
