@@ -256,7 +256,12 @@ class Zwarm:
         from zwarm.engine import limits
 
         refs = [after] if isinstance(after, str) else list(after or [])
-        refs = [r.strip() for ref in refs for r in ref.split(",") if r.strip()]
+        refs = [r.strip() for ref in refs for r in ref.split(",")]
+        if "" in refs:  # --after '' or ',': a mistake, never "no dependency"
+            raise InvalidInput(
+                "--after names an empty session (an empty value or a stray comma): "
+                "name the sessions to wait for, or leave --after out"
+            )
         if len(refs) > 100:
             raise InvalidInput("--after names more than 100 sessions")
         ids = tuple(self.store.resolve(r) for r in refs)
