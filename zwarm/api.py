@@ -8,7 +8,8 @@ and their stable JSON shapes. Must stay true:
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
   be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
-  said (``Stream.problems``);
+  said (``Stream.problems``); a session removed while listed is not damage (``rm`` renames
+  it away whole): it is left out;
 - an operation on several sessions does every one it can and then reports each failure
   (``PartlyFailed``); references naming one session count once;
 - a session spawned from inside a running session's agent is its child (``engine.tree``:
@@ -255,7 +256,12 @@ class Zwarm:
         from zwarm.engine import limits
 
         refs = [after] if isinstance(after, str) else list(after or [])
-        refs = [r.strip() for ref in refs for r in ref.split(",") if r.strip()]
+        refs = [r.strip() for ref in refs for r in ref.split(",")]
+        if "" in refs:  # --after '' or ',': a mistake, never "no dependency"
+            raise InvalidInput(
+                "--after names an empty session (an empty value or a stray comma): "
+                "name the sessions to wait for, or leave --after out"
+            )
         if len(refs) > 100:
             raise InvalidInput("--after names more than 100 sessions")
         ids = tuple(self.store.resolve(r) for r in refs)
@@ -423,7 +429,8 @@ class Zwarm:
         with _gc_paused():  # the rows make no cycles; collections cost 10-20% over 1,000
             every, running = self._rows_of_finished(encoded)
             probes = self._survey(running)
-            every += [self._listed(s.id, s, probes.get(s.id)) for s in running]
+            listed = (self._listed(s.id, s, probes.get(s.id)) for s in running)
+            every += [r for r in listed if r is not None]
             _queue_places(every)  # queued rows: never encoded
             if any(r.get("parent_session_id") for r in every):
                 from zwarm.engine import tree
@@ -456,6 +463,8 @@ class Zwarm:
                     continue
                 got, key = read(sid)
                 if isinstance(got, DamagedSession):
+                    if self.store.removed(sid):
+                        continue  # removed since listed (rm renames it away whole): not damage
                     rows.append(damaged_row(sid, got.problem))
                 elif got.status in RUNS and got.current is not None:
                     running.append(got)
@@ -467,18 +476,20 @@ class Zwarm:
 
     def _listed(
         self, sid: str, got: Session | DamagedSession, probe: Probe | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         """``sid``'s row, decoded by the one schema; a running session is reconciled (its
         launcher verifies what runs it, ``probe`` its answer when the listing asked it
         already; only a lost one needs its agent's parser), and says what its launcher
-        says of it (``launcher_state``: a Slurm job's state)."""
+        says of it (``launcher_state``: a Slurm job's state). None: removed meanwhile."""
         if isinstance(got, DamagedSession):
             return damaged_row(sid, got.problem)
         if got.status in RUNS and not (probe.alive if probe is not None else self._alive(got)):
             try:
                 got = self.reader(got.adapter).reconcile(got)
+            except SessionNotFound:
+                return None
             except ZwarmError as e:
-                return damaged_row(sid, str(e))
+                return None if self.store.removed(sid) else damaged_row(sid, str(e))
         r = row(got)
         if probe is not None and got.status in RUNS:
             r["launcher_state"] = _launcher_state(probe, got)
@@ -959,10 +970,13 @@ class Zwarm:
         """Remove one session (its id; None if ``skip_busy`` skipped it). Whether it runs is
         decided again under its lock, where the removal happens: an ``inject`` that restarted
         it meanwhile is never removed from under (without ``force``), and with ``force`` it is
-        killed again first."""
+        killed again first. A lost session (its supervisor gone) is ended in memory only, its
+        orphaned agent stopped, never written: removing frees space, so a full disk must not
+        stop it."""
         for _ in range(3):
             try:
-                s = self.get(sid)
+                self.tick()
+                s = self.store.load(sid)  # never reconciled on disk: removal needs no room
             except DamagedSession as e:
                 if not force:
                     raise DamagedSession(
@@ -970,7 +984,7 @@ class Zwarm:
                     ) from None
                 self._remove(sid, None)
                 return sid
-            if s.status in ACTIVE:
+            if s.status in ACTIVE and not (s.status in RUNS and not self._alive(s)):
                 if skip_busy:
                     return None
                 if not force:
@@ -980,7 +994,9 @@ class Zwarm:
                 with contextlib.suppress(SessionStateError):
                     self.reader(s.adapter).kill(sid)
             with self.store.lock(sid):
-                if self.store.load(sid).status not in ACTIVE:
+                now = self.store.load(sid)
+                self.reader(now.adapter).end_lost(now)  # in memory: it is deleted next
+                if now.status not in ACTIVE:
                     self._release_workspace(sid, force)
                     self._remove(sid, s.name)
                     return sid

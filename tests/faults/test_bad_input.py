@@ -279,3 +279,21 @@ def test_state_dir_that_is_a_file(zw: Any, where: str) -> None:
             zw.run("--state-dir", str(root), *cmd, env_extra=env), f"{bad}", "ot a directory"
         )
     assert bad.read_text() == "not a directory" and zw.calls() == 0
+
+
+def test_empty_after_is_refused(zw: Any) -> None:
+    """Issue 29: ``--after ''`` or ``--after ','`` is a mistake, never "no dependency": one
+    line, exit 1, no session (CLI, both its parsers, and the API)."""
+    env = zw.replay("codex_simple")
+    first = spawn(zw, "first", env=env)
+    for value in ("", ",", " , ", f"{first},", f",{first}", f"{first},,{first}"):
+        res = zw.run("spawn", "task", "--after", value, env_extra=env)
+        one_error_line(res, "--after names an empty session")
+        res = zw.run(
+            "spawn", "task", "--after", value, "--json", "--adapter", "codex", env_extra=env
+        )
+        one_error_line(res, "--after names an empty session")
+    for after in ([""], [" "], "", ","):
+        with pytest.raises(InvalidInput, match="--after names an empty session"):
+            zw.api().spawn("task", after=after)
+    assert _sessions(zw) == [first]

@@ -81,8 +81,9 @@ def _agent(value: str) -> str | None:
 
 
 def split_refs(values: Iterable[str]) -> tuple[str, ...]:
-    """``--after a,b --after c`` -> (a, b, c)."""
-    return tuple(ref.strip() for v in values for ref in v.split(",") if ref.strip())
+    """``--after a,b --after c`` -> (a, b, c); an empty one (``--after ''``, ``a,,b``) is kept
+    as ``''``: ``Zwarm.spawn`` refuses it (it never means "no dependency")."""
+    return tuple(ref.strip() for v in values for ref in v.split(","))
 
 
 def _refs(value: str) -> tuple[str, ...]:

@@ -655,6 +655,13 @@ class BaseSessionManager(abc.ABC):
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
         return not self.launcher(t).alive(s.id, t)
 
+    def end_lost(self, s: Session) -> bool:
+        """``s`` with a lost turn ended in memory only (its orphaned agent stopped), nothing
+        written: for ``rm``, which deletes the session next (lock held). Whether it was lost."""
+        lost = self._reconcile_locked(s)
+        s.refresh()
+        return lost
+
     def _reconcile_locked(self, s: Session) -> bool:
         """Fail a running turn whose supervisor is gone, stopping whatever of its agent still
         runs (found by its verified marker, even if it was never recorded). Lock held."""
