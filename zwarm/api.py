@@ -1437,6 +1437,7 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
         "turns": len(turns),
         "usage": m.get("usage"),
         "cost_usd": m.get("cost_usd"),
+        "cost_complete": m.get("cost_complete") is not False,
         "cost_source": m.get("cost_source"),
         "agent_session_id": m.get("agent_session_id"),
         "last_message": m.get("last_message"),
@@ -1484,6 +1485,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "turns": s.count,
         "usage": u,
         "cost_usd": cost,
+        "cost_complete": s.cost_complete,
         "cost_source": s.cost_source,
         "agent_session_id": s.agent_session_id,
         "last_message": s.last_message,
@@ -1516,7 +1518,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "tree_sessions": 1,
         "tree_usage": u,
         "tree_cost_usd": cost,
-        "tree_unpriced": 0 if cost is not None else 1,
+        "tree_unpriced": 0 if s.cost_complete and cost is not None else 1,
         "launcher": cur.launcher if cur else None,
         "launcher_state": None,
         "damaged": False,
@@ -1567,7 +1569,9 @@ def _tree_row(m: dict[str, Any]) -> dict[str, Any]:
         "tree_sessions": 1,
         "tree_usage": m.get("usage"),
         "tree_cost_usd": cost,
-        "tree_unpriced": 0 if isinstance(cost, (int, float)) else 1,
+        "tree_unpriced": 0
+        if isinstance(cost, (int, float)) and m.get("cost_complete") is not False
+        else 1,
     }
 
 
@@ -1661,6 +1665,7 @@ def damaged_row(sid: str, problem: str) -> dict[str, Any]:
         "turns": 0,
         "usage": None,
         "cost_usd": None,
+        "cost_complete": False,
         "cost_source": "unknown",
         "agent_session_id": None,
         "last_message": None,

@@ -276,3 +276,27 @@ def test_session_text_is_never_markup(zw, serve, browser) -> None:
     assert page.locator("#steps img, #s-task img, #sessions img").count() == 0
     assert page.title() != "pwned"
     page.close()
+
+
+def test_costs_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
+    """A session with an unknown part of its cost (a turn cut off after the model answered)
+    and one whose cost is unknown: the board and the session view say what ``ls`` says."""
+    lines = zw.sample_bytes("codex_toolcall").decode().splitlines()
+    cut = zw.tmp / "cut_off.jsonl"
+    cut.write_text("\n".join(ln for ln in lines if '"turn.completed"' not in ln) + "\n")
+    partial = zw.spawn("hi", "--model", "gpt-5", env_extra=zw.replay("codex_simple"))
+    zw.wait(partial)
+    zw.run("inject", partial, "more", env_extra={"FAKE_REPLAY": str(cut)}, check=True)
+    unknown = zw.spawn("hi", "--model", "no-such-model", env_extra=zw.replay("codex_simple"))
+    zw.wait(partial, unknown)
+    cli = {r[:8]: r.split() for r in zw.run("ls", check=True).stdout.splitlines()[1:]}
+    assert "≥" in cli[partial[:8]] and "?" in cli[unknown[:8]]
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{server.base}/#token={server.token}")
+    for sid, shown in ((partial, "≥ ~$0.0002"), (unknown, "?")):
+        cell = page.locator(f"tr[data-id='{sid}'] .c-cost")
+        cell.wait_for()
+        assert cell.text_content() == shown
+    page.click(f"tr[data-id='{partial}']")
+    page.wait_for_selector("#s-facts:has-text('≥ ~$0.0002')")
+    page.close()

@@ -120,6 +120,7 @@ EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
             error=HIGH_DEMAND,
             agent_session_id="01a1ffe6-6165-7fa3-918c-80d4871f4d92",
             reason=Reason.OVERLOADED,  # codex's text for a 5xx
+            unanswered=True,  # no item: the model never answered
         ),
     ),
     "codex_err500_then_ok_with_retries.jsonl": (
@@ -368,7 +369,7 @@ def test_turn_failed_without_message() -> None:
     lines = jl({"type": "turn.failed", "error": {}})
     assert list(iter_steps(lines)) == [error("codex reported turn.failed", True)]
     assert scan_outcome(lines) == TurnOutcome(
-        status=Status.FAILED, error="codex reported turn.failed"
+        status=Status.FAILED, error="codex reported turn.failed", unanswered=True
     )
 
 
@@ -575,7 +576,7 @@ RECORDED_EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
     # a 5xx: codex shows its own text, not the server's; it also printed a non-fatal error event
     "codex_error_500.jsonl": (
         [error(HIGH_DEMAND, False), error(HIGH_DEMAND, True)],
-        TurnOutcome(Status.FAILED, error=HIGH_DEMAND, reason=Reason.OVERLOADED),
+        TurnOutcome(Status.FAILED, error=HIGH_DEMAND, reason=Reason.OVERLOADED, unanswered=True),
     ),
     # the text streamed before the cut stays the turn's last message
     "codex_broken_stream.jsonl": (

@@ -60,11 +60,20 @@ def fmt_tokens(n: int | None) -> str:
     return str(n)
 
 
-def fmt_cost(cost: float | None, source: str | None) -> str:
+def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> str:
+    """``$0.0123``, ``~$0.0123`` (estimated from token prices), ``≥ $0.0123`` (the known part
+    of a cost with unknown parts), ``?`` (nothing known). The dashboard's ``fmtCost``
+    (serve/static/app.js) renders the same."""
     if cost is None:
         return "?"
-    mark = "~" if source == "estimated" else ""
+    mark = ("" if complete else "≥ ") + ("~" if source == "estimated" else "")
     return f"{mark}${cost:.4f}" if cost < 1 else f"{mark}${cost:.2f}"
+
+
+def row_cost(r: dict[str, Any]) -> str:
+    """A session row's own cost (``fmt_cost`` of its ``cost_usd``, ``cost_source`` and
+    ``cost_complete``)."""
+    return fmt_cost(r.get("cost_usd"), r.get("cost_source"), r.get("cost_complete") is not False)
 
 
 def _seconds(iso: str | None) -> float | None:
@@ -283,7 +292,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         oneline(r.get("model") or "default", 24),
         str(r.get("turns", 0)),
         fmt_tokens(usage.get("total_tokens")) if usage else "-",
-        fmt_cost(r.get("cost_usd"), r.get("cost_source")),
+        row_cost(r),
         fmt_age(r.get("created_at"), now),
         oneline(r.get("source") or "-", 28),
         oneline(task, 400),
@@ -367,7 +376,7 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
     c.print(
         f"adapter {esc(d['adapter'])}  model {esc(d.get('model') or 'default', False)}  "
         f"tokens {fmt_tokens(usage.get('total_tokens'))}  "
-        f"cost {fmt_cost(d.get('cost_usd'), d.get('cost_source'))} ({esc(d.get('cost_source'))})"
+        f"cost {row_cost(d)} ({esc(d.get('cost_source'))})"
     )
     created = f"{fmt_local(d['created_at'])} ({fmt_ago(d['created_at'], now)})"
     c.print(f"cwd {esc(d['cwd'], False)}  source {esc(d.get('source'), False)}  created {created}")

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from zwarm.cli.render import COLORS, fleet_note, fmt_cost, fmt_tokens, short_reason
+from zwarm.cli.render import COLORS, fleet_note, fmt_cost, fmt_tokens, row_cost, short_reason
 from zwarm.cli.text import cut, oneline, pad
 
 _TASK_MAX = 60
@@ -151,7 +151,7 @@ def _cells(lead: str, r: dict[str, Any], now: float) -> list[str]:
         f"{lead}{r['id'][:8]}{name}{detached}",
         status,
         _tokens(r.get("usage")),
-        fmt_cost(r.get("cost_usd"), r.get("cost_source")),
+        row_cost(r),
         _tokens(r.get("tree_usage")) if has_kids else "",
         tree_cost(r) if has_kids else "",
         oneline(task, 400),

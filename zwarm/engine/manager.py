@@ -15,7 +15,9 @@ or signals a process itself. Must stay true:
   (``supervisor_lost``, or the launcher's reason: ``Launcher.lost``) on the next read, and
   whatever still carries its marker is stopped; every turn runs on the launcher its
   session's launch pin names (``zwarm.store.pins``);
-- per-turn usage and cost are deltas; session totals are sums of turn figures;
+- per-turn usage and cost are deltas; session totals are sums of turn figures; a turn that
+  used no tokens (reported zero, or failed as the agent says before the model answered) costs
+  0 whatever the model's price, and any other turn without a known cost stays unknown;
 - a turn that would make a session run while caps are configured (or that waits for other
   sessions) is made ``queued`` and started only by the scheduler (``engine.scheduler``), under
   its lock; a turn that ends past the session's budget ends ``budget_exceeded`` and nothing
@@ -637,6 +639,10 @@ class BaseSessionManager(abc.ABC):
                 t.cost_usd = round(max(0.0, o.cost_usd - (base_cost or 0.0)), 8)
         else:
             t.cost_usd = self.estimate_cost(t.usage, s.model) if o.usage else None
+        if t.cost_usd is None and not t.usage.total_tokens and _nothing_billed(o):
+            t.cost_usd = 0.0
+        if o.model:
+            s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ reconcile and kill
     def reconcile(self, s: Session) -> Session:
@@ -873,3 +879,10 @@ def check_cwd(path: Path) -> Path:
             f"working directory {str(resolved)!r} is not valid UTF-8, which agents cannot use"
         ) from None
     return resolved
+
+
+def _nothing_billed(o: TurnOutcome) -> bool:
+    """Whether the turn's outcome shows nothing was billed (its usage is already zero): the
+    agent reported zero tokens, or it reported the failure before the model answered at all
+    (a 429 on the first request). A turn cut off without a report may have been billed."""
+    return o.usage is not None or (o.status is Status.FAILED and o.unanswered)

@@ -504,7 +504,8 @@ class Orchestrator:
         costs = [self.run.cost_usd] + [r.get("cost_usd") for r in rows]
         known = [c for c in costs if isinstance(c, (int, float))]
         total = round(sum(known), 8) if known else None
-        return total, len(costs) - len(known)
+        partial = sum(1 for r in rows if r.get("cost_complete") is False and r.get("cost_usd"))
+        return total, len(costs) - len(known) + partial
 
     def own_sessions(self, status: str | None = None) -> list[dict[str, Any]]:
         if not self.api.has_sessions():

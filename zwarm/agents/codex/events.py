@@ -318,9 +318,12 @@ class _Scan:
         self.outcome = TurnOutcome()
         self.messages: deque[bytes] = deque(maxlen=_CANDIDATES)
         self.errors: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.items = False  # an item event was seen: the model answered (output, a command)
 
     def typed(self, kind: bytes, line: bytes, end: int) -> None:
         """A line whose first key is ``"type"`` (value ``kind``), in any spacing."""
+        if kind.startswith(b"item."):
+            self.items = True
         if kind == b"item.completed":
             at = _markers().type_value.search(line, end)  # the item's own type: the next one
             if at is not None and line.startswith(_AGENT_MESSAGE_VALUE, at.end()):
@@ -336,6 +339,7 @@ class _Scan:
         """A line whose first key is not ``"type"``: whole-line markers, then a decode."""
         m = _markers()
         if m.item.search(line):
+            self.items = True
             if m.agent_message.search(line) and m.item_completed.search(line):
                 self.messages.append(line)
         elif m.completed.search(line) or m.failed.search(line):
@@ -366,7 +370,9 @@ class _Scan:
         self.outcome.final_message = _newest(self.messages, _agent_message_text)
         if self.outcome.status is None:
             self.outcome.error = _newest(self.errors, _error_event_message)
-        elif self.outcome.status is Status.FAILED and self.outcome.error:
+        if self.outcome.status is Status.FAILED:
+            self.outcome.unanswered = not self.items
+        if self.outcome.status is Status.FAILED and self.outcome.error:
             typed = classify(self.outcome.error, time.time() if now is None else now)
             o = self.outcome
             o.reason, o.retry_after_s, o.reset_at = typed
@@ -514,6 +520,7 @@ def scan_outcome(lines: Iterable[bytes], now: float | None = None) -> TurnOutcom
         if type(line) is not bytes:
             line = _as_bytes(line)
         if line.startswith(_HEAD_ITEM):  # compact item event: item.started/updated never matter
+            scan.items = True
             if line.startswith(_HEAD_ITEM_COMPLETED):
                 # The item's own type is the next type key (serde writes it right after "id");
                 # agent messages, the only items that matter, hold no nested objects before it.

@@ -257,6 +257,7 @@ class _Scan(msgspec.Struct):
     last_text: str | None = None
     held_error: str | None = None
     init_model: str | None = None
+    answered: bool = False  # the model said something or called a tool
 
     def pending(self) -> bool:
         return bool(self.text.parts) or self.held_error is not None
@@ -272,7 +273,9 @@ class _Scan(msgspec.Struct):
             chunk = _assistant_chunk(event)
             if chunk is not None:
                 self.text.add(chunk)
+                self.answered = True
         elif kind in ("tool_use", "tool_result"):
+            self.answered = True
             self.end_run()
             self.held_error = None
         elif kind == "error":
@@ -304,6 +307,8 @@ class _Scan(msgspec.Struct):
         o = self.outcome
         o.final_message = self.last_text
         o.model = o.model or self.init_model
+        if o.status is Status.FAILED:
+            o.unanswered = not self.answered
         if o.status is Status.FAILED and o.error:
             o.reason, o.retry_after_s = classify(o.error)
         return o
@@ -367,6 +372,7 @@ def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
         if type(line) is not bytes:
             line = _as_bytes(line)
         if line.startswith(_TOOL_HEAD) and not scan.pending():
+            scan.answered = True
             continue  # a compact tool line only ends a text run: with none, it changes nothing
         event = _decode(line)
         if event is not None:
