@@ -20,6 +20,11 @@ runs ``PYTHON -I -m MODULE``, isolated: no ``PYTHON*`` variable (``PYTHONPATH``,
 process needs no working directory it is started in ``NEUTRAL_CWD``. ``PYTHON`` is the
 interpreter running zwarm (``sys.executable``: a virtualenv's own ``bin/python``, kept as
 its path so the virtualenv stays in effect), or the one the user configured.
+
+And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs this zwarm
+(``PYTHON -I -m zwarm``), kept in the user's state dir (``user_state_dir``, outside every
+agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
+in a login shell, whose ``/etc/profile`` resets PATH).
 """
 
 import os
@@ -39,6 +44,45 @@ NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working 
 def python_argv(python: str, module: str, *args: str) -> list[str]:
     """The argv of a Python process zwarm starts: ``PYTHON -I -m MODULE ARGS`` (isolated)."""
     return [python, "-I", "-m", module, *args]
+
+
+def user_state_dir(environ: Mapping[str, str]) -> Path:
+    """``$XDG_STATE_HOME/zwarm`` (an absolute one; else ``~/.local/state/zwarm``): the user's
+    own zwarm files (launch pins, launchers), where no agent's sandbox may write."""
+    base = environ.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(base):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".local", "state")
+    return Path(base) / "zwarm"
+
+
+def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
+    """An executable ``zwarm`` running this zwarm on ``python`` (``PYTHON -I -m zwarm``):
+    ``<user_state_dir>/bin/<hash of PYTHON>/zwarm``, 0700, written (atomically) when missing
+    or not exactly ours; None if it cannot be (an unwritable home: agents then have none)."""
+    import shlex
+    from _blake2 import blake2b
+
+    from zwarm.errors import StoreError
+    from zwarm.store.files import atomic_write, read_file
+
+    name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
+    path = user_state_dir(environ) / "bin" / name / "zwarm"
+    argv = shlex.join(python_argv(python, "zwarm"))
+    text = f'#!/bin/sh\n# written by zwarm: how its agents run it\nexec {argv} "$@"\n'.encode()
+    try:
+        data, st = read_file(path, len(text))
+        if data == text and st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:
+            return path
+    except OSError:
+        pass
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(path, text, mode=0o700)
+        os.chmod(path, 0o700)  # whatever the umask
+    except (OSError, StoreError):
+        return None
+    return path
 
 
 class Env(msgspec.Struct):

@@ -195,6 +195,7 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
     blocks (showing progress on a terminal) and exits 0 if the turn completed, 1 if not.
     Run by an agent of a session (ZWARM_PARENT_SESSION), it starts a child of that session,
     killed and removed with it unless --detached; [limits] max_spawn_depth bounds the depth.
+    An agent runs zwarm as "$ZWARM" (a login shell's PATH may not reach zwarm).
 
     \b
     Examples:

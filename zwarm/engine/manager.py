@@ -24,7 +24,9 @@ or signals a process itself. Must stay true:
   queued after it starts (``engine.limits``); a budget covers the session's subtree of
   delegated sessions, and an ancestor's budget covers it (``engine.tree``);
 - every agent runs with its session's id as ``ZWARM_PARENT_SESSION`` and the state dir as
-  ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``).
+  ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``), and
+  with ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory first on
+  ``PATH``), so it reaches zwarm however zwarm was installed and whatever its shell does.
 """
 
 import abc
@@ -42,7 +44,7 @@ from zwarm.config import Config
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, parse_iso
+from zwarm.env import Env, launcher, parse_iso
 from zwarm.errors import InvalidInput, SessionStateError, StoreError, ZwarmError
 from zwarm.model import (
     ACTIVE,
@@ -427,6 +429,10 @@ class BaseSessionManager(abc.ABC):
         # what the agent spawns is a child of this session, in this state dir (engine.tree)
         env[tree.PARENT_VAR] = s.id
         env[tree.DIR_VAR] = os.path.realpath(self.store.root)
+        zwarm = launcher(self.env.python, env)  # "$ZWARM" survives a login shell; PATH not
+        if zwarm is not None:
+            env[tree.ZWARM_VAR] = str(zwarm)
+            env["PATH"] = os.pathsep.join([str(zwarm.parent), env.get("PATH") or os.defpath])
         return AgentLaunch(self.build_argv(opts, resume), pin.cwd, env)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:

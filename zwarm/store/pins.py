@@ -45,11 +45,9 @@ _decoder = msgspec.json.Decoder(Pin)
 
 
 def pins_dir(environ: Mapping[str, str]) -> Path:
-    base = environ.get("XDG_STATE_HOME") or ""
-    if not os.path.isabs(base):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = os.path.join(home, ".local", "state")
-    return Path(base) / "zwarm" / "pins"
+    from zwarm.env import user_state_dir
+
+    return user_state_dir(environ) / "pins"
 
 
 def write(environ: Mapping[str, str], pin: Pin) -> None:
