@@ -193,6 +193,9 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
 
     TASK - reads the task from stdin. With --wait the id is printed first, then the command
     blocks (showing progress on a terminal) and exits 0 if the turn completed, 1 if not.
+    Without it, a queued session's place and what it waits for are said on stderr, and a
+    session that can never start (an --after session already failed) is said as an error,
+    exit 1; stdout is the id either way.
     Run by an agent of a session (ZWARM_PARENT_SESSION), it starts a child of that session,
     killed and removed with it unless --detached; [limits] max_spawn_depth bounds the depth.
 
@@ -205,8 +208,7 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
     """
     api = _api(ctx)
     if not wait_:  # the fast path's body (``fast.spawn``)
-        fast.spawn(api, task, as_json, dangerous, **opts)
-        return
+        ctx.exit(fast.spawn(api, task, as_json, dangerous, **opts))
     s = api.spawn(fast.read_task(task), dangerous=dangerous or None, **opts)
     if not as_json:
         click.echo(s.id)  # first: the wait may be long, and may be interrupted
