@@ -324,7 +324,7 @@ def test_numbers_past_the_schemas_bounds_are_refused_before_anything_is_written(
     ]:
         for extra in ((), ("--json", "--adapter", "codex")):
             res = zw.run("spawn", "task", option, value, *extra, env_extra=env)
-            one_error_line(res, f"{option} must be ")
+            one_error_line(res, f"{option.lstrip('-')} must be ")
     api = zw.api(env_extra=env)
     for kw in (
         {"max_tokens": int(HUGE)},

@@ -121,7 +121,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 @click.version_option(package_name="zwarm", message="zwarm %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, state_dir: Path | None) -> None:
-    """Run Codex and Claude Code agents as background sessions; every turn kept on disk."""
+    """Run Codex, Claude Code and Gemini CLI agents as background sessions, every turn on disk."""
     ctx.obj = {"state_dir": state_dir}
 
 
@@ -159,7 +159,9 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 @cli.command()
 @click.argument("task")
-@click.option("--adapter", callback=_agent_name, help="Agent to run: codex, claude, or a plugin's.")
+@click.option(
+    "--adapter", callback=_agent_name, help="Agent to run: codex, claude, gemini, or a plugin's."
+)
 @click.option("--model", "-m", help="Model (an alias like sonnet or gpt-5 picks the adapter).")
 @click.option("-C", "cwd", type=click.Path(path_type=Path), help="Working directory.")
 @click.option("--name", help="A unique name to refer to the session by.")
@@ -473,6 +475,9 @@ def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, a
             for sid, st in res["statuses"].items():
                 click.echo(f"{sid} {st}")
     if res["timed_out"]:
+        if not as_json:  # stdout lists every status; stderr says what still runs, and why
+            late = [sid for sid in res["statuses"] if sid not in res["finished"]]
+            live.still_running(api, late, f"timed out after {timeout:g} s")
         ctx.exit(WAIT_EXIT["timeout"])
     finished = [res["statuses"][s] for s in res["finished"]]
     ctx.exit(0 if all(st == "completed" for st in finished) else 1)
@@ -557,6 +562,8 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
 
     Each SESSION is a session id, a unique prefix of it (4+ characters), or its name. Its linked
     child sessions (started by its agent) are removed with it; detached ones are kept.
+    --finished keeps a session whose worktree holds work that would be lost, saying so on
+    stderr ("kept ID: why"), and exits 1 then, as when a removal failed.
 
     \b
     Examples:
@@ -584,6 +591,15 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
 
         for d in removed:
             click.echo(rm_line(d))
+    if finished:  # what --finished kept is no error: said so, and exit 1 all the same
+        from zwarm.cli.text import clean
+        from zwarm.errors import WorkspaceError
+
+        kept = [f for f in failed if isinstance(f[1], WorkspaceError)]
+        for sid, err in kept:
+            click.echo(f"kept {sid}: {clean(str(err), newlines=False)}", err=True)
+        _exit_failed(ctx, [f for f in failed if f not in kept])
+        ctx.exit(1 if kept else 0)
     _exit_failed(ctx, failed)
 
 
