@@ -22,7 +22,6 @@ and their stable JSON shapes. Must stay true:
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import time
@@ -1703,12 +1702,13 @@ def check_prompt(text: str) -> str:
 
 
 def check_timeout(timeout: float | None) -> float | None:
+    """``timeout`` in seconds, within the bounds ``meta.json``'s schema keeps (``Seconds``)."""
     if timeout is None:
         return None
-    bad = not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
-    if bad or not math.isfinite(timeout) or timeout <= 0:
-        raise InvalidInput(f"timeout must be a positive number of seconds, not {timeout!r}")
-    return float(timeout)
+    from zwarm.engine import limits
+    from zwarm.model.records import Seconds
+
+    return float(limits.need("timeout", timeout, Seconds))
 
 
 def check_context(context: str | None) -> str | None:

@@ -54,6 +54,36 @@ Priority = Annotated[int, Meta(ge=-1_000_000, le=1_000_000)]
 SessionId = Annotated[str, Meta(pattern=SESSION_ID)]
 Pid = Annotated[int, Meta(ge=1, le=2**31 - 1)]
 Sha = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")]  # a git object id
+
+
+def out_of_bounds(value: Any, typ: Any, positive: bool = False) -> str | None:
+    """What ``value`` must be to pass the bounded number type ``typ`` (``Count``, ``Money``,
+    ``Seconds``, ``Priority``; greater than 0 too if ``positive``, as a type bounded by ``gt``
+    is), e.g. "a whole number from 1 to 9007199254740992"; None if it passes. Every number a
+    caller gives that a session keeps (spawn's options through the CLI, HTTP and tools, the
+    config's defaults) is checked here, against the bounds this schema declares, before
+    anything is written: a value the schema would refuse to read back never makes a
+    damaged session."""
+    base, meta = typ.__origin__, typ.__metadata__[0]
+    try:
+        ok = msgspec.convert(value, typ, strict=True) is not None
+    except msgspec.ValidationError:
+        ok = False
+    if ok and not (positive and value <= 0):
+        return None
+    num = _figure
+    if base is int:
+        low = 1 if positive and meta.ge is not None and meta.ge < 1 else meta.ge
+        return f"a whole number from {num(low)} to {num(meta.le)}"
+    if positive or meta.gt is not None:
+        return f"a positive number up to {num(meta.le)}"
+    return f"a number from {num(meta.ge)} to {num(meta.le)}"
+
+
+def _figure(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 # a git branch name as ``git check-ref-format --branch`` accepts it (checked again at creation)
 Branch = Annotated[
     str, Meta(pattern=r"^(?!-)(?!.*\.\.)(?!.*@\{)(?!.*//)[^\x00-\x20\x7f~^:?*\[\\]{1,200}\Z")

@@ -251,8 +251,9 @@ def stop_on_signals() -> Iterator[None]:
 # ---------------------------------------------------------------------------- the prompt
 SYSTEM_PROMPT = """\
 You are an orchestrator. You do not write code or edit files yourself: you hand work to coding \
-agents (OpenAI Codex or Claude Code) that run as background sessions, keep several going at \
-once when tasks are independent, check on them, steer them, verify their work, and report.
+agents (OpenAI Codex, Claude Code or Gemini CLI) that run as background sessions, keep several \
+going at once when tasks are independent, check on them, steer them, verify their work, and \
+report.
 
 How to work:
 1. Plan. Split the task into self-contained subtasks. An agent sees only the task text you \

@@ -904,7 +904,8 @@ def _merge(tb: Toolbox, a: dict[str, Any]) -> Result:
 TOOLS: tuple[Tool, ...] = (
     Tool(
         "delegate",
-        "Start a coding agent (OpenAI Codex or Claude Code) on a task, in the background. "
+        "Start a coding agent (OpenAI Codex, Claude Code or Gemini CLI) on a task, in the "
+        "background. "
         "Returns its session_id at once; the agent keeps working while you do other things. "
         "Give a complete, self-contained task: the agent sees nothing else of this "
         "conversation. Start several sessions for independent tasks, then call wait.",
