@@ -46,3 +46,16 @@ def test_a_cost_with_an_unknown_part_is_a_lower_bound_everywhere(zw) -> None:
     assert "≥ ~$0.0002" in zw.run("ls", check=True).stdout
     assert "cost ≥ ~$0.0002 (estimated)" in zw.run("show", sid, check=True).stdout
     assert "≥ ~$0.0002" in zw.run("ls", "--tree", check=True).stdout
+
+
+def test_show_says_once_how_to_price_a_model_it_cannot_price(zw) -> None:
+    sid = zw.spawn("hi", "--model", "no-such-model", env_extra=zw.replay("codex_simple"))
+    assert zw.wait(sid).returncode == 0
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"), check=True)
+    assert zw.wait(sid).returncode == 0
+    out = zw.run("show", sid, check=True).stdout
+    hint = '[codex.prices] "no-such-model" = { input = USD, cached_input = USD, output = USD }'
+    assert out.count("no price for model no-such-model") == 1 and hint in out
+    priced = zw.spawn("hi", "--model", "gpt-5", env_extra=zw.replay("codex_simple"))
+    assert zw.wait(priced).returncode == 0
+    assert "no price" not in zw.run("show", priced, check=True).stdout

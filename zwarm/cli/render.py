@@ -70,6 +70,21 @@ def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> s
     return f"{mark}${cost:.4f}" if cost < 1 else f"{mark}${cost:.2f}"
 
 
+def price_hint(d: dict[str, Any]) -> str | None:
+    """How to make an unknown cost known (said once, by ``show``): the agent reports none and
+    zwarm has no price for the session's model."""
+    if d.get("cost_source") != "unknown" or d.get("damaged"):
+        return None
+    table = f"[{oneline(d.get('adapter'), 32)}.prices]"
+    model = d.get("model")
+    key = json.dumps(oneline(model, 80)) if model else '"MODEL"'
+    which = f"model {oneline(model, 80)}" if model else "the agent's default model"
+    return (
+        f"no price for {which}: set one in .zwarm/config.toml, {table} "
+        f"{key} = {{ input = USD, cached_input = USD, output = USD }} (per 1M tokens)"
+    )
+
+
 def row_cost(r: dict[str, Any]) -> str:
     """A session row's own cost (``fmt_cost`` of its ``cost_usd``, ``cost_source`` and
     ``cost_complete``)."""
@@ -378,6 +393,9 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         f"tokens {fmt_tokens(usage.get('total_tokens'))}  "
         f"cost {row_cost(d)} ({esc(d.get('cost_source'))})"
     )
+    hint = price_hint(d)
+    if hint:
+        c.print(f"[dim]{esc(hint, False)}[/]")
     created = f"{fmt_local(d['created_at'])} ({fmt_ago(d['created_at'], now)})"
     c.print(f"cwd {esc(d['cwd'], False)}  source {esc(d.get('source'), False)}  created {created}")
     if d.get("dangerous"):
