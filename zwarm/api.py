@@ -47,7 +47,7 @@ from zwarm.errors import (
 )
 from zwarm.model import ACTIVE, FINISHED, RUNS, Session, Status
 from zwarm.model.records import RUN_ID, Workspace, order_key
-from zwarm.model.steps import Step
+from zwarm.model.steps import Step, ended_turn
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
@@ -1319,6 +1319,8 @@ def _numbered(
             index += 1
             continue
         for step in mgr.turn_steps(sid, n):
+            if not running and step.get("status") == "in_progress":
+                ended_turn(step)  # the turn ended: it never finished
             step["turn"] = n
             step["index"] = index
             index += 1

@@ -22,7 +22,7 @@ from typing import Any
 
 from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
-from zwarm.model.steps import Step
+from zwarm.model.steps import UNFINISHED, Step
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",
@@ -68,6 +68,21 @@ def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> s
         return "?"
     mark = ("" if complete else "≥ ") + ("~" if source == "estimated" else "")
     return f"{mark}${cost:.4f}" if cost < 1 else f"{mark}${cost:.2f}"
+
+
+def price_hint(d: dict[str, Any]) -> str | None:
+    """How to make an unknown cost known (said once, by ``show``): the agent reports none and
+    zwarm has no price for the session's model."""
+    if d.get("cost_source") != "unknown" or d.get("damaged"):
+        return None
+    table = f"[{oneline(d.get('adapter'), 32)}.prices]"
+    model = d.get("model")
+    key = json.dumps(oneline(model, 80)) if model else '"MODEL"'
+    which = f"model {oneline(model, 80)}" if model else "the agent's default model"
+    return (
+        f"no price for {which}: set one in .zwarm/config.toml, {table} "
+        f"{key} = {{ input = USD, cached_input = USD, output = USD }} (per 1M tokens)"
+    )
 
 
 def row_cost(r: dict[str, Any]) -> str:
@@ -378,6 +393,9 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         f"tokens {fmt_tokens(usage.get('total_tokens'))}  "
         f"cost {row_cost(d)} ({esc(d.get('cost_source'))})"
     )
+    hint = price_hint(d)
+    if hint:
+        c.print(f"[dim]{esc(hint, False)}[/]")
     created = f"{fmt_local(d['created_at'])} ({fmt_ago(d['created_at'], now)})"
     c.print(f"cwd {esc(d['cwd'], False)}  source {esc(d.get('source'), False)}  created {created}")
     if d.get("dangerous"):
@@ -523,8 +541,8 @@ def step_line(s: Step, full: bool) -> str:
         style = "green" if code == 0 else "red"
         out = _short(str(s.get("output") or ""), full)
         body = f"\n{esc(out)}" if out.strip() else ""
-        # no exit code: it never ran (declined) or never finished (in_progress)
-        ended = f"exit {code}" if code is not None else esc(s.get("status") or "no exit code")
+        # no exit code: it never ran (declined), runs (in_progress) or never finished
+        ended = f"exit {code}" if code is not None else esc(_no_exit(s.get("status")))
         return f"[bold]$ {esc(s.get('command'))}[/] [{style}]({ended})[/]{body}"
     if kind == "file_change":
         return f"[blue]files[/] {esc(_changes(s))}"
@@ -544,6 +562,15 @@ def step_line(s: Step, full: bool) -> str:
     return f"{esc(kind)} {esc(as_json(s))}"
 
 
+def _no_exit(status: Any) -> str:
+    """What a command without an exit code says instead."""
+    if status == "in_progress":
+        return "running"
+    if status == UNFINISHED:
+        return "did not finish"
+    return str(status or "no exit code")
+
+
 def activity(s: Step | None, width: int = 80) -> str:
     """A step as one plain line (live views): ``$ pytest -q (exit 1)``, ``message Done…``."""
     if s is None:
@@ -553,8 +580,8 @@ def activity(s: Step | None, width: int = 80) -> str:
         text = f"{'' if kind == 'message' else 'thinking: '}{s.get('text', '')}"
     elif kind == "command":
         code = s.get("exit_code")
-        ended = f"exit {code}" if code is not None else (s.get("status") or "running")
-        text = f"$ {s.get('command')} ({'running' if ended == 'in_progress' else ended})"
+        ended = f"exit {code}" if code is not None else _no_exit(s.get("status") or "running")
+        text = f"$ {s.get('command')} ({ended})"
     elif kind == "file_change":
         text = f"files: {_changes(s)}"
     elif kind == "tool_call":
