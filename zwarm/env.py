@@ -10,9 +10,13 @@ Walking up *stops* at the first ``.zwarm`` that is a directory or a symlink, saf
 unsafe one is an error, never silently skipped for another dir further up or ``./.zwarm``
 (as git does), so the dir zwarm uses never depends on whose ``.zwarm`` sits where. A regular
 file named ``.zwarm`` is not a state dir and is passed over, as before.
+Also owns which names look secret (``looks_secret``: an api key, token, secret, password,
+authorization or credential), for every part of zwarm that must keep such values out of what
+it writes or shows.
 """
 
 import os
+import re
 import stat
 import sys
 import time
@@ -23,6 +27,12 @@ from pathlib import Path
 import msgspec
 
 STATE_DIR_NAME = ".zwarm"
+SECRET_NAME = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable or setting called ``name`` holds a secret, by its name."""
+    return SECRET_NAME.search(name) is not None
 
 
 class Env(msgspec.Struct):
