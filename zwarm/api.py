@@ -189,7 +189,7 @@ class Zwarm:
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
 
-        workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd)
+        workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd, self.state_dir)
         if name is not None:
             self.store.check_name(name)
         self._check_agent(mgr)

@@ -25,9 +25,14 @@ And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs thi
 (``PYTHON -I -m zwarm``), kept in the user's state dir (``user_state_dir``, outside every
 agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
 in a login shell, whose ``/etc/profile`` resets PATH).
+
+Also owns which names look secret (``looks_secret``: an api key, token, secret, password,
+authorization or credential), for every part of zwarm that must keep such values out of what
+it writes or shows.
 """
 
 import os
+import re
 import stat
 import sys
 import time
@@ -83,6 +88,14 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     except (OSError, StoreError):
         return None
     return path
+
+
+SECRET_NAME = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable or setting called ``name`` holds a secret, by its name."""
+    return SECRET_NAME.search(name) is not None
 
 
 class Env(msgspec.Struct):

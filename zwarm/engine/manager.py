@@ -872,7 +872,10 @@ def _closing_iter(f: Any, it: Iterator[Step]) -> Iterator[Step]:
         f.close()
 
 
-def check_cwd(path: Path) -> Path:
+def check_cwd(path: Path, state_dir: Path | None = None) -> Path:
+    """The real directory ``path`` names (symlinks followed), where an agent may run: it exists,
+    is valid UTF-8, and is neither ``state_dir`` nor inside it (an agent there would write over
+    zwarm's own records)."""
     if not path.exists():
         raise InvalidInput(f"working directory {str(path)!r} does not exist")
     if not path.is_dir():
@@ -884,6 +887,13 @@ def check_cwd(path: Path) -> Path:
         raise InvalidInput(
             f"working directory {str(resolved)!r} is not valid UTF-8, which agents cannot use"
         ) from None
+    if state_dir is not None:
+        state = state_dir.resolve()
+        if resolved == state or resolved.is_relative_to(state):
+            raise InvalidInput(
+                f"working directory {str(path)!r} is inside zwarm's state dir ({state_dir}): "
+                "no agent runs there"
+            )
     return resolved
 
 
