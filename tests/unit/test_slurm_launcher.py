@@ -38,7 +38,7 @@ def test_sbatch_argv_carries_names_never_values_nor_the_prompt() -> None:
     export = next(a for a in argv if a.startswith("--export="))
     assert export == f"--export=PATH,HOME,OPENAI_API_KEY,ZWARM_SUPERVISOR_OF={SID}"
     assert argv[0] == "sbatch" and "--parsable" in argv and "--no-requeue" in argv
-    assert "--partition=gpu" in argv and f"--job-name=zwarm-{SID[:8]}-2" in argv
+    assert "--partition=gpu" in argv and f"--job-name=zwarm-{SID}-2" in argv
     assert "--output=/s/turns/turn_2.slurm.log" in argv
 
 
