@@ -71,10 +71,17 @@ def test_pending_job_is_shown_queued_and_killed(sl: ZW) -> None:
         return row if row["launcher_state"]["state"] else None
 
     row = wait_until(listed, message="slurm's answer")
-    assert row["status"] == "running" and row["launcher"] == "slurm"
+    assert row["status"] == "running" and row["launcher"] == "slurm"  # it holds its slot
     assert row["launcher_state"]["state"] == "PENDING"
     assert row["launcher_state"]["handle"] == {"job": job}
+    assert row["shown_status"] == "queued (slurm: BeginTime)"
     wait_until(lambda: "queued (slurm: BeginTime)" in sl.run("ls").stdout, message="ls queued")
+    # show, ls --tree and show --json say it too, never "running" (regression: show did)
+    shown = wait_until(lambda: _said_queued(sl, sid, "BeginTime"), message="show queued")
+    assert "running" not in shown, shown
+    subprocess.run(["scontrol", "hold", job], check=True, timeout=30)
+    held = wait_until(lambda: job_state(job)[1].startswith("JobHeld") and job_state(job)[1])
+    wait_until(lambda: _said_queued(sl, sid, held), message=f"shown held ({held})")
     assert sl.run("kill", sid).returncode == 0
     assert sl.meta(sid)["status"] == "killed"
     wait_until(lambda: job_state(job)[0] == "CANCELLED", message="job cancelled")
@@ -141,6 +148,20 @@ def _rewrite_job(zw: ZW, sid: str, job: str) -> None:
         m = json.loads(path.read_bytes())
         m["turns"][-1]["handle"]["job"] = job
         path.write_text(json.dumps(m))
+
+
+def _said_queued(zw: ZW, sid: str, why: str) -> str | None:
+    """``show``'s text if ``show``, ``show --json`` and ``ls --tree`` all say the session is
+    ``queued (slurm: <why>)`` (retried: another test may pause slurmctld)."""
+    want = f"queued (slurm: {why})"
+    shown = zw.run("show", sid).stdout
+    lines = shown.splitlines()
+    head = lines[0] if lines else ""
+    rule = next((ln for ln in lines if "turn 1" in ln), "")
+    d = zw.json("show", sid)
+    tree = zw.run("ls", "--tree").stdout
+    ok = want in head and want in rule and "queued for" in shown and want in tree
+    return shown if ok and d["shown_status"] == want else None
 
 
 def test_running_job_is_killed_with_nothing_left(sl: ZW) -> None:
