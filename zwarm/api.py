@@ -479,7 +479,8 @@ class Zwarm:
         """``sid``'s row, decoded by the one schema; a running session is reconciled (its
         launcher verifies what runs it, ``probe`` its answer when the listing asked it
         already; only a lost one needs its agent's parser), and says what its launcher
-        says of it (``launcher_state``: a Slurm job's state). None: removed meanwhile."""
+        says of it (``launcher_state``: a Slurm job's state; ``shown_status``: the status
+        shown instead of ``running``, ``queued (slurm: Resources)``)."""
         if isinstance(got, DamagedSession):
             return damaged_row(sid, got.problem)
         if got.status in RUNS and not (probe.alive if probe is not None else self._alive(got)):
@@ -492,6 +493,7 @@ class Zwarm:
         r = row(got)
         if probe is not None and got.status in RUNS:
             r["launcher_state"] = _launcher_state(probe, got)
+            r["shown_status"] = probe.label()
         return r
 
     def _survey(self, sessions: list[Session]) -> dict[str, Probe]:
@@ -539,7 +541,7 @@ class Zwarm:
         mine = by_id.get(s.id)
         if mine is None:
             return {}
-        keys = ["children", *_TREE_TOTALS, "launcher_state"]
+        keys = ["children", *_TREE_TOTALS, "launcher_state", "shown_status"]
         if mine["status"] == "queued":
             keys += ["queue_position", "waiting_for"]
         out = {k: mine[k] for k in keys}
@@ -1522,6 +1524,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "tree_unpriced": 0 if s.cost_complete and cost is not None else 1,
         "launcher": cur.launcher if cur else None,
         "launcher_state": None,
+        "shown_status": None,
         "damaged": False,
     }
 
@@ -1542,10 +1545,12 @@ def _all_turn_changes(s: Session) -> list[dict[str, int] | None]:
 
 def _launcher_row(turns: list[Any]) -> dict[str, Any]:
     """What runs the latest turn (``local``, ``slurm``) and, filled in by a listing while it
-    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``)."""
+    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``) and the
+    status shown for it when that is not just ``running`` (``shown_status``: ``queued (slurm:
+    Resources)`` while its job waits in the cluster's queue, ``Probe.label``)."""
     cur = turns[-1] if turns else None
     name = cur.get("launcher") if isinstance(cur, dict) else getattr(cur, "launcher", None)
-    return {"launcher": name, "launcher_state": None}
+    return {"launcher": name, "launcher_state": None, "shown_status": None}
 
 
 def _launcher_state(probe: Probe, s: Session) -> dict[str, Any]:

@@ -315,14 +315,22 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
 
 
 def launcher_status(r: dict[str, Any]) -> str | None:
-    """What a running row shows instead of ``running`` when its launcher says so:
-    ``queued (slurm: Resources)`` (its job waits in the cluster's queue), ``unknown (slurm
-    unreachable)`` (the cluster could not be asked); None otherwise."""
-    state = r.get("launcher_state") or {}
-    if r.get("status") not in ("running", "stalled") or not state.get("shown"):
+    """What a running row shows instead of ``running`` when its launcher says so (the row's
+    ``shown_status``): ``queued (slurm: Resources)`` (its job waits in the cluster's queue),
+    ``unknown (slurm unreachable)`` (the cluster could not be asked); None otherwise."""
+    shown = r.get("shown_status")
+    if r.get("status") not in ("running", "stalled") or not shown:
         return None
-    detail = f" ({state['detail']})" if state.get("detail") else ""
-    return oneline(f"{state['shown']}{detail}", 60)
+    return oneline(shown, 60)
+
+
+def shown_markup(r: dict[str, Any]) -> str:
+    """A row's status as shown (``launcher_status``, else its status), styled."""
+    shown = launcher_status(r)
+    if shown is None:
+        return status_markup(r.get("status") or "-")
+    style = _STYLES.get(shown.split(" ", 1)[0], "white")
+    return f"[{style}]{esc(shown)}[/]"
 
 
 def fleet_note(r: dict[str, Any], now: float) -> str:
@@ -384,9 +392,7 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
     now = time.time() if now is None else now
     c = console()
     name = f" {esc(d['name'], False)}" if d.get("name") else ""
-    shown = launcher_status(d)
-    also = f" [dim]{esc(shown)}[/]" if shown else ""
-    c.print(f"[bold]{d['id']}[/]{name} {status_markup(d['status'])}{also}")
+    c.print(f"[bold]{d['id']}[/]{name} {shown_markup(d)}")
     usage = d.get("usage") or {}
     c.print(
         f"adapter {esc(d['adapter'])}  model {esc(d.get('model') or 'default', False)}  "
@@ -410,8 +416,9 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         c.print(f"[red]error:[/] {esc(d['error'])}")
     for q in d.get("queued") or []:
         c.print(f"[yellow]queued:[/] {esc(oneline(q, 100))}")
-    for t in d.get("turns_detail", []):
-        _turn(c, t, now)
+    turns = d.get("turns_detail", [])
+    for t in turns:
+        _turn(c, t, now, launcher_status(d) if t is turns[-1] else None)
 
 
 def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
@@ -464,17 +471,18 @@ def _workspace(c: Any, d: dict[str, Any]) -> None:
             c.print(f"[yellow]comment {k['id']}:[/] {esc(k['path'], False)}:{k['line']} {text}")
 
 
-def _turn(c: Any, t: dict[str, Any], now: float) -> None:
+def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> None:
+    """One turn of ``show``; ``shown``: the status shown for it instead of ``running``
+    (``queued (slurm: Resources)``: the session's ``launcher_status``)."""
     u = t.get("usage") or {}
     code, sig = t.get("exit_code"), t.get("signal")
     ended = f"exit {code}" if code is not None else (f"signal {sig}" if sig else "")
-    c.rule(f"turn {t['n']} {t['status']} {ended}".strip())
+    running = t["status"] in ("running", "stalled")
+    status = shown if shown and running else t["status"]
+    c.rule(f"turn {t['n']} {esc(status)} {ended}".strip())
     secs = took(t.get("started_at"), t.get("ended_at"), now)
-    span = (
-        f"took {fmt_duration(secs)}"
-        if t.get("ended_at")
-        else f"{'queued' if t['status'] == 'queued' else 'running'} for {fmt_duration(secs)}"
-    )
+    word = status.split(" ", 1)[0] if status.startswith("queued") else "running"
+    span = f"took {fmt_duration(secs)}" if t.get("ended_at") else f"{word} for {fmt_duration(secs)}"
     c.print(f"[dim]started {fmt_local(t['started_at'])}  {span}  context {t['context']}[/]")
     if t.get("launcher") not in (None, "local"):  # e.g. "slurm job 1234"
         held = " ".join(f"{k} {v}" for k, v in sorted((t.get("handle") or {}).items()))

@@ -18,7 +18,15 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from zwarm.cli.render import COLORS, fleet_note, fmt_cost, fmt_tokens, row_cost, short_reason
+from zwarm.cli.render import (
+    COLORS,
+    fleet_note,
+    fmt_cost,
+    fmt_tokens,
+    launcher_status,
+    row_cost,
+    short_reason,
+)
 from zwarm.cli.text import cut, oneline, pad
 
 _TASK_MAX = 60
@@ -138,7 +146,7 @@ def _cells(lead: str, r: dict[str, Any], now: float) -> list[str]:
         what = f"orchestrator run, {n} session{'' if n == 1 else 's'}"
         return [f"{lead}run {r['run_id']}", "", "", "", _tokens(r["tree_usage"]), tree_cost(r),
                 what]  # fmt: skip
-    status = r["status"]
+    status = launcher_status(r) or r["status"]
     if status == "failed":
         status += f" ({short_reason(r)})"
     status += fleet_note(r, now)

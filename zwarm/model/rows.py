@@ -91,6 +91,7 @@ class Row(Struct, forbid_unknown_fields=True):
     tree_unpriced: Count
     launcher: Annotated[str, Meta(pattern=AGENT_NAME)] | None
     launcher_state: None
+    shown_status: None
     damaged: Literal[False]
 
 
