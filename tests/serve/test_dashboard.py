@@ -300,3 +300,61 @@ def test_costs_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
     page.click(f"tr[data-id='{partial}']")
     page.wait_for_selector("#s-facts:has-text('≥ ~$0.0002')")
     page.close()
+
+
+# what the board showed, recorded by the page itself at every change of the DOM from its start
+_WATCH_BOARD = """
+window.__seen = [];
+new MutationObserver(() => {
+  const board = document.getElementById("board");
+  const empty = document.getElementById("empty");
+  if (!board || board.hidden || !empty) return;
+  const state = {
+    empty: !empty.hidden,
+    rows: document.querySelectorAll("#sessions tbody tr").length,
+  };
+  const last = window.__seen[window.__seen.length - 1];
+  if (!last || last.empty !== state.empty || last.rows !== state.rows) window.__seen.push(state);
+}).observe(document, { subtree: true, childList: true, attributes: true });
+"""
+
+_TWO_FRAMES = "new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
+def test_the_board_says_loading_until_it_knows(zw, serve, browser) -> None:
+    """Until the first answer of the session feed the board says it is loading, never "No
+    sessions yet": that is said only when the state dir holds none (the feed is held back
+    here, in the browser, until the test has looked)."""
+    srv = serve()
+
+    def open_held() -> tuple[Any, list[Any]]:
+        page = browser.new_page(viewport=DESKTOP)
+        page.set_default_timeout(90_000)
+        held: list[Any] = []
+        page.route("**/api/events*", lambda route: held.append(route))  # held until told
+        page.add_init_script(_WATCH_BOARD)
+        page.goto(f"{srv.base}/#token={srv.token}")
+        wait_until(lambda: held or page.wait_for_timeout(50), message="the feed's request")
+        page.wait_for_selector("#board:visible")
+        page.evaluate(_TWO_FRAMES)  # the board is drawn (without its rows)
+        assert page.locator("#empty").is_hidden()
+        assert page.locator("#loading").is_visible()
+        return page, held
+
+    page, held = open_held()  # no session at all
+    held[0].continue_()
+    page.wait_for_selector("#empty:visible")
+    assert page.locator("#loading").is_hidden()
+    page.close()
+
+    ids = {zw.spawn(f"task {i}", env_extra=zw.replay("codex_toolcall")) for i in range(3)}
+    wait_until(lambda: all(zw.meta(s)["status"] == "completed" for s in ids))
+    page, held = open_held()  # the page draws its board while the feed is held (__seen)
+    held[0].continue_()
+    for sid in ids:
+        page.wait_for_selector(f"tr[data-id='{sid}']")
+    assert page.locator("#loading").is_hidden() and page.locator("#empty").is_hidden()
+    seen = page.evaluate("window.__seen")
+    assert seen and not any(s["empty"] for s in seen), seen
+    assert seen[-1]["rows"] == 3
+    page.close()

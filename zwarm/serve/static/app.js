@@ -18,6 +18,7 @@
     token: null,
     info: null,
     rows: new Map(),
+    loaded: false, // the board's first snapshot came: until then it says "loading", not "none"
     board: null, // the /api/events stream
     view: null, // {id, stream, detail, steps}
     drawQueued: false,
@@ -230,6 +231,7 @@
       (event, data) => {
         if (event === "snapshot") {
           state.rows = new Map(data.sessions.map((r) => [r.id, r]));
+          state.loaded = true;
         } else if (event === "session") {
           state.rows.set(data.id, data);
         } else if (event === "removed") {
@@ -261,7 +263,8 @@
     const body = el("tbody");
     for (const r of rows.slice(0, MAX_ROWS)) body.append(boardRow(r));
     $("sessions").tBodies[0].replaceWith(body);
-    $("empty").hidden = rows.length > 0;
+    $("loading").hidden = state.loaded;
+    $("empty").hidden = !state.loaded || rows.length > 0;
     $("more").hidden = rows.length <= MAX_ROWS;
     $("more").textContent = `${rows.length - MAX_ROWS} older sessions not shown`;
   }
