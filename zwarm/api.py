@@ -1056,7 +1056,7 @@ class Zwarm:
         s = self.get(ref)
         ws = self.workspace(s)
         sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         d = review.diff_json(tree, self.env.environ, sp, hunks)
         if text:
             d["text"] = diffs.text(tree, self.env.environ, sp.a, sp.b).decode("utf-8", "replace")
@@ -1076,7 +1076,7 @@ class Zwarm:
         s = self.get(ref)
         ws = self.workspace(s)
         sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         text = diffs.text(tree, self.env.environ, sp.a, sp.b, color=color, stat=stat)
         return text, review.overlap_note(review.overlaps(s, self._same_tree(ws), turn))
 

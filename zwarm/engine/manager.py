@@ -523,8 +523,9 @@ class BaseSessionManager(abc.ABC):
         try:
             from zwarm.engine import diffs
 
-            turn = diffs.stats(ws.tree, self.env.environ, before, after) if before else None
-            whole = diffs.stats(ws.tree, self.env.environ, start, after) if start else None
+            tree = ws_mod.git_dir_tree(ws, self.env.environ)
+            turn = diffs.stats(tree, self.env.environ, before, after) if before else None
+            whole = diffs.stats(tree, self.env.environ, start, after) if start else None
         except ZwarmError as e:
             print(f"zwarm: no change stats for turn {n}: {e}", file=sys.stderr)
             return after, None, None
