@@ -503,7 +503,7 @@ class BaseSessionManager(abc.ABC):
         """A snapshot of the session's tree, or None if it could not be taken (said on
         stderr: the supervisor's log). A snapshot never decides a turn's outcome."""
         try:
-            return ws_mod.snapshot(ws, self.env.environ, sid, n, which)
+            return ws_mod.snapshot(ws, self.env.environ, sid, n, which, self.store.root)
         except ZwarmError as e:
             print(f"zwarm: no {which} snapshot of turn {n}: {e}", file=sys.stderr)
             return None

@@ -49,8 +49,11 @@ class Span:
     turn: int | None
 
 
-def span(s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str]) -> Span:
-    """What turn ``turn`` (None: the whole session) changed, as two snapshots."""
+def span(
+    s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str], state_dir: Path
+) -> Span:
+    """What turn ``turn`` (None: the whole session) changed, as two snapshots (one taken now
+    if needed: ``state_dir`` is left out of it)."""
     if turn is not None:
         if not 1 <= turn <= len(s.turns):
             raise InvalidInput(f"session {s.id} has no turn {turn} (it has 1..{len(s.turns)})")
@@ -59,7 +62,7 @@ def span(s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str]
             raise WorkspaceError(f"turn {turn} of session {s.id} has no snapshot to compare")
         if t.after is not None:
             return Span(t.before, t.after, False, turn)
-        return Span(t.before, _live(s, ws, environ, t.status), True, turn)
+        return Span(t.before, _live(s, ws, environ, state_dir), True, turn)
     start = workspace.start_of(s, ws)
     if start is None:
         raise WorkspaceError(f"session {s.id} has no snapshot to compare yet")
@@ -67,15 +70,13 @@ def span(s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str]
     end = cur.after if cur is not None and cur.status is not Status.RUNNING else None
     if end is not None:
         return Span(start, end, False, None)
-    return Span(start, _live(s, ws, environ, cur.status if cur else None), True, None)
+    return Span(start, _live(s, ws, environ, state_dir), True, None)
 
 
-def _live(s: Session, ws: Workspace, environ: Mapping[str, str], status: Status | None) -> str:
+def _live(s: Session, ws: Workspace, environ: Mapping[str, str], state_dir: Path) -> str:
     """A snapshot of the tree as it is now (kept by no ref), or the latest one on record."""
-    from zwarm.engine import snapshots
-
     if not ws.removed and os.path.isdir(ws.tree):
-        return snapshots.take(workspace.checked(ws, environ), environ, f"session {s.id} now")
+        return workspace.take(ws, environ, f"session {s.id} now", state_dir)
     done = [t.after for t in s.turns if t.after]
     if not done:
         raise WorkspaceError(f"session {s.id}'s tree is gone and no snapshot was taken")
@@ -138,10 +139,11 @@ def make_comments(
     items: Sequence[tuple[str, int, str]],
     environ: Mapping[str, str],
     now: str,
+    state_dir: Path,
 ) -> list[Comment]:
     """Comments on the session's current diff, each with its diff context; a path the diff
     does not touch is refused (naming the files it does)."""
-    sp = span(s, ws, None, environ)
+    sp = span(s, ws, None, environ, state_dir)
     tree = workspace.git_dir_tree(ws, environ)
     changed = {f.path: f for f in diffs.files(tree, environ, sp.a, sp.b)}
     first = max((c.id for c in s.comments), default=0) + 1

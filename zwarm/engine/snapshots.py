@@ -6,7 +6,8 @@ reuses its stat cache), written with ``write-tree``, wrapped by ``commit-tree`` 
 by a ref under ``refs/zwarm/<session id>/<turn>/<before|after>``. Must stay true:
 - the user's index, HEAD, branches, stash and working tree are never written: only objects
   and refs under ``refs/zwarm/`` (``tests/workspace`` asserts their exact state around turns);
-- tracked and untracked files count, ignored files do not (``git add -A`` semantics);
+- tracked and untracked files count, ignored files do not (``git add -A`` semantics), nor
+  does zwarm's state dir, whatever the ignore files say (``exclude``);
 - git runs hardened on a checked ``git.Tree`` (see ``engine.git``): nothing the repository's
   config, a nested repository or an agent's ``.gitattributes`` says makes a snapshot run a
   command, and a worktree whose ``.git`` was pointed elsewhere is not snapshotted;
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from zwarm.engine import git
@@ -30,17 +31,25 @@ def ref(sid: str, n: int, which: str) -> str:
     return f"refs/zwarm/{sid}/{n}/{which}"
 
 
-def take(tree: git.Where, env: Mapping[str, str], label: str, keep: str | None = None) -> str:
+def take(
+    tree: git.Where,
+    env: Mapping[str, str],
+    label: str,
+    keep: str | None = None,
+    exclude: Sequence[str] = (),
+) -> str:
     """Snapshot the working tree ``tree``: its commit id (parent: HEAD, if there is one).
-    ``keep``: a ref (``ref(...)``) to point at it, so git's gc keeps it."""
+    ``keep``: a ref (``ref(...)``) to point at it, so git's gc keeps it; ``exclude``: paths
+    (relative to the top) left out whatever the ignore files say (zwarm's state dir)."""
     index = git.out(["rev-parse", "--path-format=absolute", "--git-path", "index"], tree, env)
     head = _head(tree, env)
     with tempfile.TemporaryDirectory(prefix="zwarm-snap-") as tmp:
         private = Path(tmp) / "index"
         _seed(Path(index), private)
         staged = {"GIT_INDEX_FILE": str(private)}
+        left_out = [f":(exclude,literal){p}" for p in exclude]
         proc = git.run(
-            ["add", "-A", "--ignore-errors", "--", "."],
+            ["add", "-A", "--ignore-errors", "--", ".", *left_out],
             tree,
             env,
             extra_env=staged,

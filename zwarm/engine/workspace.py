@@ -453,14 +453,36 @@ def _run_setup(
 
 
 # ---------------------------------------------------------------------------- snapshots
-def snapshot(ws: Workspace, environ: Mapping[str, str], sid: str, n: int, which: str) -> str:
+def snapshot(
+    ws: Workspace, environ: Mapping[str, str], sid: str, n: int, which: str, state_dir: Path
+) -> str:
     """Snapshot ``ws``'s tree for turn ``n`` (kept under ``refs/zwarm/<sid>/<n>/<which>``)."""
+    return take(ws, environ, f"session {sid} turn {n} {which}", state_dir, keep=(sid, n, which))
+
+
+def take(
+    ws: Workspace,
+    environ: Mapping[str, str],
+    label: str,
+    state_dir: Path,
+    keep: tuple[str, int, str] | None = None,
+) -> str:
+    """A snapshot of ``ws``'s tree now (see ``snapshot``): never of zwarm's state dir."""
     from zwarm.engine import snapshots
 
     if not os.path.isdir(ws.tree):
         raise WorkspaceError(f"the working tree {ws.tree} is gone")
-    label = f"session {sid} turn {n} {which}"
-    return snapshots.take(checked(ws, environ), environ, label, keep=snapshots.ref(sid, n, which))
+    tree = checked(ws, environ)
+    ref = snapshots.ref(*keep) if keep else None
+    return snapshots.take(tree, environ, label, keep=ref, exclude=state_within(tree, state_dir))
+
+
+def state_within(tree: git.Tree, state_dir: Path) -> list[str]:
+    """The state dir's path relative to ``tree``'s top, if it lies in it ([] if not)."""
+    top, state = Path(tree.top), _real(state_dir)
+    if state == top or not _inside(state, top):
+        return []
+    return [state.relative_to(top).as_posix()]
 
 
 def start_of(s: Session, ws: Workspace) -> str | None:
