@@ -1072,8 +1072,8 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         d = review.diff_json(tree, self.env.environ, sp, hunks)
         if text:
             d["text"] = diffs.text(tree, self.env.environ, sp.a, sp.b).decode("utf-8", "replace")
@@ -1092,8 +1092,8 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         text = diffs.text(tree, self.env.environ, sp.a, sp.b, color=color, stat=stat)
         return text, review.overlap_note(review.overlaps(s, self._same_tree(ws), turn))
 
@@ -1125,7 +1125,9 @@ class Zwarm:
         s = self.get(ref)
         ws = self.workspace(s)
         with self.store.transaction(s.id) as fresh:
-            new = review.make_comments(fresh, ws, items, self.env.environ, self.env.now_iso())
+            new = review.make_comments(
+                fresh, ws, items, self.env.environ, self.env.now_iso(), self.store.root
+            )
             if len(fresh.comments) + len(new) > 10_000:
                 raise InvalidInput(f"session {s.id} has too many comments already")
             fresh.comments.extend(new)
@@ -1166,7 +1168,7 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
         where = Path(cwd) if cwd is not None else self.env.cwd
         return {"session_id": s.id, "turn": turn, **review.apply(ws, sp, self.env.environ, where)}
 

@@ -511,7 +511,7 @@ class BaseSessionManager(abc.ABC):
         """A snapshot of the session's tree, or None if it could not be taken (said on
         stderr: the supervisor's log). A snapshot never decides a turn's outcome."""
         try:
-            return ws_mod.snapshot(ws, self.env.environ, sid, n, which)
+            return ws_mod.snapshot(ws, self.env.environ, sid, n, which, self.store.root)
         except ZwarmError as e:
             print(f"zwarm: no {which} snapshot of turn {n}: {e}", file=sys.stderr)
             return None
@@ -531,8 +531,9 @@ class BaseSessionManager(abc.ABC):
         try:
             from zwarm.engine import diffs
 
-            turn = diffs.stats(ws.tree, self.env.environ, before, after) if before else None
-            whole = diffs.stats(ws.tree, self.env.environ, start, after) if start else None
+            tree = ws_mod.git_dir_tree(ws, self.env.environ)
+            turn = diffs.stats(tree, self.env.environ, before, after) if before else None
+            whole = diffs.stats(tree, self.env.environ, start, after) if start else None
         except ZwarmError as e:
             print(f"zwarm: no change stats for turn {n}: {e}", file=sys.stderr)
             return after, None, None
