@@ -1678,6 +1678,10 @@ def check_prompt(text: str) -> str:
         raise InvalidInput("the prompt is empty")
     if "\x00" in text:
         raise InvalidInput("the prompt contains NUL bytes, which no agent accepts")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: a byte like 0xff in argv, or JSON's
+        raise InvalidInput(f"the prompt is not valid UTF-8 (character {e.start})") from None
     return text
 
 

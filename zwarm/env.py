@@ -103,16 +103,18 @@ class Env(msgspec.Struct):
         return path
 
     def locate_state_dir(self) -> Path:
-        """The rule alone, unchecked: only ``zwarm trust`` uses this directly."""
+        """The rule alone, unchecked (but for a path that is not UTF-8, which zwarm cannot
+        record: ``InvalidInput``, saying where it came from): only ``zwarm trust`` uses this
+        directly."""
         if self.state_dir is not None:
-            return _abs(self.state_dir, self.cwd)
+            return _text(_abs(self.state_dir, self.cwd), "--state-dir or ZWARM_DIR")
         env_dir = self.environ.get("ZWARM_DIR")
         if env_dir:
-            return _abs(Path(env_dir), self.cwd)
+            return _text(_abs(Path(env_dir), self.cwd), "ZWARM_DIR")
         for d in (self.cwd, *self.cwd.parents):
             if _dir_or_link(d / STATE_DIR_NAME):
-                return d / STATE_DIR_NAME
-        return self.cwd / STATE_DIR_NAME
+                return _text(d / STATE_DIR_NAME, "the working directory")
+        return _text(self.cwd / STATE_DIR_NAME, "the working directory")
 
     def now_iso(self) -> str:
         return iso(self.clock())
@@ -144,6 +146,17 @@ def _dir_or_link(p: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
+
+
+def _text(p: Path, source: str) -> Path:
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:
+        from zwarm.errors import InvalidInput
+
+        shown = os.fsencode(p).decode("utf-8", "backslashreplace")
+        raise InvalidInput(f"the state dir '{shown}' (from {source}) is not valid UTF-8") from None
+    return p
 
 
 def _abs(p: Path, cwd: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ZWARM_BIN
 from zwarm.errors import (
     AgentNotFound,
     AmbiguousSession,
@@ -229,6 +231,47 @@ def test_bad_prompts(zw: Any) -> None:
         one_error_line(zw.run("inject", sid, "-", input=data, env_extra=env), words)
     assert snapshot(sdir(zw, sid)) == before
     assert zw.calls() == 1
+
+
+def _run_bytes(zw: Any, *argv: bytes, env: dict[bytes, bytes] | None = None) -> Any:
+    """The installed zwarm with a bytes argv and environment, as a shell passes them."""
+    given = {**zw.env, **zw.replay("codex_simple")}
+    environ = {os.fsencode(k): os.fsencode(v) for k, v in given.items()}
+    res = subprocess.run(
+        [os.fsencode(ZWARM_BIN), *argv],
+        env={**environ, **(env or {})},
+        cwd=zw.cwd,
+        capture_output=True,
+        timeout=120,
+    )
+    out, err = res.stdout.decode(), res.stderr.decode()
+    return subprocess.CompletedProcess(res.args, res.returncode, out, err)
+
+
+def test_a_byte_that_is_not_utf8_in_argv_or_zwarm_dir_is_one_line(zw: Any) -> None:
+    """Regression: a byte 0xff in the task argument (or any argument) or in ``ZWARM_DIR``
+    crashed with a ``UnicodeEncodeError`` traceback (writing the launch pin), after creating
+    the session's files."""
+    for argv in (
+        [b"spawn", b"caf\xff au lait"],
+        [b"spawn", b"--wait", b"caf\xff"],
+        [b"spawn", b"task", b"--model", b"gpt-\xff"],
+        [b"ls", b"--status", b"\xff"],
+    ):
+        one_error_line(_run_bytes(zw, *argv), "not valid UTF-8", "\\xff")
+    assert _sessions(zw) == [] and zw.calls() == 0
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    wait_status(zw, sid, "completed")
+    before = snapshot(sdir(zw, sid))
+    one_error_line(_run_bytes(zw, b"inject", sid.encode(), b"more \xff"), "not valid UTF-8")
+    assert snapshot(sdir(zw, sid)) == before
+    bad = os.fsencode(zw.tmp) + b"/state-\xff"
+    for argv in ([b"spawn", b"task"], [b"ls"], [b"ls", b"--json"], [b"show", sid.encode()]):
+        res = _run_bytes(zw, *argv, env={b"ZWARM_DIR": bad})
+        one_error_line(res, "the state dir", "state-\\xff", "is not valid UTF-8")
+    assert not os.path.lexists(bad) and zw.calls() == 1
+    with pytest.raises(InvalidInput, match="not valid UTF-8"):  # the API's callers too
+        zw.api().spawn("caf\udcff")
 
 
 def test_two_mib_prompt_goes_by_stdin(zw: Any) -> None:
