@@ -86,7 +86,7 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
 
 
 class Env(msgspec.Struct):
-    cwd: Path = msgspec.field(default_factory=lambda: Path(os.getcwd()))
+    cwd: Path = msgspec.field(default_factory=lambda: working_dir())
     environ: Mapping[str, str] = msgspec.field(default_factory=lambda: dict(os.environ))
     state_dir: Path | None = None  # explicit --state-dir
     clock: Callable[[], float] = time.time
@@ -118,6 +118,25 @@ class Env(msgspec.Struct):
 
     def now_iso(self) -> str:
         return iso(self.clock())
+
+
+def working_dir() -> Path:
+    """This process's working directory. One that was removed is still named (Linux keeps
+    its path, ``/proc/self/cwd``): a command that needs it says which directory is missing,
+    and one that does not (a state dir given) works; elsewhere ``InvalidInput``."""
+    try:
+        return Path(os.getcwd())
+    except FileNotFoundError:
+        try:
+            where = os.readlink("/proc/self/cwd")
+        except OSError:
+            where = ""
+        gone = " (deleted)"
+        if where.startswith("/") and where.endswith(gone):
+            return Path(where[: -len(gone)])
+        from zwarm.errors import InvalidInput
+
+        raise InvalidInput("the current directory no longer exists (it was removed)") from None
 
 
 def iso(ts: float) -> str:

@@ -29,7 +29,7 @@ from zwarm.errors import (
     ZwarmError,
 )
 
-from ._helpers import meta, one_error_line, sdir, snapshot, spawn, wait_status
+from ._helpers import meta, one_error_line, sdir, snapshot, spawn, wait_status, wait_until
 
 
 def _sessions(zw: Any) -> list[str]:
@@ -307,6 +307,51 @@ def test_bad_working_dir(zw: Any) -> None:
         zw.api(env).spawn("t", cwd=missing)
     with pytest.raises(AgentNotFound):
         zw.api({"PATH": "/nonexistent"}).spawn("t")
+
+
+def test_a_removed_working_directory_is_named(zw: Any) -> None:
+    """Regression: a working directory removed (before spawn, or between a session's turns)
+    was reported as "No such file or directory" or "could not start agent 'codex'"."""
+    env = zw.replay("codex_simple")
+    gone = zw.tmp / "gone"
+    gone.mkdir()
+    proc = subprocess.Popen(  # a shell whose working directory is removed under it
+        ["/bin/sh", "-c", f"cd {gone} && rmdir {gone} && exec {ZWARM_BIN} spawn task"],
+        env={**zw.env, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=120)
+    one_error_line(subprocess.CompletedProcess([], proc.returncode, out, err), f"'{gone}'")
+    assert _sessions(zw) == [] and zw.calls() == 0
+    # between turns: refused at once, naming it; nothing is recorded
+    work = zw.tmp / "work2"
+    work.mkdir()
+    sid = spawn(zw, "task", "-C", str(work), env=env)
+    wait_status(zw, sid, "completed")
+    work.rmdir()
+    before = snapshot(sdir(zw, sid))
+    for cmd in (["inject", sid, "more"], ["retry", sid]):
+        one_error_line(zw.run(*cmd, env_extra=env), f"'{work}'", "no longer exists")
+    assert snapshot(sdir(zw, sid)) == before
+    # removed while the follow-up waits behind a running turn: its supervisor names it
+    work.mkdir()
+    hold = zw.tmp / "hold"
+    hold.touch()
+    zw.run("inject", sid, "second", env_extra=zw.gated(hold, **env), check=True)
+    wait_status(zw, sid, "running")
+    zw.run("inject", sid, "third", env_extra=env, check=True)  # queued behind it
+    work.rmdir()
+    hold.unlink()
+
+    def third_ended() -> dict[str, Any] | None:
+        m = meta(zw, sid)
+        return m if len(m["turns"]) == 3 and m["status"] == "failed" else None
+
+    third = wait_until(third_ended, message="the third turn to end")["turns"][2]
+    assert third["reason"] == "start_failed"
+    assert third["error"] == f"could not enter the working directory '{work}': {os.strerror(2)}"
 
 
 @pytest.mark.parametrize("where", ["state dir", "sessions dir"])
