@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FAKE_BIN, SAMPLES, wait_until
+from tests.conftest import FAKE_BIN, SAMPLES, ZWARM_BIN, wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
 from tests.serve.conftest import _first_line
 from tests.tools.orch_world import delegated, env_for
@@ -206,3 +206,34 @@ def test_serve_orchestrate_and_the_slurm_job_import_nothing_planted(zw: Any) -> 
     job = job_script(sys.executable, str(zw.state_dir), "0" * 8 + "-0000-0000-0000-" + "0" * 12, 1)
     subprocess.run(["/bin/sh", "-c", job], cwd=w.project, env=w.env, timeout=60)
     assert w.ran() == []
+
+
+def test_the_wait_reexec_runs_this_interpreter_isolated_in_the_root(zw: Any) -> None:
+    """``spawn --wait TASK`` re-executes itself without the prompt in its argv: the same
+    interpreter (a virtualenv's own ``bin/python``, so the virtualenv stays in effect), with
+    ``-I``, in ``/`` (regression: ``python -m zwarm`` in the project)."""
+    hold = zw.tmp / "hold"
+    hold.touch()
+    proc = subprocess.Popen(
+        [str(ZWARM_BIN), "spawn", "--wait", "a secret task"],
+        cwd=zw.cwd,
+        env={**zw.env, **zw.gated(hold, **zw.replay("codex_simple"))},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def reexeced() -> list[bytes] | None:
+            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+            return argv if b"_turn-result" in argv else None
+
+        argv = wait_until(reexeced, message="the re-exec")
+        assert argv[1:4] == [b"-I", b"-m", b"zwarm"]  # the venv's own python, as it was run
+        assert Path(os.fsdecode(argv[0])).parent == Path(sys.executable).parent
+        assert b"a secret task" not in b" ".join(argv)
+        assert os.readlink(f"/proc/{proc.pid}/cwd") == "/"
+        assert os.readlink(f"/proc/{proc.pid}/exe") == os.path.realpath(sys.executable)
+    finally:
+        hold.unlink()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
