@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FAKE_BIN, SAMPLES, ZWARM_BIN, wait_until
+from tests.conftest import FAKE_BIN, ROOT, SAMPLES, ZWARM_BIN, wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
 from tests.serve.conftest import _first_line
 from tests.tools.orch_world import delegated, env_for
@@ -237,3 +237,31 @@ def test_the_wait_reexec_runs_this_interpreter_isolated_in_the_root(zw: Any) -> 
         hold.unlink()
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
+
+
+def test_a_user_site_install_runs_its_turns_and_its_agents_reach_it(zw: Any) -> None:
+    """Regression: zwarm installed in the user site (``pip install --user``, no virtualenv)
+    is not found by ``python -I``: every supervisor died at once (``supervisor lost``), and
+    ``--wait`` and ``"$ZWARM"`` could not run. Such an interpreter keeps its user site (in
+    the user's home, as a virtualenv's site-packages is), and nothing else (``-E -P``)."""
+    import sysconfig
+
+    base = os.path.realpath(sys.executable)  # the interpreter the virtualenv was made from
+    home = zw.tmp / "home"
+    site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    site /= "site-packages"
+    site.mkdir(parents=True)
+    # zwarm and what it needs, found only through the user site, as after pip install --user
+    (site / "zwarm-user.pth").write_text(f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
+    env = {**zw.env, **zw.replay("codex_simple"), "HOME": str(home)}
+    env["FAKE_SHELL"] = '"$ZWARM" --version > version.txt'
+    res = subprocess.run(
+        [base, "-m", "zwarm", "spawn", "--wait", "task"],
+        cwd=zw.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert res.returncode == 0 and "completed" in res.stdout, res.stderr
+    assert (zw.cwd / "version.txt").read_text().startswith("zwarm ")
