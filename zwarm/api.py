@@ -335,6 +335,7 @@ class Zwarm:
         s = self.get(ref, history=False)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
+        _check_workdir(s)
         _check_tree(s)
         _check_budget(s, self.store)
         mode, limit = check_context(context), check_timeout(timeout)
@@ -358,6 +359,7 @@ class Zwarm:
         s = self.get(ref)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
+        _check_workdir(s)
         _check_tree(s)
         s, _ = mgr.rerun(s.id, kind)
         return s
@@ -1707,7 +1709,20 @@ def check_prompt(text: str) -> str:
         raise InvalidInput("the prompt is empty")
     if "\x00" in text:
         raise InvalidInput("the prompt contains NUL bytes, which no agent accepts")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: a byte like 0xff in argv, or JSON's
+        raise InvalidInput(f"the prompt is not valid UTF-8 (character {e.start})") from None
     return text
+
+
+def _check_workdir(s: Session) -> None:
+    """A follow-up's working directory is still there (its removal is named now, not as an
+    agent that could not start); one removed after this is named by its supervisor."""
+    if not os.path.isdir(s.cwd):
+        raise InvalidInput(
+            f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"
+        )
 
 
 def check_timeout(timeout: float | None) -> float | None:

@@ -17,9 +17,12 @@ runs ``PYTHON -I -m MODULE``, isolated: no ``PYTHON*`` variable (``PYTHONPATH``,
 ``PYTHONSTARTUP``, ``PYTHONHOME``), no user site (nor its ``.pth`` files or
 ``usercustomize``), and neither the working directory nor a script's directory on
 ``sys.path``, so nothing an agent wrote in a folder it can write is imported; and where the
-process needs no working directory it is started in ``NEUTRAL_CWD``. ``PYTHON`` is the
-interpreter running zwarm (``sys.executable``: a virtualenv's own ``bin/python``, kept as
-its path so the virtualenv stays in effect), or the one the user configured.
+process needs no working directory it is started in ``NEUTRAL_CWD``. The one exception: an
+interpreter whose user site is on (no virtualenv) keeps it (``-E -P``, ``isolated``), as
+zwarm may be installed there; it lies in the user's home, outside every agent's writable
+roots. ``PYTHON`` is the interpreter running zwarm (``sys.executable``: a virtualenv's own
+``bin/python``, kept as its path so the virtualenv stays in effect), or the one the user
+configured.
 
 And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs this zwarm
 (``PYTHON -I -m zwarm``), kept in the user's state dir (``user_state_dir``, outside every
@@ -48,7 +51,19 @@ NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working 
 
 def python_argv(python: str, module: str, *args: str) -> list[str]:
     """The argv of a Python process zwarm starts: ``PYTHON -I -m MODULE ARGS`` (isolated)."""
-    return [python, "-I", "-m", module, *args]
+    return [python, *isolated(python), "-m", module, *args]
+
+
+def isolated(python: str) -> list[str]:
+    """``-I``; for this interpreter with its user site on (zwarm installed with ``pip
+    install --user``, which ``-I`` would not find), ``-E -P``: the same but for the user
+    site, which lies in the user's home as a virtualenv's site-packages lies in it."""
+    import site
+
+    user_site = python == sys.executable and site.ENABLE_USER_SITE
+    if user_site and os.path.isdir(site.getusersitepackages()):
+        return ["-E", "-P"]
+    return ["-I"]
 
 
 def user_state_dir(environ: Mapping[str, str]) -> Path:
@@ -99,7 +114,7 @@ def looks_secret(name: str) -> bool:
 
 
 class Env(msgspec.Struct):
-    cwd: Path = msgspec.field(default_factory=lambda: Path(os.getcwd()))
+    cwd: Path = msgspec.field(default_factory=lambda: working_dir())
     environ: Mapping[str, str] = msgspec.field(default_factory=lambda: dict(os.environ))
     state_dir: Path | None = None  # explicit --state-dir
     clock: Callable[[], float] = time.time
@@ -116,19 +131,40 @@ class Env(msgspec.Struct):
         return path
 
     def locate_state_dir(self) -> Path:
-        """The rule alone, unchecked: only ``zwarm trust`` uses this directly."""
+        """The rule alone, unchecked (but for a path that is not UTF-8, which zwarm cannot
+        record: ``InvalidInput``, saying where it came from): only ``zwarm trust`` uses this
+        directly."""
         if self.state_dir is not None:
-            return _abs(self.state_dir, self.cwd)
+            return _text(_abs(self.state_dir, self.cwd), "--state-dir or ZWARM_DIR")
         env_dir = self.environ.get("ZWARM_DIR")
         if env_dir:
-            return _abs(Path(env_dir), self.cwd)
+            return _text(_abs(Path(env_dir), self.cwd), "ZWARM_DIR")
         for d in (self.cwd, *self.cwd.parents):
             if _dir_or_link(d / STATE_DIR_NAME):
-                return d / STATE_DIR_NAME
-        return self.cwd / STATE_DIR_NAME
+                return _text(d / STATE_DIR_NAME, "the working directory")
+        return _text(self.cwd / STATE_DIR_NAME, "the working directory")
 
     def now_iso(self) -> str:
         return iso(self.clock())
+
+
+def working_dir() -> Path:
+    """This process's working directory. One that was removed is still named (Linux keeps
+    its path, ``/proc/self/cwd``): a command that needs it says which directory is missing,
+    and one that does not (a state dir given) works; elsewhere ``InvalidInput``."""
+    try:
+        return Path(os.getcwd())
+    except FileNotFoundError:
+        try:
+            where = os.readlink("/proc/self/cwd")
+        except OSError:
+            where = ""
+        gone = " (deleted)"
+        if where.startswith("/") and where.endswith(gone):
+            return Path(where[: -len(gone)])
+        from zwarm.errors import InvalidInput
+
+        raise InvalidInput("the current directory no longer exists (it was removed)") from None
 
 
 def iso(ts: float) -> str:
@@ -157,6 +193,17 @@ def _dir_or_link(p: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
+
+
+def _text(p: Path, source: str) -> Path:
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:
+        from zwarm.errors import InvalidInput
+
+        shown = os.fsencode(p).decode("utf-8", "backslashreplace")
+        raise InvalidInput(f"the state dir '{shown}' (from {source}) is not valid UTF-8") from None
+    return p
 
 
 def _abs(p: Path, cwd: Path) -> Path:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FAKE_BIN, SAMPLES, wait_until
+from tests.conftest import FAKE_BIN, ROOT, SAMPLES, ZWARM_BIN, wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
 from tests.serve.conftest import _first_line
 from tests.tools.orch_world import delegated, env_for
@@ -206,3 +206,62 @@ def test_serve_orchestrate_and_the_slurm_job_import_nothing_planted(zw: Any) -> 
     job = job_script(sys.executable, str(zw.state_dir), "0" * 8 + "-0000-0000-0000-" + "0" * 12, 1)
     subprocess.run(["/bin/sh", "-c", job], cwd=w.project, env=w.env, timeout=60)
     assert w.ran() == []
+
+
+def test_the_wait_reexec_runs_this_interpreter_isolated_in_the_root(zw: Any) -> None:
+    """``spawn --wait TASK`` re-executes itself without the prompt in its argv: the same
+    interpreter (a virtualenv's own ``bin/python``, so the virtualenv stays in effect), with
+    ``-I``, in ``/`` (regression: ``python -m zwarm`` in the project)."""
+    hold = zw.tmp / "hold"
+    hold.touch()
+    proc = subprocess.Popen(
+        [str(ZWARM_BIN), "spawn", "--wait", "a secret task"],
+        cwd=zw.cwd,
+        env={**zw.env, **zw.gated(hold, **zw.replay("codex_simple"))},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def reexeced() -> list[bytes] | None:
+            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+            return argv if b"_turn-result" in argv else None
+
+        argv = wait_until(reexeced, message="the re-exec")
+        assert argv[1:4] == [b"-I", b"-m", b"zwarm"]  # the venv's own python, as it was run
+        assert Path(os.fsdecode(argv[0])).parent == Path(sys.executable).parent
+        assert b"a secret task" not in b" ".join(argv)
+        assert os.readlink(f"/proc/{proc.pid}/cwd") == "/"
+        assert os.readlink(f"/proc/{proc.pid}/exe") == os.path.realpath(sys.executable)
+    finally:
+        hold.unlink()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+
+
+def test_a_user_site_install_runs_its_turns_and_its_agents_reach_it(zw: Any) -> None:
+    """Regression: zwarm installed in the user site (``pip install --user``, no virtualenv)
+    is not found by ``python -I``: every supervisor died at once (``supervisor lost``), and
+    ``--wait`` and ``"$ZWARM"`` could not run. Such an interpreter keeps its user site (in
+    the user's home, as a virtualenv's site-packages is), and nothing else (``-E -P``)."""
+    import sysconfig
+
+    base = os.path.realpath(sys.executable)  # the interpreter the virtualenv was made from
+    home = zw.tmp / "home"
+    site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    site /= "site-packages"
+    site.mkdir(parents=True)
+    # zwarm and what it needs, found only through the user site, as after pip install --user
+    (site / "zwarm-user.pth").write_text(f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
+    env = {**zw.env, **zw.replay("codex_simple"), "HOME": str(home)}
+    env["FAKE_SHELL"] = '"$ZWARM" --version > version.txt'
+    res = subprocess.run(
+        [base, "-m", "zwarm", "spawn", "--wait", "task"],
+        cwd=zw.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert res.returncode == 0 and "completed" in res.stdout, res.stderr
+    assert (zw.cwd / "version.txt").read_text().startswith("zwarm ")
