@@ -28,6 +28,7 @@ from tests.tools.orch_world import (
     load_run,
     orchestrate,
     runs_in,
+    sql,
 )
 from zwarm.orchestrator import guard, loop
 
@@ -234,3 +235,18 @@ def test_every_secret_zwarm_knows_is_redacted_from_tool_results_and_the_store(zw
     for value in (SHARED, AGENT_TOKEN, USER_KEY):
         assert all(value not in json.dumps(r.body) for r in srv.requests)
         assert files_containing(zw.state_dir, value) in ([], [zw.state_dir / "config.toml"])
+
+
+def test_a_resumed_run_stored_before_redaction_is_sent_redacted(zw, inproc) -> None:
+    """A transcript stored by an earlier zwarm holds a secret: resuming it sends the model
+    the message with the secret replaced."""
+    with FakeChatServer([reply(call("bash", command="true")), final("done")]) as srv:
+        res = inproc(srv, "go", "--max-steps", "1", OPENAI_API_KEY=SHARED)
+        assert res.returncode == 3, res.stderr
+        (run,) = runs_in(zw.state_dir)
+        body = json.dumps({"role": "tool", "tool_call_id": "x", "content": f"key {SHARED}"})
+        sql(run, "UPDATE messages SET body = ? WHERE role = 'tool'", body)
+        res = inproc(srv, "--resume", "last", OPENAI_API_KEY=SHARED)
+    assert res.returncode == 0, res.stderr
+    sent = json.dumps(srv.requests[-1].body)
+    assert SHARED not in sent and "key [redacted OPENAI_API_KEY]" in sent

@@ -323,7 +323,8 @@ def ls_cmd(ctx: click.Context, status: str | None, name: str | None, adapter: st
     Oldest first. On a terminal the table fits its width: the less useful columns go first, the task
     is cut last. A failed session shows why in a word (timeout, exit 3, lost...). With --tree,
     each session started by an agent is shown under its parent (and an orchestrator run's under
-    the run), with its whole subtree's tokens and cost.
+    the run, whose totals add the orchestrator's own), with its whole subtree's tokens and cost;
+    --tree --json prints those rows.
 
     \b
     Examples:

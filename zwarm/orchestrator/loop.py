@@ -381,6 +381,7 @@ class Orchestrator:
         self.llm = Retrying(llm, settings.max_attempts, settings.retry_backoff_s, self._retried)
         self.toolbox = Toolbox(api, run.source, extra=[BASH_TOOL], run=run.id)
         self.secrets = known_secrets(api, settings)
+        messages[:] = self.secrets.redact(messages)  # a run stored before redaction existed
         self.tool_defs = schemas("openai", self.toolbox.tools.values())
         self._calling = ("step", settings.model)
         self._said_no_compaction = False
@@ -458,7 +459,7 @@ class Orchestrator:
                 self.rs, self.run, self.llm, self.policy, trigger, self.api.env.now_iso()
             )
         if out.compacted:
-            self.messages[:] = self.rs.transcript(self.run.id)
+            self.messages[:] = self.secrets.redact(self.rs.transcript(self.run.id))
             self.progress.note(compacted_text(out))
         elif not self._said_no_compaction:
             self._said_no_compaction = True  # said once; checked again each step
