@@ -214,6 +214,8 @@ def test_after_becomes_a_slurm_dependency(sl: ZW) -> None:
     hold.unlink()
     for sid in (a, b, c):
         assert sl.wait(sid, timeout=90).returncode == 0
+    # its job may start after those (the node is shared): its end, not a quiet node, first
+    assert wait_until(status(sl, bad), message="the failing one")["status"] == "failed"
     ran = _agent_runs(sl)  # each agent started after the one before it had ended
     ended = [sl.api().get(s).turns[0].ended_at or "" for s in (a, b)]
     assert ran["second"] > _epoch(ended[0]) and ran["third"] > _epoch(ended[1])
