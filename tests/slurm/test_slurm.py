@@ -95,7 +95,7 @@ def test_kill_cancels_only_the_job_zwarm_submitted(sl: ZW) -> None:
     rewritten to name it, as its agent can. The second session's handle record is forged too
     (which an agent cannot do): Slurm's own report of the job (its name, not the session's)
     still refuses it."""
-    decoy = _submit(sl, "--job-name=the-users-own-job", "--time=15", "--wrap=sleep 600")
+    decoy = _submit(sl, "--job-name=the-users|own-job", "--time=15", "--wrap=sleep 600")
     own_forged = ""
     try:
         alive = ("RUNNING", "PENDING")  # pending while the (shared) node is full
@@ -123,7 +123,7 @@ def test_kill_cancels_only_the_job_zwarm_submitted(sl: ZW) -> None:
         assert res.returncode != 0
         said = res.stderr.strip()
         assert f"Slurm reports job {decoy} as not its own" in said, said
-        assert "'the-users-own-job'" in said and "not cancelled" in said, said
+        assert "'the-users|own-job'" in said and "not cancelled" in said, said
         assert job_state(decoy)[0] in alive  # left alone again
     finally:
         for job in (decoy, own_forged):
