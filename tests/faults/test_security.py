@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ZWARM_BIN
+
 from ._helpers import (
     ROOT,
     agent_ref,
@@ -34,14 +36,12 @@ from ._helpers import (
     wait_until,
 )
 
-ZWARM = ROOT / ".venv" / "bin" / "zwarm"
-
 
 def _run_umask0(
     zw: Any, *args: str, env: dict[str, str] | None = None, input: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     res = subprocess.run(
-        [str(ZWARM), *args],
+        [str(ZWARM_BIN), *args],
         env={**zw.env, **(env or {})},
         cwd=zw.cwd,
         input=input,
@@ -220,7 +220,7 @@ def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     zw.write_config('[codex.env]\nZW_ADDED = "from config"\nZW_BOTH = "config wins"\n')
     user = {**zw.env, **zw.replay("codex_simple"), "ZW_USER": "u", "ZW_BOTH": "user"}
     res = subprocess.run(
-        [str(ZWARM), "spawn", "task"],
+        [str(ZWARM_BIN), "spawn", "task"],
         env=user,
         cwd=zw.cwd,
         capture_output=True,

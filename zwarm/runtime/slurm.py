@@ -269,10 +269,11 @@ def cancel(sid: str, n: int, job: str) -> None:
         return  # Slurm no longer knows it: it ended long ago
     if r is not None and r.returncode == 0:
         rows = [ln.split("|") for ln in r.stdout.decode("utf-8", "replace").splitlines()]
-        found = [p for p in rows if len(p) == 4 and p[0].strip() == job]
+        found = [p for p in rows if len(p) >= 4 and p[0].strip() == job]
         if not found:
             return
-        _, state, name, uid = (_word(p) for p in found[0])
+        p = found[0]  # a name may hold "|": the id and state lead, the user ends
+        state, name, uid = _word(p[1]), _word("|".join(p[2:-1])), _word(p[-1])
         if name != want or uid != str(os.getuid()):
             raise SessionStateError(
                 f"session {sid} is recorded killed, but Slurm reports job {job} as not its "
