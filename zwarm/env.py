@@ -31,6 +31,9 @@ class Env(msgspec.Struct):
     state_dir: Path | None = None  # explicit --state-dir
     clock: Callable[[], float] = time.time
     python: str = sys.executable
+    # told what a command is waiting for (a lock another process holds) once the wait is
+    # long enough to be noticed; ``zwarm.api.Zwarm`` routes it to its ``warn``
+    notice: Callable[[str], None] | None = None
 
     def find_state_dir(self) -> Path:
         """Where ``.zwarm/`` is or would be created (it may not exist); ``UnsafeStateDir`` if
