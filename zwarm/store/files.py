@@ -166,14 +166,16 @@ def open_regular(path: str | Path, flags: int, dir_fd: int | None = None) -> int
     return fd
 
 
-def write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes, replace: bool = True) -> None:
     """Write ``path`` (0600) anew with ``data``: whatever was there (a file, or a link, which is
-    never followed) is replaced. A failed write removes the partial file and
-    raises ``StoreError``; ``FileNotFoundError`` (its directory is gone) propagates."""
+    never followed) is replaced, or, without ``replace``, kept (``FileExistsError``). A failed
+    write removes the partial file and raises ``StoreError``; ``FileNotFoundError`` (its
+    directory is gone) propagates."""
     opened = False
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # a file or a link planted there: removed, never written through
+        if replace:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a file or a link planted there: removed, never written through
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600)
         opened = True
         try:
@@ -184,7 +186,7 @@ def write_private(path: Path, data: bytes) -> None:
         if opened:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        if e.errno == errno.ENOENT:
+        if e.errno in (errno.ENOENT, errno.EEXIST):
             raise
         raise StoreError(f"cannot write {path}: {e.strerror}") from None
 
