@@ -8,7 +8,8 @@ Owns every low-level file operation of the state directory. Must stay true:
 - replacing a file is atomic (temp file in the same dir, optional fsync, rename, fsync dir):
   a reader sees the old or the new file, never a mix; a failed write (disk full) removes the
   partial file and leaves the old one intact;
-- every file zwarm creates is ``0600``; a failure is a ``StoreError`` with one line, except
+- every file zwarm creates is ``0600`` and every directory ``0700`` (``private_dir``: its
+  parents too, whatever the umask); a failure is a ``StoreError`` with one line, except
   ``FileNotFoundError`` (the directory is gone), which callers handle.
 """
 
@@ -232,6 +233,20 @@ def fsync_dir(d: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def private_dir(path: Path) -> None:
+    """Make ``path`` and every missing directory above it, each ``0700`` whatever the umask
+    (``mkdir(parents=True)`` makes the parents ``0777`` less the umask: open to everyone
+    under umask 000); one that exists is left as it is. ``OSError`` as ``mkdir`` raises it."""
+    missing = []
+    p = Path(path)
+    while not os.path.lexists(p) and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            os.mkdir(d, 0o700)
 
 
 def real_dir(path: Path) -> bool:

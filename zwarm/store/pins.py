@@ -26,7 +26,7 @@ from msgspec import Meta
 
 from zwarm.errors import StoreError
 from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Workspace
-from zwarm.store.files import atomic_write, read_file
+from zwarm.store.files import atomic_write, private_dir, read_file
 
 
 class Pin(msgspec.Struct):
@@ -55,7 +55,7 @@ def pins_dir(environ: Mapping[str, str]) -> Path:
 def write(environ: Mapping[str, str], pin: Pin) -> None:
     d = pins_dir(environ)
     try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(d)
     except OSError as e:
         raise StoreError(f"cannot create {d}: {e.strerror}") from None
     atomic_write(d / f"{pin.id}.json", msgspec.json.encode(pin))
