@@ -84,7 +84,7 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     from _blake2 import blake2b
 
     from zwarm.errors import StoreError
-    from zwarm.store.files import atomic_write, read_file
+    from zwarm.store.files import atomic_write, private_dir, read_file
 
     name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
     path = user_state_dir(environ) / "bin" / name / "zwarm"
@@ -97,7 +97,7 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     except OSError:
         pass
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(path.parent)
         atomic_write(path, text, mode=0o700)
         os.chmod(path, 0o700)  # whatever the umask
     except (OSError, StoreError):
@@ -119,6 +119,9 @@ class Env(msgspec.Struct):
     state_dir: Path | None = None  # explicit --state-dir
     clock: Callable[[], float] = time.time
     python: str = sys.executable
+    # told what a command is waiting for (a lock another process holds) once the wait is
+    # long enough to be noticed; ``zwarm.api.Zwarm`` routes it to its ``warn``
+    notice: Callable[[str], None] | None = None
 
     def find_state_dir(self) -> Path:
         """Where ``.zwarm/`` is or would be created (it may not exist); ``UnsafeStateDir`` if

@@ -346,3 +346,37 @@ def test_a_queued_spawn_says_its_place_on_stderr(zw: ZW) -> None:
     assert res.stderr == f"queued #2: waiting for {a[:8]}\n"
     hold.unlink()
     assert zw.run("wait", "--all", "--timeout", "60", env_extra=env).returncode == 0
+
+
+def test_a_spawn_says_who_holds_the_scheduler_lock_and_gives_up_in_time(zw: ZW) -> None:
+    """Issue 29: while another process holds the scheduler lock, a spawn that must take it
+    says on stderr, after about a second, which process it waits for (from /proc/locks), and
+    gives up with one line after ZWARM_LOCK_WAIT_S (default 60 s), creating nothing; with the
+    lock released in time it goes on."""
+    configure(zw, CAP1)
+    env = {"FAKE_REPLAY": zw.sample("codex_simple"), "ZWARM_LOCK_WAIT_S": "3"}
+    me = f"waiting for the scheduler lock held by pid {os.getpid()} ("
+    with held_scheduler_lock(zw):
+        res = zw.run("spawn", "task", env_extra=env, timeout=40)  # it waited forever
+        assert res.returncode == 1 and res.stdout == "", res
+        lines = res.stderr.splitlines()
+        assert len(lines) == 2 and lines[0].startswith(f"warning: {me}"), res.stderr
+        assert "pytest" in lines[0] or "python" in lines[0], lines[0]
+        assert lines[1].startswith("Error: the scheduler lock is still held after 3 s (by pid ")
+        assert "nothing was started" in lines[1] and "ZWARM_LOCK_WAIT_S" in lines[1]
+        assert zw.json("ls", env_extra=env) == []
+        slow = subprocess.Popen(
+            [str(ZWARM_BIN), "spawn", "late task"],
+            env={**zw.env, **env, "ZWARM_LOCK_WAIT_S": "60"},
+            cwd=zw.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        notes = slow.stderr
+        assert notes is not None
+        first = notes.readline().decode()  # said while it still waits
+        assert first.startswith(f"warning: {me}"), first
+    out, err = slow.communicate(timeout=60)
+    assert slow.returncode == 0 and err == b"", err
+    sid = out.decode().strip()
+    assert wait_status(zw, sid, "completed")

@@ -278,7 +278,7 @@ class BaseSessionManager(abc.ABC):
         if mode == "native" and not s.agent_session_id:
             mode = "summary"  # the agent never reported a session id to resume
         prompt = q.message if mode == "native" else self._followup_prompt(s, q.message)
-        write_private(self.store.turn_path(s.id, n, "prompt"), prompt.encode("utf-8", "replace"))
+        self.store.write_turn_prompt(s.id, n, prompt.encode("utf-8", "replace"))
         now = self.env.now_iso()
         # the session's limit (its first turn's: spawn's --timeout or [defaults] timeout)
         # applies to every turn unless the follow-up gave its own
@@ -772,7 +772,7 @@ class BaseSessionManager(abc.ABC):
                 context = "native"
             elif t.context != "summary":
                 context = "native"
-        write_private(self.store.turn_path(s.id, n, "prompt"), prompt)
+        self.store.write_turn_prompt(s.id, n, prompt)
         new = Turn(n, Status.RUNNING, t.message, context, self.env.now_iso(), timeout=t.timeout)
         new.retry_of = t.retry_of or t.n
         new.launcher = self._pinned_launcher(s)

@@ -225,10 +225,10 @@ def create(p: Plan, sid: str, name: str | None, environ: Mapping[str, str]) -> W
 
 @contextlib.contextmanager
 def _repo_lock(folder: Path) -> Iterator[None]:
-    from zwarm.store.files import locked
+    from zwarm.store.files import locked, private_dir
 
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(folder)
     except OSError as e:
         raise WorkspaceError(f"cannot create {folder}: {e.strerror}") from None
     with locked(folder / ".lock"):

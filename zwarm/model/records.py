@@ -422,6 +422,8 @@ class Session(Struct):
         archived = self.archive.turns if self.archive else 0
         if archived and not turns:
             return "it archives turns but has no turn 1"
+        if not turns:  # every session is created with its turn 1: this record lost its turns
+            return "it has no turns (every session has its turn 1)"
         expect = 1
         for i, t in enumerate(turns):
             if i == 1 and archived and t.n != 2:

@@ -373,8 +373,10 @@ class Looked:
     def _update(self, fn: Callable[[dict[str, Any]], Any]) -> None:
         """Load-modify-write under a lock. Best effort: the flags are advisory, so a state dir
         that cannot be written must not make the tools themselves fail."""
+        from zwarm.store.files import private_dir
+
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(self.dir)
             fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             return

@@ -32,7 +32,7 @@ from msgspec import Meta
 
 from zwarm.errors import StoreError
 from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Handle, Workspace
-from zwarm.store.files import atomic_write, read_file
+from zwarm.store.files import atomic_write, private_dir, read_file
 
 
 class Pin(msgspec.Struct):
@@ -71,7 +71,7 @@ def pins_dir(environ: Mapping[str, str]) -> Path:
 def write(environ: Mapping[str, str], pin: Pin) -> None:
     d = pins_dir(environ)
     try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(d)
     except OSError as e:
         raise StoreError(f"cannot create {d}: {e.strerror}") from None
     atomic_write(d / f"{pin.id}.json", msgspec.json.encode(pin))
@@ -116,7 +116,7 @@ def record_handle(
     turns[str(n)] = dict(handle)
     d = pins_dir(environ)
     try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(d)
         record = Handles(sid, os.path.realpath(state_dir), turns)
         atomic_write(d / f"{sid}.handles.json", msgspec.json.encode(record))
     except (OSError, StoreError) as e:

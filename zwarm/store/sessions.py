@@ -36,6 +36,7 @@ from zwarm.errors import (
     InvalidInput,
     InvalidRef,
     SessionNotFound,
+    SessionStateError,
     StoreError,
 )
 from zwarm.model import Session
@@ -238,6 +239,37 @@ class Store:
             yield fd
         finally:
             os.close(fd)
+
+    def write_turn_prompt(self, sid: str, n: int, prompt: bytes) -> None:
+        """Write new turn ``n``'s prompt (session lock held). A turn number never reuses a
+        turn's files: if ``turns/turn_<n>.*`` exists, meta.json does not know it (a record
+        that lost turns, or a start killed before its meta.json was saved), and it is
+        refused (``SessionStateError``, nothing written or overwritten), never guessed at.
+        A symbolic link there holds no data (an agent planted it): it is removed, unfollowed."""
+        d = self.checked_dir(sid) / "turns"
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            names = []
+        except OSError as e:
+            raise StoreError(f"cannot read {d}: {e.strerror}") from None
+        there = []
+        for x in sorted(x for x in names if x.startswith(f"turn_{n}.")):
+            if os.path.islink(d / x):  # a link planted there holds nothing: removed, not followed
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(d / x)
+            else:
+                there.append(x)
+        try:
+            if there:
+                raise FileExistsError(errno.EEXIST, "exists", there[0])
+            write_private(d / f"turn_{n}.prompt", prompt, replace=False)
+        except FileExistsError as e:
+            raise SessionStateError(
+                f"session {sid}: turns/{there[0] if there else e.filename} exists but meta.json "
+                f"knows no turn {n}: not overwritten, nothing started (move it away if it is "
+                "not needed)"
+            ) from None
 
     def turn_logs(self, sid: str) -> list[int]:
         """The numbers of the turns whose log (``turns/turn_N.jsonl``) exists, in order; read
