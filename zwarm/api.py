@@ -815,13 +815,23 @@ class Zwarm:
         return {**out, "children_killed": [], "children_left": []}
 
     def _kill_one(self, sid: str, cascade: bool = True) -> dict[str, Any]:
-        """Kill ``sid``, then its linked descendants that are active (``engine.tree``): the
-        row says which (``children_killed``) and which detached children it left running
-        (``children_left``)."""
+        """Kill ``sid``, then its linked descendants that are active (``engine.tree``),
+        whatever its own state: a parent that already finished keeps its status (``stopped``
+        False) and its running tree is stopped. The row says which descendants were killed
+        (``children_killed``) and which detached children it left running (``children_left``).
+        A finished session with nothing active under it is not running: an error."""
         s = self.store.load(sid)
-        s, dropped = self.reader(s.adapter).kill(sid)
-        killed, left = self._kill_linked(sid) if cascade else ([], [])
-        out = {**row(s), "dropped_queued": dropped}
+        try:
+            s, dropped = self.reader(s.adapter).kill(sid)
+        except SessionStateError:
+            killed, left = self._kill_linked(sid) if cascade else ([], [])
+            if not killed:
+                raise
+            s, dropped, stopped = self.store.load(sid), 0, False
+        else:
+            killed, left = self._kill_linked(sid) if cascade else ([], [])
+            stopped = True
+        out = {**row(s), "dropped_queued": dropped, "stopped": stopped}
         return {**out, "children_killed": killed, "children_left": left}
 
     def _kill_linked(self, sid: str) -> tuple[list[str], list[str]]:

@@ -85,3 +85,7 @@ def test_a_command_that_never_finished_stays_in_its_place_and_says_so(zw) -> Non
     text = zw.run("trajectory", sid, check=True).stdout
     assert "(did not finish)" in text and "in_progress" not in text
     assert text.index("sleep 100") < text.index("Done: all set.")
+    assert "$ sleep 100 (did not finish)" in text  # the command inside bash -lc
+    followed = zw.run("trajectory", sid, "-f", check=True).stdout
+    assert "$ sleep 100 (did not finish)" in followed
+    assert followed.index("sleep 100") < followed.index("Done: all set.")

@@ -358,3 +358,29 @@ def test_the_board_says_loading_until_it_knows(zw, serve, browser) -> None:
     assert seen and not any(s["empty"] for s in seen), seen
     assert seen[-1]["rows"] == 3
     page.close()
+
+
+def test_steps_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
+    """A codex command reads as the command inside its shell wrapper, and one that never
+    finished in a turn that ended says so, where it started (as ``zwarm trajectory``)."""
+    cmd = {"id": "c1", "type": "command_execution", "status": "in_progress",
+           "command": "/bin/bash -lc 'sleep 100 && echo \"a b\"'", "aggregated_output": "",
+           "exit_code": None}  # fmt: skip
+    lines = [
+        {"type": "turn.started"},
+        {"type": "item.started", "item": cmd},
+        {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "Done."}},
+        {"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 1}},
+    ]
+    path = zw.tmp / "unfinished.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sid = zw.spawn("hi", env_extra={"FAKE_REPLAY": str(path)})
+    zw.wait(sid)
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{server.base}/#token={server.token}")
+    page.click(f"tr[data-id='{sid}']")
+    page.wait_for_selector("#steps .k-message")
+    first = page.locator("#steps .step").first
+    assert first.locator(".cmd").text_content() == '$ sleep 100 && echo "a b"'
+    assert first.locator(".bad").text_content() == " (did not finish)"
+    page.close()

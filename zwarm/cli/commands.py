@@ -521,9 +521,9 @@ def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: boo
     """Kill sessions: each agent's whole process tree.
 
     The session ends killed, its queued messages dropped, and its linked child sessions (started
-    by its agent) are killed too; detached ones run on. Each SESSION is a session id, a unique
-    prefix of it (4+ characters), or its name. Every one given is tried; each outcome is one line,
-    and the exit status is 1 if any failed.
+    by its agent) are killed too, also when it had already finished; detached ones run on. Each
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name. Every one given
+    is tried; each outcome is one line, and the exit status is 1 if any failed.
 
     \b
     Examples:

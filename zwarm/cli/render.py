@@ -212,6 +212,8 @@ _COLUMNS = (
     ("TASK", None),
 )
 # What is done, in order, while the table is too wide: (column, shrink to width, or 0: drop).
+# A column with nothing in it (every cell "-") goes before any of this. At 80 columns the
+# table keeps id, name, status (a long one cut), tokens, age and task (README).
 _SQUEEZE = (
     ("BRANCH", 16),
     ("SOURCE", 12),
@@ -221,13 +223,16 @@ _SQUEEZE = (
     ("ADAPTER", 0),
     ("TURNS", 0),
     ("COST", 0),
-    ("MODEL", 0),
-    ("TOKENS", 0),
-    ("NAME", 8),
     ("BRANCH", 0),
+    ("MODEL", 0),
+    ("NAME", 8),
+    ("STATUS", 20),
+    ("TOKENS", 0),
+    ("STATUS", 12),
     ("AGE", 0),
     ("NAME", 0),
 )
+_SQUEEZABLE = frozenset(col for col, _ in _SQUEEZE)
 _TASK_ROOM = 20  # the task keeps at least this much before anything but it is cut
 _TASK_MAX = 60  # the task's width when the output is not fitted to a terminal
 _GAP = "  "
@@ -247,6 +252,10 @@ def session_table(
     widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
     if not any(r.get("branch") for r in rows):
         del widths["BRANCH"]
+    if width is not None:  # fitted: a column with nothing in it goes first
+        for i, h in enumerate(header):
+            if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
+                widths.pop(h, None)
     shown = _fit(widths, width)
     lines = []
     for k, row in enumerate(table):
@@ -551,7 +560,7 @@ def step_line(s: Step, full: bool) -> str:
         body = f"\n{esc(out)}" if out.strip() else ""
         # no exit code: it never ran (declined), runs (in_progress) or never finished
         ended = f"exit {code}" if code is not None else esc(_no_exit(s.get("status")))
-        return f"[bold]$ {esc(s.get('command'))}[/] [{style}]({ended})[/]{body}"
+        return f"[bold]$ {esc(command_text(s.get('command')))}[/] [{style}]({ended})[/]{body}"
     if kind == "file_change":
         return f"[blue]files[/] {esc(_changes(s))}"
     if kind == "tool_call":
@@ -568,6 +577,29 @@ def step_line(s: Step, full: bool) -> str:
         label = "error" if s.get("fatal") else "warning"
         return f"[bold red]{label}[/] {esc(s.get('message'))}"
     return f"{esc(kind)} {esc(as_json(s))}"
+
+
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
+
+
+def command_text(command: Any) -> str:
+    """A command step's text as people read it (trajectory, top): the command inside a
+    shell wrapper (``/bin/bash -lc 'pytest -q'``, ``sh -c X``, ``zsh -lc X`` -> ``pytest -q``),
+    as codex runs every command; anything else as it is."""
+    text = str(command or "")
+    head = text.split(" ", 2)
+    if len(head) < 3 or head[0].rsplit("/", 1)[-1] not in _SHELLS:
+        return text
+    flag = head[1]
+    if not (flag.startswith("-") and "c" in flag and flag[1:].isalpha()):
+        return text
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError:  # unbalanced quotes: shown as it is
+        return text
+    return words[2] if len(words) == 3 and words[2].strip() else text
 
 
 def _no_exit(status: Any) -> str:
@@ -589,7 +621,7 @@ def activity(s: Step | None, width: int = 80) -> str:
     elif kind == "command":
         code = s.get("exit_code")
         ended = f"exit {code}" if code is not None else _no_exit(s.get("status") or "running")
-        text = f"$ {s.get('command')} ({ended})"
+        text = f"$ {command_text(s.get('command'))} ({ended})"
     elif kind == "file_change":
         text = f"files: {_changes(s)}"
     elif kind == "tool_call":

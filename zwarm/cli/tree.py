@@ -262,7 +262,8 @@ def children_lines(d: dict[str, Any]) -> list[str]:
 def kill_line(r: dict[str, Any]) -> str:
     """``zwarm kill``'s line for one session, with what it did to its children."""
     extra = f" (dropped {r['dropped_queued']} queued)" if r.get("dropped_queued") else ""
-    line = f"{r['id']} killed{extra}"
+    done = "killed" if r.get("stopped", True) else f"had already {oneline(r.get('status'), 20)}"
+    line = f"{r['id']} {done}{extra}"
     if r.get("children_killed"):
         line += f"; its linked children killed: {', '.join(r['children_killed'])}"
     if r.get("children_left"):

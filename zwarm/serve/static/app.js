@@ -42,6 +42,53 @@
     if (n < 1e6) return (n / 1e3).toFixed(n < 1e4 ? 1 : 0) + "k";
     return (n / 1e6).toFixed(n < 1e7 ? 1 : 0) + "M";
   }
+  // as the CLI's _no_exit (zwarm/cli/render.py): what a command without an exit code says
+  function noExit(status) {
+    if (status === "in_progress") return "running";
+    if (status === "unfinished") return "did not finish";
+    return status || "no exit code";
+  }
+  // as the CLI's command_text: the command inside a shell wrapper (bash -lc 'X' -> X)
+  function commandText(command) {
+    const text = String(command || "");
+    const head = text.split(" ");
+    if (head.length < 3 || !SHELLS.has(head[0].split("/").pop())) return text;
+    if (!/^-[A-Za-z]*c[A-Za-z]*$/.test(head[1])) return text;
+    const words = shellWords(text);
+    return words && words.length === 3 && words[2].trim() ? words[2] : text;
+  }
+  const SHELLS = new Set(["sh", "bash", "zsh", "dash", "ksh"]);
+  // POSIX shell words (as Python's shlex.split): null when a quote is left open
+  function shellWords(text) {
+    const words = [];
+    let word = null;
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i];
+      if (c === " " || c === "\t" || c === "\r" || c === "\n") {
+        if (word !== null) words.push(word);
+        word = null;
+      } else if (c === "'") {
+        const end = text.indexOf("'", i + 1);
+        if (end < 0) return null;
+        word = (word || "") + text.slice(i + 1, end);
+        i = end;
+      } else if (c === '"') {
+        word = word || "";
+        for (i++; i < text.length && text[i] !== '"'; i++) {
+          if (text[i] === "\\" && i + 1 < text.length && '\\"'.includes(text[i + 1])) i++;
+          word += text[i];
+        }
+        if (i >= text.length) return null;
+      } else if (c === "\\") {
+        if (i + 1 >= text.length) return null;
+        word = (word || "") + text[++i];
+      } else {
+        word = (word || "") + c;
+      }
+    }
+    if (word !== null) words.push(word);
+    return words;
+  }
   // as the CLI's fmt_cost (zwarm/cli/render.py): "?" when nothing is known, "≥ " before the
   // known part of a cost with unknown parts, "~" when estimated from token prices
   function fmtCost(c, source, complete) {
@@ -476,9 +523,9 @@
       label("reasoning");
       d.append(longText(s.text));
     } else if (kind === "command") {
-      d.append(el("span", "cmd", "$ " + (s.command || "")));
+      d.append(el("span", "cmd", "$ " + commandText(s.command)));
       const code = s.exit_code;
-      const ended = code !== null && code !== undefined ? "exit " + code : s.status === "in_progress" ? "running" : s.status || "no exit code";
+      const ended = code !== null && code !== undefined ? "exit " + code : noExit(s.status);
       d.append(el("span", code === 0 ? "ok" : "bad", " (" + ended + ")"));
       if (s.output && s.output.trim()) d.append(block(s.output));
     } else if (kind === "file_change") {
