@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN
+from tests.conftest import SAMPLES, ZWARM_BIN
 from zwarm.model import ProcRef, Session, schema
 from zwarm.runtime import procs as zprocs
 from zwarm.store import Store, history
@@ -314,9 +314,7 @@ def _round(
 def test_ls_during_rm_finished_never_shows_damage(zw: Any) -> None:
     """Issue 29: a removal in progress is not damage. While ``rm --finished`` removes 80
     sessions, listings taken at the same time show each session whole or not at all."""
-    sid = spawn(
-        zw, "first", env={"FAKE_REPLAY": str(ROOT / "tests/fixtures/samples/codex_simple.jsonl")}
-    )
+    sid = spawn(zw, "first", env={"FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl")})
     wait_until(lambda: meta(zw, sid)["status"] == "completed", message="completed")
     src = zw.state_dir / "sessions" / sid
     raw = (src / "meta.json").read_text()
@@ -330,7 +328,7 @@ def test_ls_during_rm_finished_never_shows_damage(zw: Any) -> None:
     api = zw.api()
     assert len(api.sessions()) == 81
     rm = subprocess.Popen(
-        [str(ZWARM), "rm", "--finished"],
+        [str(ZWARM_BIN), "rm", "--finished"],
         env=zw.env,
         cwd=zw.cwd,
         stdout=subprocess.PIPE,
