@@ -233,6 +233,10 @@ class Guard:
         scheme = "https" if scope.get("scheme") == "https" else "http"
         return origin == f"{scheme}://{host.lower()}"
 
+    def carries_token(self, raw_headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether a request with these headers (as the server read them) has the token."""
+        return self.token_ok(_headers({"headers": raw_headers}).get("authorization", ""))
+
     def token_ok(self, header: str) -> bool:
         kind, _, given = header.partition(" ")
         if kind.lower() != "bearer":
