@@ -61,8 +61,8 @@ SECURITY_HEADERS = [
 
 def token_dir(environ: Mapping[str, str]) -> Path:
     """Where token files are kept: ``$XDG_RUNTIME_DIR/zwarm`` if that variable names a
-    private directory of this user (as the XDG spec says it is), else zwarm's user state dir
-    (the launch pins' parent, ``$XDG_STATE_HOME/zwarm``) ``/serve``."""
+    private (0700) directory of this user, as the XDG spec says it is, else zwarm's user state
+    dir (the launch pins' parent, ``$XDG_STATE_HOME/zwarm``) ``/serve``."""
     run = environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(run) and _private_dir(run):
         return Path(run) / "zwarm"
@@ -116,13 +116,13 @@ def load_token(
 
 
 def _private_dir(path: str | Path) -> bool:
-    """``path`` is a directory (not a link) of this user that no one else may enter."""
+    """``path`` is a directory (not a link) of this user, 0700: it alone may enter and write."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
     ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-    return ok and not stat.S_IMODE(st.st_mode) & 0o077
+    return ok and stat.S_IMODE(st.st_mode) & 0o777 == 0o700
 
 
 def _make_private_dir(d: Path) -> None:
