@@ -348,6 +348,11 @@ def test_the_token_is_kept_where_agents_cannot_write(zw, serve, tmp_path: Path) 
         assert _token_file(zw, {"XDG_RUNTIME_DIR": str(run)}).parent == state_home
     os.chmod(run, 0o700)
 
+    inside = serve(env_extra={"XDG_STATE_HOME": str(zw.cwd / ".state")})  # a misconfiguration
+    assert f"lies inside {zw.cwd.resolve()}, where this server's agents" in inside.stderr()
+    assert "lies inside" not in srv.stderr()
+    inside.stop()
+
     other = zw.tmp / "other" / ".zwarm"
     other.parent.mkdir()
     elsewhere = _token_file(zw, {"ZWARM_DIR": str(other)})

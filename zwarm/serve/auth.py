@@ -82,10 +82,11 @@ def token_path(environ: Mapping[str, str], state_dir: Path) -> Path:
 
 
 def load_token(
-    environ: Mapping[str, str], state_dir: Path, new: bool = False
+    environ: Mapping[str, str], state_dir: Path, cwd: Path, new: bool = False
 ) -> tuple[str, Path, list[str]]:
     """The access token of ``state_dir``'s server (made if there is none, or ``new``), its
-    file, and notes for the user (an old token file removed, a bad one replaced: why)."""
+    file, and notes for the user (an old token file removed, a bad one replaced: why; the
+    file lies inside ``cwd``, where the server's sessions run by default)."""
     from zwarm.errors import StoreError
     from zwarm.store.files import write_private
 
@@ -102,6 +103,12 @@ def load_token(
             notes.append(f"ignored {old} (it is never read): cannot remove it: {e.strerror}")
     path = token_path(environ, state_dir)
     _make_private_dir(path.parent)
+    work = Path(os.path.realpath(cwd))
+    if Path(os.path.realpath(path)).is_relative_to(work):
+        notes.append(
+            f"the token file lies inside {work}, where this server's agents work: set "
+            "XDG_RUNTIME_DIR or XDG_STATE_HOME to a directory outside it"
+        )
     why, kept = ("new", None) if new else _check(path)
     if kept is not None:
         return kept, path, notes

@@ -102,7 +102,7 @@ def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[s
 
     from zwarm.serve import app, auth
 
-    token, path, notes = auth.load_token(api.env.environ, api.state_dir, new=new_token)
+    token, path, notes = auth.load_token(api.env.environ, api.state_dir, api.env.cwd, new_token)
     for note in notes:
         warn(note)
     mcp = not no_mcp and _has_mcp()
