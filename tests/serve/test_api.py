@@ -343,8 +343,15 @@ def test_the_token_is_kept_where_agents_cannot_write(zw, serve, tmp_path: Path) 
     assert stat.S_IMODE(in_run.stat().st_mode) == 0o600
     assert stat.S_IMODE(in_run.parent.stat().st_mode) == 0o700
     at_run.stop()
-    os.chmod(run, 0o755)  # not private: not used
-    assert _token_file(zw, {"XDG_RUNTIME_DIR": str(run)}).parent == state_home
+    for unusable in (0o755, 0o500):  # not private, not writable: not used
+        os.chmod(run, unusable)
+        assert _token_file(zw, {"XDG_RUNTIME_DIR": str(run)}).parent == state_home
+    os.chmod(run, 0o700)
+
+    inside = serve(env_extra={"XDG_STATE_HOME": str(zw.cwd / ".state")})  # a misconfiguration
+    assert f"lies inside {zw.cwd.resolve()}, where this server's agents" in inside.stderr()
+    assert "lies inside" not in srv.stderr()
+    inside.stop()
 
     other = zw.tmp / "other" / ".zwarm"
     other.parent.mkdir()

@@ -61,8 +61,8 @@ SECURITY_HEADERS = [
 
 def token_dir(environ: Mapping[str, str]) -> Path:
     """Where token files are kept: ``$XDG_RUNTIME_DIR/zwarm`` if that variable names a
-    private directory of this user (as the XDG spec says it is), else zwarm's user state dir
-    (the launch pins' parent, ``$XDG_STATE_HOME/zwarm``) ``/serve``."""
+    private (0700) directory of this user, as the XDG spec says it is, else zwarm's user state
+    dir (the launch pins' parent, ``$XDG_STATE_HOME/zwarm``) ``/serve``."""
     run = environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(run) and _private_dir(run):
         return Path(run) / "zwarm"
@@ -82,10 +82,11 @@ def token_path(environ: Mapping[str, str], state_dir: Path) -> Path:
 
 
 def load_token(
-    environ: Mapping[str, str], state_dir: Path, new: bool = False
+    environ: Mapping[str, str], state_dir: Path, cwd: Path, new: bool = False
 ) -> tuple[str, Path, list[str]]:
     """The access token of ``state_dir``'s server (made if there is none, or ``new``), its
-    file, and notes for the user (an old token file removed, a bad one replaced: why)."""
+    file, and notes for the user (an old token file removed, a bad one replaced: why; the
+    file lies inside ``cwd``, where the server's sessions run by default)."""
     from zwarm.errors import StoreError
     from zwarm.store.files import write_private
 
@@ -102,6 +103,12 @@ def load_token(
             notes.append(f"ignored {old} (it is never read): cannot remove it: {e.strerror}")
     path = token_path(environ, state_dir)
     _make_private_dir(path.parent)
+    work = Path(os.path.realpath(cwd))
+    if Path(os.path.realpath(path)).is_relative_to(work):
+        notes.append(
+            f"the token file lies inside {work}, where this server's agents work: set "
+            "XDG_RUNTIME_DIR or XDG_STATE_HOME to a directory outside it"
+        )
     why, kept = ("new", None) if new else _check(path)
     if kept is not None:
         return kept, path, notes
@@ -116,13 +123,13 @@ def load_token(
 
 
 def _private_dir(path: str | Path) -> bool:
-    """``path`` is a directory (not a link) of this user that no one else may enter."""
+    """``path`` is a directory (not a link) of this user, 0700: it alone may enter and write."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
     ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-    return ok and not stat.S_IMODE(st.st_mode) & 0o077
+    return ok and stat.S_IMODE(st.st_mode) & 0o777 == 0o700
 
 
 def _make_private_dir(d: Path) -> None:
@@ -232,6 +239,10 @@ class Guard:
             return True
         scheme = "https" if scope.get("scheme") == "https" else "http"
         return origin == f"{scheme}://{host.lower()}"
+
+    def carries_token(self, raw_headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether a request with these headers (as the server read them) has the token."""
+        return self.token_ok(_headers({"headers": raw_headers}).get("authorization", ""))
 
     def token_ok(self, header: str) -> bool:
         kind, _, given = header.partition(" ")

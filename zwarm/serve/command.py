@@ -2,7 +2,8 @@
 
 Owns the command's options, the listening socket and what is printed. Must stay true:
 - it binds 127.0.0.1 unless ``--host`` says otherwise, and then warns on stderr;
-- uvicorn runs its h11 protocol under ``conns``' connection limits (never without them);
+- uvicorn runs its h11 protocol under ``conns``' connection limits (never without them),
+  which ask the ``Guard`` whether a request carries the token;
 - stdout carries one line, the dashboard's URL with the access token in its fragment (the
   only place it is printed), as soon as the socket listens; everything else goes to stderr
   (``--token-path`` prints only the token file's path, and starts nothing);
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -100,7 +102,7 @@ def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[s
 
     from zwarm.serve import app, auth
 
-    token, path, notes = auth.load_token(api.env.environ, api.state_dir, new=new_token)
+    token, path, notes = auth.load_token(api.env.environ, api.state_dir, api.env.cwd, new_token)
     for note in notes:
         warn(note)
     mcp = not no_mcp and _has_mcp()
@@ -118,7 +120,7 @@ def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[s
     click.echo(f"http://{_url_host(host)}:{port}/#token={token}")
     sys.stdout.flush()
     _tell(host, api.state_dir, mcp, path)
-    _run(asgi, sock)
+    _run(asgi, sock, asgi.carries_token)
 
 
 def _need_extra() -> None:
@@ -198,7 +200,9 @@ def _tell(host: str, state_dir: Any, mcp: bool, token_file: Any = None) -> None:
         )
 
 
-def _run(asgi: Any, sock: socket.socket) -> None:
+def _run(
+    asgi: Any, sock: socket.socket, authorised: Callable[[list[tuple[bytes, bytes]]], bool]
+) -> None:
     import uvicorn
 
     from zwarm.serve import conns
@@ -208,7 +212,7 @@ def _run(asgi: Any, sock: socket.socket) -> None:
         log_level="warning",
         access_log=False,  # no request lines on the terminal (and never a token: none in URLs)
         lifespan="on",
-        http=conns.protocol(conns.Gate(conns.total_for_files())),  # h11, connections limited
+        http=conns.protocol(conns.Gate(conns.total_for_files(), authorised)),  # h11, limited
         ws="none",
         proxy_headers=False,
         server_header=False,
