@@ -288,14 +288,15 @@ def make_env(tmp: Path, state_dir: Path, record: Path) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def private_trust(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This test's own zwarm trust file location (created only when something is trusted),
-    and its own ``XDG_STATE_HOME`` (launch pins) and ``XDG_CACHE_HOME`` (the listing's row
-    cache): nothing a test does lands in the real home,
+    and its own ``XDG_STATE_HOME`` (launch pins, serve's token) and ``XDG_CACHE_HOME`` (the
+    listing's row cache), and no ``XDG_RUNTIME_DIR``: nothing a test does lands in the real home,
     and the API in the test process and the CLI and supervisors it starts agree on both."""
     xdg = tmp_path / "xdg-config"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))  # zwarm's worktrees
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the listing's rows
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)  # zwarm serve's token: state home
     return xdg / "zwarm" / "trust.json"
 
 

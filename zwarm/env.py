@@ -10,6 +10,22 @@ Walking up *stops* at the first ``.zwarm`` that is a directory or a symlink, saf
 unsafe one is an error, never silently skipped for another dir further up or ``./.zwarm``
 (as git does), so the dir zwarm uses never depends on whose ``.zwarm`` sits where. A regular
 file named ``.zwarm`` is not a state dir and is passed over, as before.
+
+Also owns how zwarm starts Python (``python_argv``): every Python process zwarm starts (the
+``--wait`` re-exec, supervisors, the fork server, the hook runner, a Slurm job's supervisor)
+runs ``PYTHON -I -m MODULE``, isolated: no ``PYTHON*`` variable (``PYTHONPATH``,
+``PYTHONSTARTUP``, ``PYTHONHOME``), no user site (nor its ``.pth`` files or
+``usercustomize``), and neither the working directory nor a script's directory on
+``sys.path``, so nothing an agent wrote in a folder it can write is imported; and where the
+process needs no working directory it is started in ``NEUTRAL_CWD``. ``PYTHON`` is the
+interpreter running zwarm (``sys.executable``: a virtualenv's own ``bin/python``, kept as
+its path so the virtualenv stays in effect), or the one the user configured.
+
+And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs this zwarm
+(``PYTHON -I -m zwarm``), kept in the user's state dir (``user_state_dir``, outside every
+agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
+in a login shell, whose ``/etc/profile`` resets PATH).
+
 Also owns which names look secret (``looks_secret``: an api key, token, secret, password,
 authorization or credential), for every part of zwarm that must keep such values out of what
 it writes or shows.
@@ -27,6 +43,53 @@ from pathlib import Path
 import msgspec
 
 STATE_DIR_NAME = ".zwarm"
+NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working directory
+
+
+def python_argv(python: str, module: str, *args: str) -> list[str]:
+    """The argv of a Python process zwarm starts: ``PYTHON -I -m MODULE ARGS`` (isolated)."""
+    return [python, "-I", "-m", module, *args]
+
+
+def user_state_dir(environ: Mapping[str, str]) -> Path:
+    """``$XDG_STATE_HOME/zwarm`` (an absolute one; else ``~/.local/state/zwarm``): the user's
+    own zwarm files (launch pins, launchers), where no agent's sandbox may write."""
+    base = environ.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(base):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".local", "state")
+    return Path(base) / "zwarm"
+
+
+def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
+    """An executable ``zwarm`` running this zwarm on ``python`` (``PYTHON -I -m zwarm``):
+    ``<user_state_dir>/bin/<hash of PYTHON>/zwarm``, 0700, written (atomically) when missing
+    or not exactly ours; None if it cannot be (an unwritable home: agents then have none)."""
+    import shlex
+    from _blake2 import blake2b
+
+    from zwarm.errors import StoreError
+    from zwarm.store.files import atomic_write, read_file
+
+    name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
+    path = user_state_dir(environ) / "bin" / name / "zwarm"
+    argv = shlex.join(python_argv(python, "zwarm"))
+    text = f'#!/bin/sh\n# written by zwarm: how its agents run it\nexec {argv} "$@"\n'.encode()
+    try:
+        data, st = read_file(path, len(text))
+        if data == text and st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:
+            return path
+    except OSError:
+        pass
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(path, text, mode=0o700)
+        os.chmod(path, 0o700)  # whatever the umask
+    except (OSError, StoreError):
+        return None
+    return path
+
+
 SECRET_NAME = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
 
 

@@ -11,11 +11,13 @@ holds (the first test shows the engine sets it)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from typing import Any
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import FAKE_BIN, VENV_BIN, wait_until
 from zwarm.errors import InvalidInput, SessionStateError
 from zwarm.orchestrator.tools import Toolbox
 
@@ -88,6 +90,30 @@ def test_agents_that_spawn_make_a_three_level_tree_and_depth_4_is_refused(zw) ->
     assert f"children (1):\n  {two['id']} lvl2 completed" in shown
     detail = zw.json("show", "lvl2")
     assert detail["children"] == [three["id"]] and detail["tree_sessions"] == 2
+
+
+def test_an_agent_reaches_zwarm_from_a_login_shell_as_codex_runs_commands(zw) -> None:
+    """Regression (issue 30.9): codex runs every command as ``bash -lc``, whose
+    /etc/profile resets PATH (the virtualenv's bin is gone): ``zwarm spawn`` was "command
+    not found". ``"$ZWARM"`` names a launcher of this zwarm that survives, and a shell that
+    keeps PATH finds that same launcher as ``zwarm``."""
+    login = (
+        "bash -lc 'command -v zwarm > which-login.txt;"
+        ' "$ZWARM" spawn "from a login shell" --name child\'; '
+        "sh -c 'command -v zwarm' > which.txt"
+    )
+    zw.state_dir.mkdir()
+    zw.write_config(f'[codex]\ncommand = ["{FAKE_BIN / "codex"}"]\n')  # found whatever PATH
+    env = zw.replay("codex_simple", FAKE_SHELL_1=login, PATH="/usr/bin:/bin")
+    root = zw.spawn("delegate", "--name", "root", env_extra=env)
+    rows = settled(zw, "root", "child")
+    assert rows["child"]["parent_session_id"] == root, (zw.cwd / "which-login.txt").read_text()
+    launcher = (zw.cwd / "which.txt").read_text().strip()
+    assert launcher and os.access(launcher, os.X_OK)
+    assert os.stat(launcher).st_mode & 0o777 == 0o700
+    assert VENV_BIN.as_posix() not in (zw.cwd / "which-login.txt").read_text()  # PATH reset
+    out = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "zwarm" in out.stdout
 
 
 def test_a_parent_the_environment_names_is_verified(zw) -> None:

@@ -304,3 +304,42 @@ def _round(
     reader.frozen |= {*targets, *victims}
     reader.frozen |= {s for s in runners if s not in runners[:TARGETS]}
     return runners[:TARGETS], hangs
+
+
+def test_ls_during_rm_finished_never_shows_damage(zw: Any) -> None:
+    """Issue 29: a removal in progress is not damage. While ``rm --finished`` removes 80
+    sessions, listings taken at the same time show each session whole or not at all."""
+    sid = spawn(
+        zw, "first", env={"FAKE_REPLAY": str(ROOT / "tests/fixtures/samples/codex_simple.jsonl")}
+    )
+    wait_until(lambda: meta(zw, sid)["status"] == "completed", message="completed")
+    src = zw.state_dir / "sessions" / sid
+    raw = (src / "meta.json").read_text()
+    import shutil
+    import uuid
+
+    for _ in range(80):  # copies of it under new ids (meta.json names its own id)
+        new = str(uuid.uuid4())
+        shutil.copytree(src, src.parent / new)
+        (src.parent / new / "meta.json").write_text(raw.replace(sid, new))
+    api = zw.api()
+    assert len(api.sessions()) == 81
+    rm = subprocess.Popen(
+        [str(ZWARM), "rm", "--finished"],
+        env=zw.env,
+        cwd=zw.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    damaged: list[Any] = []
+    sizes: set[int] = set()
+    while rm.poll() is None:
+        rows = api.sessions()
+        sizes.add(len(rows))
+        damaged += [r for r in rows if r["status"] == "damaged"]
+    out, err = rm.communicate()
+    assert rm.returncode == 0, err
+    assert len(out.split()) == 81 * 2
+    assert any(0 < n < 81 for n in sizes), sizes  # some listing did run during the removal
+    assert damaged == []
+    assert api.sessions() == []

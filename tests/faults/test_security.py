@@ -6,7 +6,8 @@
   or ``os.popen`` anywhere in zwarm/, checked on the AST);
 - the dangerous agent modes are off by default, on only by config or flag, and shown in
   ``ls``/``show`` when on;
-- the agent's environment is exactly the user's plus the configured additions, and API keys
+- the agent's environment is exactly the user's plus the configured additions (and zwarm's
+  own: its markers, ZWARM, PATH led by the launcher's dir), and API keys
   never reach meta.json or any other file under the state dir.
 """
 
@@ -232,9 +233,13 @@ def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     got = json.loads((zw.record / f"env{n}.json").read_text())
     sid = res.stdout.strip()
     # plus the session marker by which kill verifies a process is the session's own, and
-    # what makes a session the agent spawns its child, in the same state dir (engine.tree)
+    # what makes a session the agent spawns its child, in the same state dir (engine.tree),
+    # and how it runs zwarm: $ZWARM, a launcher in the user's state dir, its dir first on PATH
     want = {**user, "ZW_ADDED": "from config", "ZW_BOTH": "config wins", "ZWARM_SESSION_ID": sid}
     want |= {"ZWARM_PARENT_SESSION": sid, "ZWARM_DIR": os.path.realpath(zw.state_dir)}
+    launcher = Path(got["ZWARM"])
+    assert launcher.parent.parent == Path(os.environ["XDG_STATE_HOME"]) / "zwarm" / "bin"
+    want |= {"ZWARM": str(launcher), "PATH": f"{launcher.parent}:{user['PATH']}"}
     assert got == want
 
 

@@ -3,6 +3,7 @@ dependencies, killing a queued session, and no queued session ever stranded, wit
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -303,3 +304,44 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_spawn_after_a_failed_session_says_so_at_once(zw: ZW) -> None:
+    """Issue 30.8: ``spawn --after X`` with X already failed or killed prints the new id (for
+    scripts) and says on stderr, as an error (exit 1), that it will never run, naming X and
+    how it ended once ("killed", not "killed, killed"); ``--after-any`` starts it (exit 0)."""
+    env = {"FAKE_REPLAY": zw.sample("codex_simple"), "FAKE_FAIL_ON": "FAILME"}
+    failed = zw.spawn("task FAILME", env_extra=env)
+    wait_status(zw, failed, "failed")
+    hung = zw.spawn("hang", env_extra={**env, "FAKE_HANG": "1"})
+    zw.run("kill", hung, check=True)
+    for dep, ended in ((failed, "failed, agent_error"), (hung, "killed")):
+        for extra in ((), ("--json",)):
+            res = zw.run("spawn", "next", "--after", dep, *extra, env_extra=env)
+            assert res.returncode == 1, (res.stdout, res.stderr)
+            sid = json.loads(res.stdout)["id"] if extra else res.stdout.strip()
+            assert meta(zw, sid)["status"] == "failed"
+            assert res.stderr == (
+                f"Error: session {sid} will not run: dependency failed: session {dep} "
+                f"ended {ended}\n"
+            )
+    res = zw.run("spawn", "next", "--after", hung, "--after-any", env_extra=env)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_a_queued_spawn_says_its_place_on_stderr(zw: ZW) -> None:
+    """Issue 30.15: a spawn that queues prints its id on stdout (for scripts) and on stderr
+    its place and what it waits for."""
+    configure(zw, CAP1)
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("task A", env_extra=env)
+    res = zw.run("spawn", "task B", env_extra=env, check=True)
+    b = res.stdout.strip()
+    assert len(b) == 36 and res.stdout == b + "\n"
+    assert res.stderr == "queued #1: waiting for a slot: 1 running ([limits] max_running = 1)\n"
+    res = zw.run("spawn", "task C", "--after", a, env_extra=env, check=True)
+    assert res.stderr == f"queued #2: waiting for {a[:8]}\n"
+    hold.unlink()
+    assert zw.run("wait", "--all", "--timeout", "60", env_extra=env).returncode == 0

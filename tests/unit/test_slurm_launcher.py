@@ -38,7 +38,7 @@ def test_sbatch_argv_carries_names_never_values_nor_the_prompt() -> None:
     export = next(a for a in argv if a.startswith("--export="))
     assert export == f"--export=PATH,HOME,OPENAI_API_KEY,ZWARM_SUPERVISOR_OF={SID}"
     assert argv[0] == "sbatch" and "--parsable" in argv and "--no-requeue" in argv
-    assert "--partition=gpu" in argv and f"--job-name=zwarm-{SID[:8]}-2" in argv
+    assert "--partition=gpu" in argv and f"--job-name=zwarm-{SID}-2" in argv
     assert "--output=/s/turns/turn_2.slurm.log" in argv
 
 
@@ -229,7 +229,7 @@ def test_launcher_keys_that_decide_what_runs_need_trust() -> None:
 
 def test_ls_shows_a_job_waiting_in_slurms_queue() -> None:
     def row(status: str, shown: str | None, detail: str | None) -> dict[str, Any]:
-        return {"status": status, "launcher_state": {"shown": shown, "detail": detail}}
+        return {"status": status, "shown_status": Probe(True, shown, detail).label()}
 
     assert launcher_status(row("running", "queued", "slurm: Resources")) == (
         "queued (slurm: Resources)"
@@ -239,6 +239,6 @@ def test_ls_shows_a_job_waiting_in_slurms_queue() -> None:
     )
     assert launcher_status(row("running", None, "slurm job 4 on n1")) is None
     assert launcher_status(row("completed", "queued", "x")) is None
-    assert launcher_status({"status": "running", "launcher_state": None}) is None
+    assert launcher_status({"status": "running", "shown_status": None}) is None
     evil = launcher_status(row("running", "queued", "slurm: \x1b[2Jx\nnext"))
     assert evil is not None and "\x1b" not in evil and "\n" not in evil

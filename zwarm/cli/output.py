@@ -152,6 +152,15 @@ def warn(message: str) -> None:
     sys.stderr.flush()
 
 
+def note(message: str) -> None:
+    """What a command says beside its output (stdout stays what scripts read), one line on
+    stderr."""
+    from zwarm.cli.text import clean
+
+    sys.stderr.write(f"{clean(message, newlines=False)}\n")
+    sys.stderr.flush()
+
+
 def problem_lines(problems: list[str]) -> None:
     """After showing what could be read: what could not, one "Error: " line each on stderr."""
     from zwarm.cli.text import clean

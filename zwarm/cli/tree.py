@@ -24,7 +24,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zwarm.cli.render import COLORS, fleet_note, fmt_cost, fmt_tokens, short_reason
+from zwarm.cli.render import (
+    COLORS,
+    fleet_note,
+    fmt_cost,
+    fmt_tokens,
+    launcher_status,
+    row_cost,
+    short_reason,
+)
 from zwarm.cli.text import cut, oneline, pad
 
 if TYPE_CHECKING:
@@ -200,7 +208,7 @@ def _cells(lead: str, r: dict[str, Any], now: float) -> list[str]:
         return [f"{lead}run {r['run_id']}", r["status"] or "?", _tokens(r["usage"]),
                 fmt_cost(r["cost_usd"], None) if r["usage"] else "?",
                 _tokens(r["tree_usage"]), tree_cost(r), what]  # fmt: skip
-    status = r["status"]
+    status = launcher_status(r) or r["status"]
     if status == "failed":
         status += f" ({short_reason(r)})"
     status += fleet_note(r, now)
@@ -213,7 +221,7 @@ def _cells(lead: str, r: dict[str, Any], now: float) -> list[str]:
         f"{lead}{r['id'][:8]}{name}{detached}",
         status,
         _tokens(r.get("usage")),
-        fmt_cost(r.get("cost_usd"), r.get("cost_source")),
+        row_cost(r),
         _tokens(r.get("tree_usage")) if has_kids else "",
         tree_cost(r) if has_kids else "",
         oneline(task, 400),

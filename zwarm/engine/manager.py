@@ -15,14 +15,18 @@ or signals a process itself. Must stay true:
   (``supervisor_lost``, or the launcher's reason: ``Launcher.lost``) on the next read, and
   whatever still carries its marker is stopped; every turn runs on the launcher its
   session's launch pin names (``zwarm.store.pins``);
-- per-turn usage and cost are deltas; session totals are sums of turn figures;
+- per-turn usage and cost are deltas; session totals are sums of turn figures; a turn that
+  used no tokens (reported zero, or failed as the agent says before the model answered) costs
+  0 whatever the model's price, and any other turn without a known cost stays unknown;
 - a turn that would make a session run while caps are configured (or that waits for other
   sessions) is made ``queued`` and started only by the scheduler (``engine.scheduler``), under
   its lock; a turn that ends past the session's budget ends ``budget_exceeded`` and nothing
   queued after it starts (``engine.limits``); a budget covers the session's subtree of
   delegated sessions, and an ancestor's budget covers it (``engine.tree``);
 - every agent runs with its session's id as ``ZWARM_PARENT_SESSION`` and the state dir as
-  ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``).
+  ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``), and
+  with ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory first on
+  ``PATH``), so it reaches zwarm however zwarm was installed and whatever its shell does.
 """
 
 import abc
@@ -40,7 +44,7 @@ from zwarm.config import Config
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, parse_iso
+from zwarm.env import Env, launcher, parse_iso
 from zwarm.errors import InvalidInput, SessionStateError, StoreError, ZwarmError
 from zwarm.model import (
     ACTIVE,
@@ -425,6 +429,10 @@ class BaseSessionManager(abc.ABC):
         # what the agent spawns is a child of this session, in this state dir (engine.tree)
         env[tree.PARENT_VAR] = s.id
         env[tree.DIR_VAR] = os.path.realpath(self.store.root)
+        zwarm = launcher(self.env.python, env)  # "$ZWARM" survives a login shell; PATH not
+        if zwarm is not None:
+            env[tree.ZWARM_VAR] = str(zwarm)
+            env["PATH"] = os.pathsep.join([str(zwarm.parent), env.get("PATH") or os.defpath])
         return AgentLaunch(self.build_argv(opts, resume), pin.cwd, env)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
@@ -637,6 +645,10 @@ class BaseSessionManager(abc.ABC):
                 t.cost_usd = round(max(0.0, o.cost_usd - (base_cost or 0.0)), 8)
         else:
             t.cost_usd = self.estimate_cost(t.usage, s.model) if o.usage else None
+        if t.cost_usd is None and not t.usage.total_tokens and _nothing_billed(o):
+            t.cost_usd = 0.0
+        if o.model:
+            s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ reconcile and kill
     def reconcile(self, s: Session) -> Session:
@@ -654,6 +666,13 @@ class BaseSessionManager(abc.ABC):
         if t.supervisor is None and t.handle is None:  # a launcher's handle: asked instead
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
         return not self.launcher(t).alive(s.id, t)
+
+    def end_lost(self, s: Session) -> bool:
+        """``s`` with a lost turn ended in memory only (its orphaned agent stopped), nothing
+        written: for ``rm``, which deletes the session next (lock held). Whether it was lost."""
+        lost = self._reconcile_locked(s)
+        s.refresh()
+        return lost
 
     def _reconcile_locked(self, s: Session) -> bool:
         """Fail a running turn whose supervisor is gone, stopping whatever of its agent still
@@ -876,3 +895,10 @@ def check_cwd(path: Path, state_dir: Path | None = None) -> Path:
                 "no agent runs there"
             )
     return resolved
+
+
+def _nothing_billed(o: TurnOutcome) -> bool:
+    """Whether the turn's outcome shows nothing was billed (its usage is already zero): the
+    agent reported zero tokens, or it reported the failure before the model answered at all
+    (a 429 on the first request). A turn cut off without a report may have been billed."""
+    return o.usage is not None or (o.status is Status.FAILED and o.unanswered)

@@ -274,8 +274,9 @@ def stop_on_signals() -> Iterator[None]:
 # ---------------------------------------------------------------------------- the prompt
 SYSTEM_PROMPT = """\
 You are an orchestrator. You do not write code or edit files yourself: you hand work to coding \
-agents (OpenAI Codex or Claude Code) that run as background sessions, keep several going at \
-once when tasks are independent, check on them, steer them, verify their work, and report.
+agents (OpenAI Codex, Claude Code or Gemini CLI) that run as background sessions, keep several \
+going at once when tasks are independent, check on them, steer them, verify their work, and \
+report.
 
 How to work:
 1. Plan. Split the task into self-contained subtasks. An agent sees only the task text you \
@@ -530,7 +531,8 @@ class Orchestrator:
         costs = [self.run.cost_usd] + [r.get("cost_usd") for r in rows]
         known = [c for c in costs if isinstance(c, (int, float))]
         total = round(sum(known), 8) if known else None
-        return total, len(costs) - len(known)
+        partial = sum(1 for r in rows if r.get("cost_complete") is False and r.get("cost_usd"))
+        return total, len(costs) - len(known) + partial
 
     def own_sessions(self, status: str | None = None) -> list[dict[str, Any]]:
         if not self.api.has_sessions():

@@ -336,6 +336,11 @@ class Store:
                 return e, None
             return DamagedSession(sid, str(e)), None
 
+    def removed(self, sid: str) -> bool:
+        """Whether ``sid``'s dir is gone (``remove`` renamed it away): a reader that listed it
+        just before must skip it, not call it damaged."""
+        return not os.path.lexists(self.sessions / sid)
+
     def _write(self, session: Session, path: Path | None = None) -> None:
         atomic_write(path or self.meta_path(session.id), encode(session))
 
