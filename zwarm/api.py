@@ -8,7 +8,8 @@ and their stable JSON shapes. Must stay true:
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
   be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
-  said (``Stream.problems``);
+  said (``Stream.problems``); a session removed while listed is not damage (``rm`` renames
+  it away whole): it is left out;
 - an operation on several sessions does every one it can and then reports each failure
   (``PartlyFailed``); references naming one session count once;
 - a session spawned from inside a running session's agent is its child (``engine.tree``:
@@ -21,7 +22,6 @@ and their stable JSON shapes. Must stay true:
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import time
@@ -47,7 +47,7 @@ from zwarm.errors import (
 )
 from zwarm.model import ACTIVE, FINISHED, RUNS, Session, Status
 from zwarm.model.records import RUN_ID, Workspace, order_key
-from zwarm.model.steps import Step
+from zwarm.model.steps import Step, ended_turn
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
@@ -81,6 +81,8 @@ class Zwarm:
         self._ticked = -TICK_EVERY_S  # when the last scheduler pass ran (see ``tick``)
         self.warnings: list[str] = []  # see ``warn``
         self.on_warning: Callable[[str], None] | None = None
+        if self.env.notice is None:  # a long wait for a lock (the scheduler's) is said
+            self.env.notice = self.warn
 
     # ------------------------------------------------------------------ config
     @property
@@ -189,7 +191,7 @@ class Zwarm:
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
 
-        workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd)
+        workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd, self.state_dir)
         if name is not None:
             self.store.check_name(name)
         self._check_agent(mgr)
@@ -255,7 +257,12 @@ class Zwarm:
         from zwarm.engine import limits
 
         refs = [after] if isinstance(after, str) else list(after or [])
-        refs = [r.strip() for ref in refs for r in ref.split(",") if r.strip()]
+        refs = [r.strip() for ref in refs for r in ref.split(",")]
+        if "" in refs:  # --after '' or ',': a mistake, never "no dependency"
+            raise InvalidInput(
+                "--after names an empty session (an empty value or a stray comma): "
+                "name the sessions to wait for, or leave --after out"
+            )
         if len(refs) > 100:
             raise InvalidInput("--after names more than 100 sessions")
         ids = tuple(self.store.resolve(r) for r in refs)
@@ -425,7 +432,8 @@ class Zwarm:
         with _gc_paused():  # the rows make no cycles; collections cost 10-20% over 1,000
             every, running = self._rows_of_finished(encoded)
             probes = self._survey(running)
-            every += [self._listed(s.id, s, probes.get(s.id)) for s in running]
+            listed = (self._listed(s.id, s, probes.get(s.id)) for s in running)
+            every += [r for r in listed if r is not None]
             _queue_places(every)  # queued rows: never encoded
             if any(r.get("parent_session_id") for r in every):
                 from zwarm.engine import tree
@@ -458,6 +466,8 @@ class Zwarm:
                     continue
                 got, key = read(sid)
                 if isinstance(got, DamagedSession):
+                    if self.store.removed(sid):
+                        continue  # removed since listed (rm renames it away whole): not damage
                     rows.append(damaged_row(sid, got.problem))
                 elif got.status in RUNS and got.current is not None:
                     running.append(got)
@@ -469,21 +479,25 @@ class Zwarm:
 
     def _listed(
         self, sid: str, got: Session | DamagedSession, probe: Probe | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         """``sid``'s row, decoded by the one schema; a running session is reconciled (its
         launcher verifies what runs it, ``probe`` its answer when the listing asked it
         already; only a lost one needs its agent's parser), and says what its launcher
-        says of it (``launcher_state``: a Slurm job's state)."""
+        says of it (``launcher_state``: a Slurm job's state; ``shown_status``: the status
+        shown instead of ``running``, ``queued (slurm: Resources)``)."""
         if isinstance(got, DamagedSession):
             return damaged_row(sid, got.problem)
         if got.status in RUNS and not (probe.alive if probe is not None else self._alive(got)):
             try:
                 got = self.reader(got.adapter).reconcile(got)
+            except SessionNotFound:
+                return None
             except ZwarmError as e:
-                return damaged_row(sid, str(e))
+                return None if self.store.removed(sid) else damaged_row(sid, str(e))
         r = row(got)
         if probe is not None and got.status in RUNS:
             r["launcher_state"] = _launcher_state(probe, got)
+            r["shown_status"] = probe.label()
         return r
 
     def _survey(self, sessions: list[Session]) -> dict[str, Probe]:
@@ -531,7 +545,7 @@ class Zwarm:
         mine = by_id.get(s.id)
         if mine is None:
             return {}
-        keys = ["children", *_TREE_TOTALS, "launcher_state"]
+        keys = ["children", *_TREE_TOTALS, "launcher_state", "shown_status"]
         if mine["status"] == "queued":
             keys += ["queue_position", "waiting_for"]
         out = {k: mine[k] for k in keys}
@@ -801,13 +815,23 @@ class Zwarm:
         return {**out, "children_killed": [], "children_left": []}
 
     def _kill_one(self, sid: str, cascade: bool = True) -> dict[str, Any]:
-        """Kill ``sid``, then its linked descendants that are active (``engine.tree``): the
-        row says which (``children_killed``) and which detached children it left running
-        (``children_left``)."""
+        """Kill ``sid``, then its linked descendants that are active (``engine.tree``),
+        whatever its own state: a parent that already finished keeps its status (``stopped``
+        False) and its running tree is stopped. The row says which descendants were killed
+        (``children_killed``) and which detached children it left running (``children_left``).
+        A finished session with nothing active under it is not running: an error."""
         s = self.store.load(sid)
-        s, dropped = self.reader(s.adapter).kill(sid)
-        killed, left = self._kill_linked(sid) if cascade else ([], [])
-        out = {**row(s), "dropped_queued": dropped}
+        try:
+            s, dropped = self.reader(s.adapter).kill(sid)
+        except SessionStateError:
+            killed, left = self._kill_linked(sid) if cascade else ([], [])
+            if not killed:
+                raise
+            s, dropped, stopped = self.store.load(sid), 0, False
+        else:
+            killed, left = self._kill_linked(sid) if cascade else ([], [])
+            stopped = True
+        out = {**row(s), "dropped_queued": dropped, "stopped": stopped}
         return {**out, "children_killed": killed, "children_left": left}
 
     def _kill_linked(self, sid: str) -> tuple[list[str], list[str]]:
@@ -961,10 +985,13 @@ class Zwarm:
         """Remove one session (its id; None if ``skip_busy`` skipped it). Whether it runs is
         decided again under its lock, where the removal happens: an ``inject`` that restarted
         it meanwhile is never removed from under (without ``force``), and with ``force`` it is
-        killed again first."""
+        killed again first. A lost session (its supervisor gone) is ended in memory only, its
+        orphaned agent stopped, never written: removing frees space, so a full disk must not
+        stop it."""
         for _ in range(3):
             try:
-                s = self.get(sid)
+                self.tick()
+                s = self.store.load(sid)  # never reconciled on disk: removal needs no room
             except DamagedSession as e:
                 if not force:
                     raise DamagedSession(
@@ -972,7 +999,7 @@ class Zwarm:
                     ) from None
                 self._remove(sid, None)
                 return sid
-            if s.status in ACTIVE:
+            if s.status in ACTIVE and not (s.status in RUNS and not self._alive(s)):
                 if skip_busy:
                     return None
                 if not force:
@@ -982,7 +1009,9 @@ class Zwarm:
                 with contextlib.suppress(SessionStateError):
                     self.reader(s.adapter).kill(sid)
             with self.store.lock(sid):
-                if self.store.load(sid).status not in ACTIVE:
+                now = self.store.load(sid)
+                self.reader(now.adapter).end_lost(now)  # in memory: it is deleted next
+                if now.status not in ACTIVE:
                     self._release_workspace(sid, force)
                     self._remove(sid, s.name)
                     return sid
@@ -1057,8 +1086,8 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         d = review.diff_json(tree, self.env.environ, sp, hunks)
         if text:
             d["text"] = diffs.text(tree, self.env.environ, sp.a, sp.b).decode("utf-8", "replace")
@@ -1077,8 +1106,8 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         text = diffs.text(tree, self.env.environ, sp.a, sp.b, color=color, stat=stat)
         return text, review.overlap_note(review.overlaps(s, self._same_tree(ws), turn))
 
@@ -1110,7 +1139,9 @@ class Zwarm:
         s = self.get(ref)
         ws = self.workspace(s)
         with self.store.transaction(s.id) as fresh:
-            new = review.make_comments(fresh, ws, items, self.env.environ, self.env.now_iso())
+            new = review.make_comments(
+                fresh, ws, items, self.env.environ, self.env.now_iso(), self.store.root
+            )
             if len(fresh.comments) + len(new) > 10_000:
                 raise InvalidInput(f"session {s.id} has too many comments already")
             fresh.comments.extend(new)
@@ -1151,7 +1182,7 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
         where = Path(cwd) if cwd is not None else self.env.cwd
         return {"session_id": s.id, "turn": turn, **review.apply(ws, sp, self.env.environ, where)}
 
@@ -1306,6 +1337,8 @@ def _numbered(
             index += 1
             continue
         for step in mgr.turn_steps(sid, n):
+            if not running and step.get("status") == "in_progress":
+                ended_turn(step)  # the turn ended: it never finished
             step["turn"] = n
             step["index"] = index
             index += 1
@@ -1423,6 +1456,7 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
         "turns": len(turns),
         "usage": m.get("usage"),
         "cost_usd": m.get("cost_usd"),
+        "cost_complete": m.get("cost_complete") is not False,
         "cost_source": m.get("cost_source"),
         "agent_session_id": m.get("agent_session_id"),
         "last_message": m.get("last_message"),
@@ -1470,6 +1504,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "turns": s.count,
         "usage": u,
         "cost_usd": cost,
+        "cost_complete": s.cost_complete,
         "cost_source": s.cost_source,
         "agent_session_id": s.agent_session_id,
         "last_message": s.last_message,
@@ -1502,9 +1537,10 @@ def _session_row(s: Session) -> dict[str, Any]:
         "tree_sessions": 1,
         "tree_usage": u,
         "tree_cost_usd": cost,
-        "tree_unpriced": 0 if cost is not None else 1,
+        "tree_unpriced": 0 if s.cost_complete and cost is not None else 1,
         "launcher": cur.launcher if cur else None,
         "launcher_state": None,
+        "shown_status": None,
         "damaged": False,
     }
 
@@ -1525,10 +1561,12 @@ def _all_turn_changes(s: Session) -> list[dict[str, int] | None]:
 
 def _launcher_row(turns: list[Any]) -> dict[str, Any]:
     """What runs the latest turn (``local``, ``slurm``) and, filled in by a listing while it
-    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``)."""
+    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``) and the
+    status shown for it when that is not just ``running`` (``shown_status``: ``queued (slurm:
+    Resources)`` while its job waits in the cluster's queue, ``Probe.label``)."""
     cur = turns[-1] if turns else None
     name = cur.get("launcher") if isinstance(cur, dict) else getattr(cur, "launcher", None)
-    return {"launcher": name, "launcher_state": None}
+    return {"launcher": name, "launcher_state": None, "shown_status": None}
 
 
 def _launcher_state(probe: Probe, s: Session) -> dict[str, Any]:
@@ -1553,7 +1591,9 @@ def _tree_row(m: dict[str, Any]) -> dict[str, Any]:
         "tree_sessions": 1,
         "tree_usage": m.get("usage"),
         "tree_cost_usd": cost,
-        "tree_unpriced": 0 if isinstance(cost, (int, float)) else 1,
+        "tree_unpriced": 0
+        if isinstance(cost, (int, float)) and m.get("cost_complete") is not False
+        else 1,
     }
 
 
@@ -1647,6 +1687,7 @@ def damaged_row(sid: str, problem: str) -> dict[str, Any]:
         "turns": 0,
         "usage": None,
         "cost_usd": None,
+        "cost_complete": False,
         "cost_source": "unknown",
         "agent_session_id": None,
         "last_message": None,
@@ -1697,12 +1738,13 @@ def _check_workdir(s: Session) -> None:
 
 
 def check_timeout(timeout: float | None) -> float | None:
+    """``timeout`` in seconds, within the bounds ``meta.json``'s schema keeps (``Seconds``)."""
     if timeout is None:
         return None
-    bad = not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
-    if bad or not math.isfinite(timeout) or timeout <= 0:
-        raise InvalidInput(f"timeout must be a positive number of seconds, not {timeout!r}")
-    return float(timeout)
+    from zwarm.engine import limits
+    from zwarm.model.records import Seconds
+
+    return float(limits.need("timeout", timeout, Seconds))
 
 
 def check_context(context: str | None) -> str | None:

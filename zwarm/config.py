@@ -107,6 +107,23 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     },
 }
 
+
+def _stored() -> dict[tuple[str, str], Any]:
+    from zwarm.model.records import Count, Money, Seconds
+
+    return {
+        ("defaults", "timeout"): Seconds,
+        ("limits", "max_cost"): Money,
+        ("limits", "max_tokens"): Count,
+        ("limits", "stall_s"): Seconds,
+        ("groups", "max_cost"): Money,
+        ("groups", "max_tokens"): Count,
+    }
+
+
+# the keys whose value a new session keeps in meta.json (``limits.settle``), by its schema type
+STORED = _stored()
+
 CHOICES = {
     ("defaults", "context"): ("summary", "native"),
     ("defaults", "workspace"): ("shared", "worktree"),
@@ -344,6 +361,20 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
             raise ConfigError(where, f"{name} must be a finite number")
         if value < 0:
             raise ConfigError(where, f"{name} must not be negative")
+        _check_stored(name, value, STORED.get((table, key)), where)
+
+
+def _check_stored(name: str, value: Any, typ: Any, where: str) -> None:
+    """A number a new session keeps in meta.json (``STORED``): 0 (none) or within the bounds
+    meta.json's schema declares (``records.out_of_bounds``), so it never makes a damaged
+    session."""
+    if typ is None or value == 0:
+        return
+    from zwarm.model.records import out_of_bounds
+
+    why = out_of_bounds(value, typ, positive=True)
+    if why is not None:
+        raise ConfigError(where, f"{name} must be 0 (none) or {why}")
 
 
 _SLURM_PATTERNS = {  # what Slurm accepts there (one argv element each: never an option)
@@ -406,6 +437,7 @@ def _check_group(name: str, value: Any, where: str) -> dict[str, Any]:
         ok = isinstance(v, types) and not isinstance(v, bool)
         if not ok or not math.isfinite(v) or v < 0:
             raise ConfigError(where, f"groups.{name}.{key} must be a non-negative number")
+        _check_stored(f"groups.{name}.{key}", v, STORED.get(("groups", key)), where)
     return dict(value)
 
 

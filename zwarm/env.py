@@ -28,9 +28,14 @@ And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs thi
 (``PYTHON -I -m zwarm``), kept in the user's state dir (``user_state_dir``, outside every
 agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
 in a login shell, whose ``/etc/profile`` resets PATH).
+
+Also owns which names look secret (``looks_secret``: an api key, token, secret, password,
+authorization or credential), for every part of zwarm that must keep such values out of what
+it writes or shows.
 """
 
 import os
+import re
 import stat
 import sys
 import time
@@ -79,7 +84,7 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     from _blake2 import blake2b
 
     from zwarm.errors import StoreError
-    from zwarm.store.files import atomic_write, read_file
+    from zwarm.store.files import atomic_write, private_dir, read_file
 
     name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
     path = user_state_dir(environ) / "bin" / name / "zwarm"
@@ -93,12 +98,20 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     except OSError:
         pass
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(path.parent)
         atomic_write(path, want, mode=0o700)
         os.chmod(path, 0o700)  # whatever the umask
     except (OSError, StoreError):
         return None
     return path
+
+
+SECRET_NAME = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable or setting called ``name`` holds a secret, by its name."""
+    return SECRET_NAME.search(name) is not None
 
 
 class Env(msgspec.Struct):
@@ -107,6 +120,9 @@ class Env(msgspec.Struct):
     state_dir: Path | None = None  # explicit --state-dir
     clock: Callable[[], float] = time.time
     python: str = sys.executable
+    # told what a command is waiting for (a lock another process holds) once the wait is
+    # long enough to be noticed; ``zwarm.api.Zwarm`` routes it to its ``warn``
+    notice: Callable[[str], None] | None = None
 
     def find_state_dir(self) -> Path:
         """Where ``.zwarm/`` is or would be created (it may not exist); ``UnsafeStateDir`` if

@@ -216,11 +216,11 @@ def _stamp(v: Any, what: str, where: str) -> str:
 
 def update(fn: Callable[[TrustData], T], environ: Mapping[str, str] | None = None) -> T:
     """Read-modify-write the trust file under its lock; written atomically, 0600."""
-    from zwarm.store.files import atomic_write
+    from zwarm.store.files import atomic_write, private_dir
 
     path = trust_file(environ)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(path.parent)
     except OSError as e:
         raise TrustFileError(str(path), f"cannot create its directory: {e.strerror}") from None
     with _locked(path):

@@ -43,6 +43,19 @@ def test_version_and_subcommand_help(zw) -> None:
     assert "--adapter" in res.stdout and "--timeout" in res.stdout
 
 
+def test_every_description_names_every_agent_that_ships(zw) -> None:
+    """Issue 30.15: ``zwarm --help``, ``spawn --help``, the MCP server's instructions, the
+    orchestrator's prompt and the ``delegate`` tool name Gemini CLI beside Codex and Claude
+    Code, as every agent zwarm ships with."""
+    from zwarm.orchestrator import loop, mcp_server, tools
+
+    assert "Gemini CLI" in zw.run("--help", check=True).stdout
+    assert "gemini" in " ".join(zw.run("spawn", "--help", check=True).stdout.split())
+    delegate = next(t for t in tools.TOOLS if t.name == "delegate")
+    for text in (mcp_server.INSTRUCTIONS, loop.SYSTEM_PROMPT, delegate.description):
+        assert all(a in text for a in ("Codex", "Claude Code", "Gemini CLI")), text
+
+
 def test_demo_runs_on_a_fresh_machine(zw) -> None:
     state = zw.tmp / "demo" / ".zwarm"
     # no agent on PATH, no API key: the demo needs neither

@@ -193,6 +193,14 @@ def test_wait_exit_codes(zw) -> None:
     assert data["timed_out"] is True and data["statuses"][hang] == "running"
     res = zw.run("wait", ok, hang, "--any", "--timeout", "30")
     assert res.returncode == 0
+    res = zw.run("wait", ok, hang, "--timeout", "0.5")
+    assert res.returncode == 124
+    assert sorted(res.stdout.splitlines()) == sorted([f"{ok} completed", f"{hang} running"])
+    # issue 30.15: a timeout says what still runs, and how to stop it
+    assert res.stderr.splitlines() == [
+        "timed out after 0.5 s",
+        f"{hang} is still running; `zwarm kill {hang}` stops it",
+    ]
     assert zw.run("wait", hang, "--timeout", "0").returncode == 124  # a look, no waiting
     for bad in ("nan", "-1"):  # never a wait that cannot end, never a traceback
         res = zw.run("wait", hang, "--timeout", bad)

@@ -200,6 +200,26 @@ def test_kill_takes_linked_children_and_leaves_detached_ones(zw) -> None:
     assert f"\n{free.id[:8]} free (detached)" in tree and f"└─ {loose.id[:8]} loose" in tree
 
 
+def test_kill_of_a_finished_parent_stops_its_running_tree(zw) -> None:
+    """Issue 30: a parent that already completed is not refused as ``not running``: its
+    running linked descendants are killed, its own status kept, and the line says so."""
+    parent = zw.api(env_extra=zw.replay("codex_simple", FAKE_SLEEP="1")).spawn("quick")
+    kid = hanging(zw, parent.id).spawn("slow child", name="kid")
+    grandkid = hanging(zw, kid.id).spawn("slower grandchild", name="grandkid")
+    free = hanging(zw, parent.id).spawn("detached child", name="free", detached=True)
+    zw.wait(parent.id)
+    res = zw.run("kill", parent.id, check=True)
+    assert res.stdout.strip() == (
+        f"{parent.id} had already completed; its linked children killed: {kid.id}, "
+        f"{grandkid.id}; detached children left running: {free.id}"
+    )
+    status = {r["id"]: r["status"] for r in zw.json("ls")}
+    assert status == {parent.id: "completed", kid.id: "killed", grandkid.id: "killed",
+                      free.id: "running"}  # fmt: skip
+    res = zw.run("kill", parent.id)  # nothing under it runs any more: nothing to kill
+    assert res.returncode == 1 and "is not running (completed)" in res.stderr
+
+
 def test_rm_of_a_parent_with_a_running_linked_child_needs_force(zw) -> None:
     parent = zw.api(env_extra=zw.replay("codex_simple", FAKE_SLEEP="1")).spawn("quick")
     kid = hanging(zw, parent.id).spawn("slow child")

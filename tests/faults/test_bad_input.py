@@ -367,3 +367,79 @@ def test_state_dir_that_is_a_file(zw: Any, where: str) -> None:
             zw.run("--state-dir", str(root), *cmd, env_extra=env), f"{bad}", "ot a directory"
         )
     assert bad.read_text() == "not a directory" and zw.calls() == 0
+
+
+def test_empty_after_is_refused(zw: Any) -> None:
+    """Issue 29: ``--after ''`` or ``--after ','`` is a mistake, never "no dependency": one
+    line, exit 1, no session (CLI, both its parsers, and the API)."""
+    env = zw.replay("codex_simple")
+    first = spawn(zw, "first", env=env)
+    for value in ("", ",", " , ", f"{first},", f",{first}", f"{first},,{first}"):
+        res = zw.run("spawn", "task", "--after", value, env_extra=env)
+        one_error_line(res, "--after names an empty session")
+        res = zw.run(
+            "spawn", "task", "--after", value, "--json", "--adapter", "codex", env_extra=env
+        )
+        one_error_line(res, "--after names an empty session")
+    for after in ([""], [" "], "", ","):
+        with pytest.raises(InvalidInput, match="--after names an empty session"):
+            zw.api().spawn("task", after=after)
+    assert _sessions(zw) == [first]
+
+
+HUGE = "99999999999999999999999999"
+
+
+def test_numbers_past_the_schemas_bounds_are_refused_before_anything_is_written(
+    zw: Any,
+) -> None:
+    """Issue 29: a number meta.json's schema would refuse to read back (``--max-tokens`` past
+    2**53, a ``--timeout`` of 1e12 s) is refused with one line before a session exists, not
+    stored to make a damaged session: through the CLI (both parsers), the API, the tools and
+    the config's defaults."""
+    from zwarm.orchestrator.tools import Toolbox
+
+    env = zw.replay("codex_simple")
+    for option, value in [
+        ("--max-tokens", HUGE),
+        ("--max-tokens", "0"),
+        ("--max-cost", "1e12"),
+        ("--max-cost", "nan"),
+        ("--stall", "1e10"),
+        ("--timeout", "1e12"),
+        ("--timeout", "inf"),
+        ("--priority", "2000000"),
+    ]:
+        for extra in ((), ("--json", "--adapter", "codex")):
+            res = zw.run("spawn", "task", option, value, *extra, env_extra=env)
+            one_error_line(res, f"{option.lstrip('-')} must be ")
+    api = zw.api(env_extra=env)
+    for kw in (
+        {"max_tokens": int(HUGE)},
+        {"timeout": 1e12},
+        {"max_cost": 1e10},
+        {"stall": float("nan")},
+    ):
+        with pytest.raises(InvalidInput, match="must be "):
+            api.spawn("task", **kw)
+    tb = Toolbox(api, "t")
+    for args in ({"max_tokens": int(HUGE)}, {"timeout": 1e12}, {"max_cost": 1e10}):
+        got = tb.dispatch("delegate", {"task": "task", **args})
+        assert got["ok"] is False and "must be " in got["error"], got
+    assert _sessions(zw) == []
+    zw.state_dir.mkdir(exist_ok=True)
+    for text in (
+        f"[limits]\nmax_tokens = {HUGE}\n",
+        "[limits]\nmax_tokens = 99999999999999999\n",
+        "[defaults]\ntimeout = 1e12\n",
+        "[limits]\nstall_s = 1e10\n",
+        "[groups.g]\nmax_cost = 1e12\n",
+    ):
+        zw.write_config(text)
+        res = zw.run("spawn", "task", env_extra=env)
+        one_error_line(res, "config.toml")
+    assert _sessions(zw) == []
+    zw.write_config("[limits]\nmax_tokens = 9007199254740992\n")
+    sid = spawn(zw, "task", env=env)
+    assert wait_status(zw, sid, "completed")["max_tokens"] == 2**53
+    assert zw.json("ls")[0]["status"] == "completed"

@@ -35,18 +35,18 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import SAMPLES, ZWARM_BIN
 from zwarm.model import ProcRef, Session, schema
 from zwarm.runtime import procs as zprocs
 from zwarm.store import Store, history
 
-from ._helpers import ROOT, UUID, meta, spawn, wait_until
+from ._helpers import UUID, meta, spawn, wait_until
 
 ROUNDS, SPAWNS, INJECTS, FIRST_SPAWNS, FIRST_INJECTS = (
     int(x) for x in os.environ.get("ZWARM_FAULT_STORM", "20,6,6,20,20").split(",")
 )
 TARGETS = 4  # sessions each round's injects go to
 HANGS = 2  # spawns per round whose agent hangs: the next round kills them
-ZWARM = ROOT / ".venv" / "bin" / "zwarm"
 REQUIRED = frozenset(Session("x", "codex", "t", "/", "a", "b").to_dict())
 INJECT_OUT = re.compile(r"^(\S+) (queued|started) \(turn (\d+)\)$")
 
@@ -160,7 +160,12 @@ class Records:
 def _start(zw: Any, args: list[str], env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
     with open(out, "wb") as o, open(out.with_suffix(".err"), "wb") as e:
         return subprocess.Popen(
-            [str(ZWARM), *args], env=env, cwd=zw.cwd, stdout=o, stderr=e, stdin=subprocess.DEVNULL
+            [str(ZWARM_BIN), *args],
+            env=env,
+            cwd=zw.cwd,
+            stdout=o,
+            stderr=e,
+            stdin=subprocess.DEVNULL,
         )
 
 
@@ -304,3 +309,40 @@ def _round(
     reader.frozen |= {*targets, *victims}
     reader.frozen |= {s for s in runners if s not in runners[:TARGETS]}
     return runners[:TARGETS], hangs
+
+
+def test_ls_during_rm_finished_never_shows_damage(zw: Any) -> None:
+    """Issue 29: a removal in progress is not damage. While ``rm --finished`` removes 80
+    sessions, listings taken at the same time show each session whole or not at all."""
+    sid = spawn(zw, "first", env={"FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl")})
+    wait_until(lambda: meta(zw, sid)["status"] == "completed", message="completed")
+    src = zw.state_dir / "sessions" / sid
+    raw = (src / "meta.json").read_text()
+    import shutil
+    import uuid
+
+    for _ in range(80):  # copies of it under new ids (meta.json names its own id)
+        new = str(uuid.uuid4())
+        shutil.copytree(src, src.parent / new)
+        (src.parent / new / "meta.json").write_text(raw.replace(sid, new))
+    api = zw.api()
+    assert len(api.sessions()) == 81
+    rm = subprocess.Popen(
+        [str(ZWARM_BIN), "rm", "--finished"],
+        env=zw.env,
+        cwd=zw.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    damaged: list[Any] = []
+    sizes: set[int] = set()
+    while rm.poll() is None:
+        rows = api.sessions()
+        sizes.add(len(rows))
+        damaged += [r for r in rows if r["status"] == "damaged"]
+    out, err = rm.communicate()
+    assert rm.returncode == 0, err
+    assert len(out.split()) == 81 * 2
+    assert any(0 < n < 81 for n in sizes), sizes  # some listing did run during the removal
+    assert damaged == []
+    assert api.sessions() == []

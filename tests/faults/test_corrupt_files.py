@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ._helpers import (
+    edit_meta,
     meta,
     one_error_line,
     sdir,
@@ -185,3 +186,33 @@ def test_turn_file_with_cut_last_line(zw: Any, status: str) -> None:
     zw.run("inject", sid, "continue", env_extra=zw.replay("codex_simple"), check=True)
     wait_status(zw, sid, "completed")
     assert log.read_bytes() == data
+
+
+def test_a_turn_never_overwrites_turn_files_its_record_does_not_know(zw: Any) -> None:
+    """Issue 29: ``"turns": []`` in meta.json is damage (every session is created with its
+    turn 1), so inject refuses it and turn_1.prompt survives; and a new turn never takes a
+    number whose files exist (a record that lost turns, a start killed before its meta.json
+    was saved): inject refuses with one line, nothing overwritten or started."""
+    env = zw.replay("codex_simple")
+    sid = spawn(zw, "the real task", env=env)
+    wait_status(zw, sid, "completed")
+    turns = sdir(zw, sid) / "turns"
+    before = snapshot(turns)
+    edit_meta(zw, sid, lambda m: m.update(turns=[]))
+    for args in (("inject", sid, "overwrite?"), ("retry", sid)):
+        one_error_line(zw.run(*args, env_extra=env), "has no turns")
+    assert snapshot(turns) == before and (turns / "turn_1.prompt").read_bytes() == b"the real task"
+    assert zw.json("ls")[0]["status"] == "damaged"
+
+    other = spawn(zw, "second task", env=env)
+    wait_status(zw, other, "completed")
+    stray = sdir(zw, other) / "turns" / "turn_2.jsonl"
+    stray.write_bytes(b'{"kept": true}\n')
+    res = zw.run("inject", other, "more", env_extra=env)
+    one_error_line(res, "turns/turn_2.jsonl exists but meta.json knows no turn 2")
+    assert not (sdir(zw, other) / "turns" / "turn_2.prompt").exists()
+    assert stray.read_bytes() == b'{"kept": true}\n'
+    assert len(meta(zw, other)["turns"]) == 1 and zw.calls() == 2
+    stray.unlink()  # moved away: it goes on
+    zw.run("inject", other, "more", env_extra=env, check=True)
+    assert len(wait_status(zw, other, "completed")["turns"]) == 2

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ZWARM_BIN
+
 from ._helpers import (
-    ROOT,
     alive,
     meta,
     one_error_line,
@@ -33,8 +34,6 @@ from ._helpers import (
     wait_status,
     wait_until,
 )
-
-ZWARM = ROOT / ".venv" / "bin" / "zwarm"
 
 
 def _tmp_files(root: Path) -> list[str]:
@@ -48,7 +47,7 @@ def _run_limited(zw: Any, limit: int, *args: str) -> subprocess.CompletedProcess
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return subprocess.run(
-        [str(ZWARM), *args],
+        [str(ZWARM_BIN), *args],
         env=zw.env,
         cwd=zw.cwd,
         capture_output=True,
@@ -170,3 +169,34 @@ def test_disk_full_tmpfs(small_fs: Any) -> None:
     assert rows[b]["status"] == "failed" and rows[b]["error"].startswith("supervisor lost")
     zw.run("inject", a, "more", env_extra=zw.replay("codex_simple"), check=True)
     assert len(wait_status(zw, a, "completed")["turns"]) == 2
+
+
+def test_rm_on_a_full_disk_removes_the_session(small_fs: Any) -> None:
+    """Issue 29: removing frees space, so ``rm`` works on a full disk (tmpfs, ENOSPC) and under
+    RLIMIT_FSIZE 0, also for sessions whose turn ended while the disk was full (lost: ending
+    them on disk first would need room; they are ended in memory and deleted)."""
+    zw = small_fs
+    release = zw.tmp / "release"  # on the normal disk
+    a = spawn(zw, "done", "--name", "first", env=zw.replay("codex_simple"))
+    wait_status(zw, a, "completed")
+    lost = [
+        spawn(zw, f"running {i}", env=zw.replay("codex_simple", FAKE_WAIT_FILE=str(release)))
+        for i in range(2)
+    ]
+    sups = [supervisor_ref(zw, sid) for sid in lost]
+    for sid in lost:
+        wait_until(lambda sid=sid: meta(zw, sid)["turns"][0].get("agent"), message="agent")
+    filler = _fill(zw.state_dir.parent)
+    release.touch()  # the turns end while the disk is full: their supervisors cannot record it
+    for sup in sups:
+        wait_until(lambda sup=sup: not alive(sup), message="supervisor gave up")
+    res = zw.run("rm", lost[0])
+    assert res.returncode == 0 and res.stdout.split()[0] == lost[0], res.stderr
+    res = _run_limited(zw, 0, "rm", lost[1], a)
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.split()[::2]) == sorted([lost[1], a])
+    assert list((zw.state_dir / "sessions").iterdir()) == []
+    assert not (zw.state_dir / "names" / "first").exists()
+    assert _tmp_files(zw.state_dir) == []
+    filler.unlink()
+    assert zw.json("ls") == []

@@ -18,10 +18,13 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import ZWARM_BIN
 
 from ._helpers import (
     ROOT,
@@ -34,14 +37,12 @@ from ._helpers import (
     wait_until,
 )
 
-ZWARM = ROOT / ".venv" / "bin" / "zwarm"
-
 
 def _run_umask0(
     zw: Any, *args: str, env: dict[str, str] | None = None, input: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     res = subprocess.run(
-        [str(ZWARM), *args],
+        [str(ZWARM_BIN), *args],
         env={**zw.env, **(env or {})},
         cwd=zw.cwd,
         input=input,
@@ -83,6 +84,66 @@ def test_modes_0700_and_0600_even_under_umask_0(zw: Any) -> None:
                 bad.append(f"{p.relative_to(zw.state_dir)}: {oct(mode)}")
     assert stat.S_IMODE(zw.state_dir.stat().st_mode) == 0o700
     assert bad == [] and count > 20, bad
+
+
+_ORCH_UNDER_UMASK_0 = """
+import os, sys
+from pathlib import Path
+os.umask(0)
+from zwarm.api import Zwarm
+from zwarm.orchestrator.runstore import RunStore
+from zwarm.orchestrator.tools import Toolbox
+api = Zwarm()
+tb = Toolbox(api, "umask-test")
+print(tb.dispatch("wait", {"all": True, "timeout_s": 0.1}))
+rs = RunStore.open(api.state_dir)
+with rs.lock("20261127-000000-abcd"):
+    pass
+"""
+
+
+def test_every_dir_zwarm_makes_is_0700_under_umask_0_outside_the_state_dir_too(zw: Any) -> None:
+    """Issue 29: under umask 000, the directories zwarm makes with their parents (the
+    orchestrator's, the launch pins' ``$XDG_STATE_HOME/zwarm``, the trust file's) were 0777;
+    every directory zwarm makes is 0700, every file 0600."""
+    xdg = zw.tmp / "fresh"  # none of these exists yet: zwarm makes them all
+    env = {
+        "XDG_STATE_HOME": str(xdg / "state" / "deep"),
+        "XDG_CONFIG_HOME": str(xdg / "config" / "deep"),
+        "XDG_CACHE_HOME": str(xdg / "cache" / "deep"),
+        **zw.replay("codex_simple"),
+    }
+    _run_umask0(zw, "init", "--yes", env=env)
+    sid = _run_umask0(zw, "spawn", "task", env=env).stdout.decode().strip()
+    wait_status(zw, sid, "completed")
+    _run_umask0(zw, "ls", env=env)
+    (zw.state_dir / "config.toml").write_text("[limits]\nmax_running = 2\n")
+    _run_umask0(zw, "trust", "--yes", env=env)
+    res = subprocess.run(
+        [sys.executable, "-c", _ORCH_UNDER_UMASK_0],
+        env={**zw.env, **env},
+        cwd=zw.cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    made = [xdg / "state", xdg / "config", zw.state_dir / "orchestrator"]
+    made += [xdg / "cache"] if (xdg / "cache").exists() else []  # the listing's, if it kept one
+    bad, count = [], 0
+    launchers = xdg / "state" / "deep" / "zwarm" / "bin"  # the agents' "$ZWARM": programs
+    for root in made:
+        assert root.is_dir(), root
+        for p in [root, *root.rglob("*")]:
+            mode = stat.S_IMODE(p.lstat().st_mode)
+            want = 0o700 if p.is_dir() or p.parent.parent == launchers else 0o600
+            count += 1
+            if mode != want:
+                bad.append(f"{p}: {oct(mode)}")
+    assert (xdg / "state" / "deep" / "zwarm" / "pins").is_dir()
+    assert (xdg / "config" / "deep" / "zwarm").is_dir()
+    assert (zw.state_dir / "orchestrator" / "locks").is_dir()
+    assert bad == [] and count > 12, bad
 
 
 @pytest.mark.parametrize("adapter", ["codex", "claude"])
@@ -220,7 +281,7 @@ def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     zw.write_config('[codex.env]\nZW_ADDED = "from config"\nZW_BOTH = "config wins"\n')
     user = {**zw.env, **zw.replay("codex_simple"), "ZW_USER": "u", "ZW_BOTH": "user"}
     res = subprocess.run(
-        [str(ZWARM), "spawn", "task"],
+        [str(ZWARM_BIN), "spawn", "task"],
         env=user,
         cwd=zw.cwd,
         capture_output=True,

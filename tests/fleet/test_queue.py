@@ -3,6 +3,7 @@ dependencies, killing a queued session, and no queued session ever stranded, wit
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -275,9 +276,10 @@ def test_a_groups_cap_holds_only_its_own_sessions(zw: ZW) -> None:
     assert res.returncode == 0, [meta(zw, x)["error"] for x in (a, b, c)]
 
 
-def test_the_days_spend_queues_new_sessions_until_tomorrow(zw: ZW) -> None:
+def test_the_days_spend_queues_new_sessions_until_tomorrow(zw: ZW, midday: str) -> None:
     """claude_simple costs $0.000638; with max_cost_per_day $0.0005 the next session waits,
-    and starts on a command run the next day (the clock injected into the API)."""
+    and starts on a command run the next day (the clock injected into the API). Days are
+    local: run where it is midday, so that no day begins before "still today"."""
     from zwarm.env import Env
 
     configure(zw, "[limits]\nmax_cost_per_day = 0.0005\n")
@@ -303,3 +305,78 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_spawn_after_a_failed_session_says_so_at_once(zw: ZW) -> None:
+    """Issue 30.8: ``spawn --after X`` with X already failed or killed prints the new id (for
+    scripts) and says on stderr, as an error (exit 1), that it will never run, naming X and
+    how it ended once ("killed", not "killed, killed"); ``--after-any`` starts it (exit 0)."""
+    env = {"FAKE_REPLAY": zw.sample("codex_simple"), "FAKE_FAIL_ON": "FAILME"}
+    failed = zw.spawn("task FAILME", env_extra=env)
+    wait_status(zw, failed, "failed")
+    hung = zw.spawn("hang", env_extra={**env, "FAKE_HANG": "1"})
+    zw.run("kill", hung, check=True)
+    for dep, ended in ((failed, "failed, agent_error"), (hung, "killed")):
+        for extra in ((), ("--json",)):
+            res = zw.run("spawn", "next", "--after", dep, *extra, env_extra=env)
+            assert res.returncode == 1, (res.stdout, res.stderr)
+            sid = json.loads(res.stdout)["id"] if extra else res.stdout.strip()
+            assert meta(zw, sid)["status"] == "failed"
+            assert res.stderr == (
+                f"Error: session {sid} will not run: dependency failed: session {dep} "
+                f"ended {ended}\n"
+            )
+    res = zw.run("spawn", "next", "--after", hung, "--after-any", env_extra=env)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_a_queued_spawn_says_its_place_on_stderr(zw: ZW) -> None:
+    """Issue 30.15: a spawn that queues prints its id on stdout (for scripts) and on stderr
+    its place and what it waits for."""
+    configure(zw, CAP1)
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))
+    a = zw.spawn("task A", env_extra=env)
+    res = zw.run("spawn", "task B", env_extra=env, check=True)
+    b = res.stdout.strip()
+    assert len(b) == 36 and res.stdout == b + "\n"
+    assert res.stderr == "queued #1: waiting for a slot: 1 running ([limits] max_running = 1)\n"
+    res = zw.run("spawn", "task C", "--after", a, env_extra=env, check=True)
+    assert res.stderr == f"queued #2: waiting for {a[:8]}\n"
+    hold.unlink()
+    assert zw.run("wait", "--all", "--timeout", "60", env_extra=env).returncode == 0
+
+
+def test_a_spawn_says_who_holds_the_scheduler_lock_and_gives_up_in_time(zw: ZW) -> None:
+    """Issue 29: while another process holds the scheduler lock, a spawn that must take it
+    says on stderr, after about a second, which process it waits for (from /proc/locks), and
+    gives up with one line after ZWARM_LOCK_WAIT_S (default 60 s), creating nothing; with the
+    lock released in time it goes on."""
+    configure(zw, CAP1)
+    env = {"FAKE_REPLAY": zw.sample("codex_simple"), "ZWARM_LOCK_WAIT_S": "3"}
+    me = f"waiting for the scheduler lock held by pid {os.getpid()} ("
+    with held_scheduler_lock(zw):
+        res = zw.run("spawn", "task", env_extra=env, timeout=40)  # it waited forever
+        assert res.returncode == 1 and res.stdout == "", res
+        lines = res.stderr.splitlines()
+        assert len(lines) == 2 and lines[0].startswith(f"warning: {me}"), res.stderr
+        assert "pytest" in lines[0] or "python" in lines[0], lines[0]
+        assert lines[1].startswith("Error: the scheduler lock is still held after 3 s (by pid ")
+        assert "nothing was started" in lines[1] and "ZWARM_LOCK_WAIT_S" in lines[1]
+        assert zw.json("ls", env_extra=env) == []
+        slow = subprocess.Popen(
+            [str(ZWARM_BIN), "spawn", "late task"],
+            env={**zw.env, **env, "ZWARM_LOCK_WAIT_S": "60"},
+            cwd=zw.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        notes = slow.stderr
+        assert notes is not None
+        first = notes.readline().decode()  # said while it still waits
+        assert first.startswith(f"warning: {me}"), first
+    out, err = slow.communicate(timeout=60)
+    assert slow.returncode == 0 and err == b"", err
+    sid = out.decode().strip()
+    assert wait_status(zw, sid, "completed")

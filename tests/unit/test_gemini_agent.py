@@ -375,3 +375,23 @@ def test_prepare_replaces_a_planted_link_and_trusts_only_the_cwd(tmp_path: Path)
     assert (where / ".gemini" / "settings.json").stat().st_mode & 0o777 == 0o600
     env = home.environment({"GEMINI_CLI_TRUSTED_FOLDERS_PATH": "/x", "A": "1"}, where)
     assert env == {"A": "1", "GEMINI_CLI_HOME": str(where)}
+
+
+def test_a_failed_auto_run_records_the_routed_model_not_the_routers() -> None:
+    """Under ``auto`` the CLI's router asks a flash-lite model first; when the main request
+    then fails at once, the router's tokens are the only ones reported (issue 30)."""
+    stats = {"models": {"gemini-3.5-flash-lite": {"total_tokens": 130},
+                        "gemini-3.5-flash": {"total_tokens": 0}}}  # fmt: skip
+    init = line(type="init", session_id="abc-1", model="auto")
+    error = {"type": "unknown", "message": '[API Error: {"error":{"code":429}}]'}
+    o = events.scan_outcome([init, line(type="result", status="error", error=error, stats=stats)])
+    assert (o.status, o.model) == (Status.FAILED, "gemini-3.5-flash")
+    asked = line(type="init", session_id="abc-1", model="gemini-3.5-flash-lite")
+    o = events.scan_outcome([asked, line(type="result", status="success", stats=stats)])
+    assert o.model == "gemini-3.5-flash-lite"  # asked for by name: every main request's
+
+
+def test_the_models_the_pinned_cli_routes_to_by_default_are_priced() -> None:
+    for model in ("gemini-2.5-pro", "gemini-3.5-flash", "gemini-3.5-flash-lite",
+                  "gemini-3.1-flash-lite"):  # fmt: skip
+        assert AGENT.estimate_cost(Usage(1000, 0, 100, 0), model, {}) is not None, model

@@ -121,7 +121,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 @click.version_option(package_name="zwarm", message="zwarm %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, state_dir: Path | None) -> None:
-    """Run Codex and Claude Code agents as background sessions; every turn kept on disk."""
+    """Run Codex, Claude Code and Gemini CLI agents as background sessions, every turn on disk."""
     ctx.obj = {"state_dir": state_dir}
 
 
@@ -159,7 +159,9 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 @cli.command()
 @click.argument("task")
-@click.option("--adapter", callback=_agent_name, help="Agent to run: codex, claude, or a plugin's.")
+@click.option(
+    "--adapter", callback=_agent_name, help="Agent to run: codex, claude, gemini, or a plugin's."
+)
 @click.option("--model", "-m", help="Model (an alias like sonnet or gpt-5 picks the adapter).")
 @click.option("-C", "cwd", type=click.Path(path_type=Path), help="Working directory.")
 @click.option("--name", help="A unique name to refer to the session by.")
@@ -193,6 +195,9 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
 
     TASK - reads the task from stdin. With --wait the id is printed first, then the command
     blocks (showing progress on a terminal) and exits 0 if the turn completed, 1 if not.
+    Without it, a queued session's place and what it waits for are said on stderr, and a
+    session that can never start (an --after session already failed) is said as an error,
+    exit 1; stdout is the id either way.
     Run by an agent of a session (ZWARM_PARENT_SESSION), it starts a child of that session,
     killed and removed with it unless --detached; [limits] max_spawn_depth bounds the depth.
     An agent runs zwarm as "$ZWARM" (a login shell's PATH may not reach zwarm).
@@ -206,8 +211,7 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
     """
     api = _api(ctx)
     if not wait_:  # the fast path's body (``fast.spawn``)
-        fast.spawn(api, task, as_json, dangerous, **opts)
-        return
+        ctx.exit(fast.spawn(api, task, as_json, dangerous, **opts))
     s = api.spawn(fast.read_task(task), dangerous=dangerous or None, **opts)
     if not as_json:
         click.echo(s.id)  # first: the wait may be long, and may be interrupted
@@ -319,7 +323,8 @@ def ls_cmd(ctx: click.Context, status: str | None, name: str | None, adapter: st
     Oldest first. On a terminal the table fits its width: the less useful columns go first, the task
     is cut last. A failed session shows why in a word (timeout, exit 3, lost...). With --tree,
     each session started by an agent is shown under its parent (and an orchestrator run's under
-    the run), with its whole subtree's tokens and cost.
+    the run, whose totals add the orchestrator's own), with its whole subtree's tokens and cost;
+    --tree --json prints those rows.
 
     \b
     Examples:
@@ -478,6 +483,9 @@ def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, a
             for sid, st in res["statuses"].items():
                 click.echo(f"{sid} {st}")
     if res["timed_out"]:
+        if not as_json:  # stdout lists every status; stderr says what still runs, and why
+            late = [sid for sid in res["statuses"] if sid not in res["finished"]]
+            live.still_running(api, late, f"timed out after {timeout:g} s")
         ctx.exit(WAIT_EXIT["timeout"])
     finished = [res["statuses"][s] for s in res["finished"]]
     ctx.exit(0 if all(st == "completed" for st in finished) else 1)
@@ -513,9 +521,9 @@ def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: boo
     """Kill sessions: each agent's whole process tree.
 
     The session ends killed, its queued messages dropped, and its linked child sessions (started
-    by its agent) are killed too; detached ones run on. Each SESSION is a session id, a unique
-    prefix of it (4+ characters), or its name. Every one given is tried; each outcome is one line,
-    and the exit status is 1 if any failed.
+    by its agent) are killed too, also when it had already finished; detached ones run on. Each
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name. Every one given
+    is tried; each outcome is one line, and the exit status is 1 if any failed.
 
     \b
     Examples:
@@ -562,6 +570,8 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
 
     Each SESSION is a session id, a unique prefix of it (4+ characters), or its name. Its linked
     child sessions (started by its agent) are removed with it; detached ones are kept.
+    --finished keeps a session whose worktree holds work that would be lost, saying so on
+    stderr ("kept ID: why"), and exits 1 then, as when a removal failed.
 
     \b
     Examples:
@@ -589,6 +599,15 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
 
         for d in removed:
             click.echo(rm_line(d))
+    if finished:  # what --finished kept is no error: said so, and exit 1 all the same
+        from zwarm.cli.text import clean
+        from zwarm.errors import WorkspaceError
+
+        kept = [f for f in failed if isinstance(f[1], WorkspaceError)]
+        for sid, err in kept:
+            click.echo(f"kept {sid}: {clean(str(err), newlines=False)}", err=True)
+        _exit_failed(ctx, [f for f in failed if f not in kept])
+        ctx.exit(1 if kept else 0)
     _exit_failed(ctx, failed)
 
 

@@ -81,8 +81,9 @@ def _agent(value: str) -> str | None:
 
 
 def split_refs(values: Iterable[str]) -> tuple[str, ...]:
-    """``--after a,b --after c`` -> (a, b, c)."""
-    return tuple(ref.strip() for v in values for ref in v.split(",") if ref.strip())
+    """``--after a,b --after c`` -> (a, b, c); an empty one (``--after ''``, ``a,,b``) is kept
+    as ``''``: ``Zwarm.spawn`` refuses it (it never means "no dependency")."""
+    return tuple(ref.strip() for v in values for ref in v.split(","))
 
 
 def _refs(value: str) -> tuple[str, ...]:
@@ -318,8 +319,15 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
     """``zwarm ls`` but ``--watch``: the rows as JSON, the delegation trees, or the table."""
     from zwarm.api import EncodedRow, select_rows
 
-    rows = api.sessions(status, encoded=as_json) if api.store.exists() else []
+    rows = api.sessions(status, encoded=as_json and not as_tree) if api.store.exists() else []
     rows = select_rows(rows, name, adapter, source, limit)
+    if as_tree:
+        from zwarm.cli import tree
+
+        runs = tree.run_parts(api.state_dir, rows)
+        if as_json:
+            output.emit_json(tree.tree_json(rows, runs))
+            return 0
     if as_json:
         output.emit_json([r.raw if type(r) is EncodedRow else r for r in rows])
         return 0
@@ -328,9 +336,7 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
 
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if as_tree:
-        from zwarm.cli import tree
-
-        tree.tree_table(rows, api.env.clock(), color=color, width=terminal_width())
+        tree.tree_table(rows, api.env.clock(), color=color, width=terminal_width(), runs=runs)
         return 0
     render.session_table(rows, api.env.clock(), color=color, width=terminal_width())
     return 0
@@ -386,6 +392,26 @@ def spawn(api: Zwarm, task: str, as_json: bool = False, dangerous: bool = False,
     name them."""
     s = api.spawn(read_task(task), dangerous=dangerous or None, **opts)
     started(api, s.id, as_json)
+    return spawned(api, s)
+
+
+def spawned(api: Zwarm, s: Any) -> int:
+    """What a spawn says besides the id, on stderr (stdout stays the id or the row, for
+    scripts), and its exit status: a queued session's place and what it waits for (0); a
+    session that can never start (an ``--after`` session already failed: it ended at once)
+    why, as an error (1)."""
+    from zwarm.model import Status
+
+    if s.status is Status.RUNNING:
+        return 0
+    s = api.get(s.id)  # the scheduler's pass may have moved it since
+    t = s.current
+    if s.status is Status.QUEUED and t is not None:
+        place = api.queue_place(s.id).get("queue_position")
+        output.note(f"queued #{place}: {t.wait or 'waiting to start'}")
+    elif s.status.finished and s.status is not Status.COMPLETED:
+        output.note(f"Error: session {s.id} will not run: {s.error or s.status.value}")
+        return 1
     return 0
 
 

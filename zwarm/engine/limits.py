@@ -13,7 +13,6 @@ turn hit by a usage or rate limit resumes (``park_until``) and what the state di
 - this module reads the config and sessions it is given; it starts, stops or writes nothing.
 """
 
-import math
 import re
 import time
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ import msgspec
 
 from zwarm.errors import InvalidInput
 from zwarm.model import Reason, Session, TurnOutcome, Usage
-from zwarm.model.records import NAME
+from zwarm.model.records import NAME, Count, Money, Priority, Seconds, out_of_bounds
 
 if TYPE_CHECKING:
     from zwarm.config import Config
@@ -45,20 +44,16 @@ class Fleet(msgspec.Struct, frozen=True):
 
 
 def check(f: Fleet) -> Fleet:
-    """``f`` with its numbers checked (``InvalidInput`` naming the bad one)."""
-    for name, value in (("max_cost", f.max_cost), ("stall", f.stall)):
-        if value is not None and not _positive(value):
-            raise InvalidInput(
-                f"--{name.replace('_', '-')} must be a positive number, not {value!r}"
-            )
-    if f.max_tokens is not None and (
-        isinstance(f.max_tokens, bool) or not isinstance(f.max_tokens, int) or f.max_tokens <= 0
+    """``f`` with its numbers checked against the bounds ``meta.json``'s schema declares
+    (``records.out_of_bounds``; ``InvalidInput`` naming the bad one)."""
+    for option, value, typ in (
+        ("--max-cost", f.max_cost, Money),
+        ("--max-tokens", f.max_tokens, Count),
+        ("--stall", f.stall, Seconds),
     ):
-        raise InvalidInput(f"--max-tokens must be a positive whole number, not {f.max_tokens!r}")
-    if isinstance(f.priority, bool) or not isinstance(f.priority, int):
-        raise InvalidInput(f"--priority must be a whole number, not {f.priority!r}")
-    if not -1_000_000 <= f.priority <= 1_000_000:
-        raise InvalidInput("--priority must be between -1000000 and 1000000")
+        if value is not None:
+            need(option, value, typ, positive=True)
+    need("--priority", f.priority, Priority)
     if f.group is not None and not _GROUP.match(f.group):
         raise InvalidInput(
             f"invalid group name {f.group!r}: use 1-64 letters, digits, '.', '_' or '-'"
@@ -68,9 +63,13 @@ def check(f: Fleet) -> Fleet:
     return f
 
 
-def _positive(v: Any) -> bool:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    return ok and math.isfinite(v) and 0 < v <= 1e9
+def need(option: str, value: Any, typ: Any, positive: bool = False) -> Any:
+    """``value`` if ``meta.json``'s schema takes it as ``typ`` (``records.out_of_bounds``),
+    else ``InvalidInput``: "``option`` must be ..., not ``value``"."""
+    why = out_of_bounds(value, typ, positive)
+    if why is not None:
+        raise InvalidInput(f"{option} must be {why}, not {value!r}")
+    return value
 
 
 def settle(s: Session, f: Fleet, config: "Config") -> None:

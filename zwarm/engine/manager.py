@@ -15,7 +15,9 @@ or signals a process itself. Must stay true:
   (``supervisor_lost``, or the launcher's reason: ``Launcher.lost``) on the next read, and
   whatever still carries its marker is stopped; every turn runs on the launcher its
   session's launch pin names (``zwarm.store.pins``);
-- per-turn usage and cost are deltas; session totals are sums of turn figures;
+- per-turn usage and cost are deltas; session totals are sums of turn figures; a turn that
+  used no tokens (reported zero, or failed as the agent says before the model answered) costs
+  0 whatever the model's price, and any other turn without a known cost stays unknown;
 - a turn that would make a session run while caps are configured (or that waits for other
   sessions) is made ``queued`` and started only by the scheduler (``engine.scheduler``), under
   its lock; a turn that ends past the session's budget ends ``budget_exceeded`` and nothing
@@ -276,7 +278,7 @@ class BaseSessionManager(abc.ABC):
         if mode == "native" and not s.agent_session_id:
             mode = "summary"  # the agent never reported a session id to resume
         prompt = q.message if mode == "native" else self._followup_prompt(s, q.message)
-        write_private(self.store.turn_path(s.id, n, "prompt"), prompt.encode("utf-8", "replace"))
+        self.store.write_turn_prompt(s.id, n, prompt.encode("utf-8", "replace"))
         now = self.env.now_iso()
         # the session's limit (its first turn's: spawn's --timeout or [defaults] timeout)
         # applies to every turn unless the follow-up gave its own
@@ -509,7 +511,7 @@ class BaseSessionManager(abc.ABC):
         """A snapshot of the session's tree, or None if it could not be taken (said on
         stderr: the supervisor's log). A snapshot never decides a turn's outcome."""
         try:
-            return ws_mod.snapshot(ws, self.env.environ, sid, n, which)
+            return ws_mod.snapshot(ws, self.env.environ, sid, n, which, self.store.root)
         except ZwarmError as e:
             print(f"zwarm: no {which} snapshot of turn {n}: {e}", file=sys.stderr)
             return None
@@ -529,8 +531,9 @@ class BaseSessionManager(abc.ABC):
         try:
             from zwarm.engine import diffs
 
-            turn = diffs.stats(ws.tree, self.env.environ, before, after) if before else None
-            whole = diffs.stats(ws.tree, self.env.environ, start, after) if start else None
+            tree = ws_mod.git_dir_tree(ws, self.env.environ)
+            turn = diffs.stats(tree, self.env.environ, before, after) if before else None
+            whole = diffs.stats(tree, self.env.environ, start, after) if start else None
         except ZwarmError as e:
             print(f"zwarm: no change stats for turn {n}: {e}", file=sys.stderr)
             return after, None, None
@@ -643,6 +646,10 @@ class BaseSessionManager(abc.ABC):
                 t.cost_usd = round(max(0.0, o.cost_usd - (base_cost or 0.0)), 8)
         else:
             t.cost_usd = self.estimate_cost(t.usage, s.model) if o.usage else None
+        if t.cost_usd is None and not t.usage.total_tokens and _nothing_billed(o):
+            t.cost_usd = 0.0
+        if o.model:
+            s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ reconcile and kill
     def reconcile(self, s: Session) -> Session:
@@ -660,6 +667,13 @@ class BaseSessionManager(abc.ABC):
         if t.supervisor is None and t.handle is None:  # a launcher's handle: asked instead
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
         return not self.launcher(t).alive(s.id, t)
+
+    def end_lost(self, s: Session) -> bool:
+        """``s`` with a lost turn ended in memory only (its orphaned agent stopped), nothing
+        written: for ``rm``, which deletes the session next (lock held). Whether it was lost."""
+        lost = self._reconcile_locked(s)
+        s.refresh()
+        return lost
 
     def _reconcile_locked(self, s: Session) -> bool:
         """Fail a running turn whose supervisor is gone, stopping whatever of its agent still
@@ -758,7 +772,7 @@ class BaseSessionManager(abc.ABC):
                 context = "native"
             elif t.context != "summary":
                 context = "native"
-        write_private(self.store.turn_path(s.id, n, "prompt"), prompt)
+        self.store.write_turn_prompt(s.id, n, prompt)
         new = Turn(n, Status.RUNNING, t.message, context, self.env.now_iso(), timeout=t.timeout)
         new.retry_of = t.retry_of or t.n
         new.launcher = self._pinned_launcher(s)
@@ -859,7 +873,10 @@ def _closing_iter(f: Any, it: Iterator[Step]) -> Iterator[Step]:
         f.close()
 
 
-def check_cwd(path: Path) -> Path:
+def check_cwd(path: Path, state_dir: Path | None = None) -> Path:
+    """The real directory ``path`` names (symlinks followed), where an agent may run: it exists,
+    is valid UTF-8, and is neither ``state_dir`` nor inside it (an agent there would write over
+    zwarm's own records)."""
     if not path.exists():
         raise InvalidInput(f"working directory {str(path)!r} does not exist")
     if not path.is_dir():
@@ -871,4 +888,18 @@ def check_cwd(path: Path) -> Path:
         raise InvalidInput(
             f"working directory {str(resolved)!r} is not valid UTF-8, which agents cannot use"
         ) from None
+    if state_dir is not None:
+        state = state_dir.resolve()
+        if resolved == state or resolved.is_relative_to(state):
+            raise InvalidInput(
+                f"working directory {str(path)!r} is inside zwarm's state dir ({state_dir}): "
+                "no agent runs there"
+            )
     return resolved
+
+
+def _nothing_billed(o: TurnOutcome) -> bool:
+    """Whether the turn's outcome shows nothing was billed (its usage is already zero): the
+    agent reported zero tokens, or it reported the failure before the model answered at all
+    (a 429 on the first request). A turn cut off without a report may have been billed."""
+    return o.usage is not None or (o.status is Status.FAILED and o.unanswered)

@@ -34,7 +34,9 @@ starts it again).
 
 Must stay true: this module starts turns only through ``transitions.start`` plus the
 manager's launcher, under the scheduler lock, and never signals a process; every file it
-reads is untrusted (a waiting file is only a hint: meta.json decides).
+reads is untrusted (a waiting file is only a hint: meta.json decides); no wait for the lock is
+silent or endless: past ``NOTICE_AFTER_S`` it says who holds it (the kernel's ``/proc/locks``,
+never a file), and it ends after a bound (``LOCK_WAIT_S``, ``ZWARM_LOCK_WAIT_S``).
 """
 
 import contextlib
@@ -63,6 +65,11 @@ if TYPE_CHECKING:
     from zwarm.store import Store
 
 TICK_WAIT_S = 5.0  # how long a command waits for another pass to end before going on
+# how long a command that must run a pass (spawn, kill, inject) waits for the lock held by
+# another process; ZWARM_LOCK_WAIT_S sets it (seconds). A spawn gives up with one line and
+# creates nothing; another command leaves the pass to the next command (its waiting file stays)
+LOCK_WAIT_S = 60.0
+NOTICE_AFTER_S = 1.0  # a wait this long is said (``Env.notice``): who holds the lock
 _ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
@@ -147,17 +154,42 @@ class Scheduler:
     @contextlib.contextmanager
     def locked(self, timeout: float | None = None) -> Iterator[bool]:
         """Hold the scheduler lock for the block (True), or yield False if another process
-        held it for ``timeout`` seconds (None: wait as long as it takes)."""
+        held it for ``timeout`` seconds (None: ``lock_wait()``). A wait past
+        ``NOTICE_AFTER_S`` is said once (``Env.notice``), naming the process holding it."""
         self._ensure()
         flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
         try:
             fd = os.open(self.dir / "lock", flags, 0o600)
         except OSError as e:
             raise StoreError(f"cannot open the scheduler lock: {e.strerror}") from None
+        notice = self.env.notice
+
+        def waiting() -> None:
+            if notice is not None:
+                notice(f"waiting for the scheduler lock held by {lock_holder(fd)}")
+
         try:
-            yield _flock(fd, timeout)
+            wait = self.lock_wait() if timeout is None else timeout
+            yield _flock(fd, wait, waiting)
         finally:
             os.close(fd)
+
+    def lock_wait(self) -> float:
+        """How long a command that must run a pass waits for the lock (``LOCK_WAIT_S``, or
+        ``ZWARM_LOCK_WAIT_S`` when it is a positive number of seconds)."""
+        raw = self.env.environ.get("ZWARM_LOCK_WAIT_S", "")
+        try:
+            value = float(raw)
+        except ValueError:
+            return LOCK_WAIT_S
+        return value if 0 < value <= 1e9 else LOCK_WAIT_S
+
+    def _busy(self) -> StoreError:
+        return StoreError(
+            f"the scheduler lock is still held after {self.lock_wait():g} s (by "
+            f"{lock_holder_of(self.dir / 'lock')}): gave up, nothing was started; "
+            "ZWARM_LOCK_WAIT_S sets how long to wait"
+        )
 
     def _ensure(self) -> None:
         for d in (self.dir, self.waiting):
@@ -212,14 +244,19 @@ class Scheduler:
         return self.run(TICK_WAIT_S)
 
     def run(self, timeout: float | None = None) -> Report | None:
-        """One pass under the lock (None if another held it for ``timeout`` seconds)."""
+        """One pass under the lock (None if another held it for ``timeout`` seconds; None:
+        ``lock_wait()``, after which the pass is left to the next command, as if this process
+        had been killed: the waiting files stay)."""
         with self.locked(timeout) as got:
             return self._pass() if got else None
 
     def admit_new(self, s: Session, create: Callable[[], None]) -> Session:
-        """Create new session ``s`` (``create``) queued, and run a pass, under the lock."""
+        """Create new session ``s`` (``create``) queued, and run a pass, under the lock;
+        ``StoreError`` (nothing created) if another process holds it past ``lock_wait()``."""
         self.store.ensure()
-        with self.locked():
+        with self.locked() as got:
+            if not got:
+                raise self._busy()
             transitions.defer(s, s.turns[0], s.created_at)
             self.mark(s.id)
             create()
@@ -465,24 +502,69 @@ def _dependencies(
         if not d.status.finished:
             waiting.append(dep)
         elif d.status is not Status.COMPLETED and not s.after_any:
-            reason = f", {d.reason.value}" if d.reason else ""
+            reason = f", {d.reason.value}" if d.reason and d.reason.value != d.status.value else ""
             return waiting, f"dependency failed: session {dep} ended {d.status.value}{reason}"
     return waiting, None
 
 
-def _flock(fd: int, timeout: float | None) -> bool:
-    if timeout is None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return True
-    deadline = time.monotonic() + timeout
+def _flock(fd: int, timeout: float, waiting: Callable[[], None]) -> bool:
+    """Take the lock on ``fd`` within ``timeout`` seconds (whether it was); ``waiting`` is
+    called once if that takes longer than ``NOTICE_AFTER_S``."""
+    start = time.monotonic()
+    deadline, told = start + timeout, False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 return False
-            time.sleep(0.01)
+            if not told and now - start >= NOTICE_AFTER_S:
+                told = True
+                waiting()
+            time.sleep(0.01 if now - start < NOTICE_AFTER_S else 0.05)
+
+
+def lock_holder(fd: int) -> str:
+    """Which process holds the ``flock`` on ``fd``'s file, as the kernel says
+    (``/proc/locks``: never a file anyone can write): "pid N (its command line)", or
+    "another process" when that cannot be told."""
+    try:
+        st = os.fstat(fd)
+        with open("/proc/locks", "rb") as f:
+            table = f.read(1 << 20).decode("ascii", "replace")
+    except OSError:
+        return "another process"
+    me = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == me and parts[4].isdigit():
+            return f"pid {parts[4]} ({_command(int(parts[4]))})"
+    return "another process"
+
+
+def lock_holder_of(path: Path) -> str:
+    """``lock_holder`` of the file at ``path`` (no link followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | CLOEXEC)
+    except OSError:
+        return "another process"
+    try:
+        return lock_holder(fd)
+    finally:
+        os.close(fd)
+
+
+def _command(pid: int) -> str:
+    """Process ``pid``'s command line, shortened (what a user reads to know it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        return "gone"
+    text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def _unlink(path: os.PathLike[str] | str) -> None:

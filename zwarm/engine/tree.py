@@ -154,7 +154,7 @@ def _own(r: Mapping[str, Any]) -> list[float]:
     out: list[float] = [v if isinstance(v := usage.get(k), int) else 0 for k in USAGE_KEYS]
     cost = r.get("cost_usd")
     if isinstance(cost, (int, float)) and not isinstance(cost, bool):
-        out += [cost, 1, 0, 1]
+        out += [cost, 1, 0 if r.get("cost_complete") is not False else 1, 1]
     else:
         out += [0.0, 0, 1, 1]
     return out

@@ -7,10 +7,10 @@ Must stay true:
 - every field has a type and, where it matters, bounds (lengths, ranges, patterns): numbers are
   finite, ids and agent session ids match strict patterns (they reach argv and paths), times are
   ISO 8601, paths are absolute, so nothing a file says can crash or mislead a reader;
-- derived fields (``status``, ``usage``, ``cost_usd``, ``last_message``, ``error``, ``reason``)
-  are recomputed from ``turns`` (and, for turns moved to the session's history file, from the
-  ``archive`` summary kept with them) by ``refresh()`` on every load: what a file claims for
-  them is never believed;
+- derived fields (``status``, ``usage``, ``cost_usd``, ``cost_complete``, ``last_message``,
+  ``error``, ``reason``) are recomputed from ``turns`` (and, for turns moved to the session's
+  history file, from the ``archive`` summary kept with them) by ``refresh()`` on every load:
+  what a file claims for them is never believed;
 - turn ``n`` is found by ``Session.turn(n)`` and the number of turns is ``Session.count``, never
   by list position: a session loaded without its history (``head``) holds turn 1 and the turns
   after the archived ones only (``Archive``);
@@ -54,6 +54,36 @@ Priority = Annotated[int, Meta(ge=-1_000_000, le=1_000_000)]
 SessionId = Annotated[str, Meta(pattern=SESSION_ID)]
 Pid = Annotated[int, Meta(ge=1, le=2**31 - 1)]
 Sha = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")]  # a git object id
+
+
+def out_of_bounds(value: Any, typ: Any, positive: bool = False) -> str | None:
+    """What ``value`` must be to pass the bounded number type ``typ`` (``Count``, ``Money``,
+    ``Seconds``, ``Priority``; greater than 0 too if ``positive``, as a type bounded by ``gt``
+    is), e.g. "a whole number from 1 to 9007199254740992"; None if it passes. Every number a
+    caller gives that a session keeps (spawn's options through the CLI, HTTP and tools, the
+    config's defaults) is checked here, against the bounds this schema declares, before
+    anything is written: a value the schema would refuse to read back never makes a
+    damaged session."""
+    base, meta = typ.__origin__, typ.__metadata__[0]
+    try:
+        ok = msgspec.convert(value, typ, strict=True) is not None
+    except msgspec.ValidationError:
+        ok = False
+    if ok and not (positive and value <= 0):
+        return None
+    num = _figure
+    if base is int:
+        low = 1 if positive and meta.ge is not None and meta.ge < 1 else meta.ge
+        return f"a whole number from {num(low)} to {num(meta.le)}"
+    if positive or meta.gt is not None:
+        return f"a positive number up to {num(meta.le)}"
+    return f"a number from {num(meta.ge)} to {num(meta.le)}"
+
+
+def _figure(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 # a git branch name as ``git check-ref-format --branch`` accepts it (checked again at creation)
 Branch = Annotated[
     str, Meta(pattern=r"^(?!-)(?!.*\.\.)(?!.*@\{)(?!.*//)[^\x00-\x20\x7f~^:?*\[\\]{1,200}\Z")
@@ -250,8 +280,11 @@ class Turn(Struct):
 class Session(Struct):
     """A session's whole state, as kept in ``meta.json``.
 
-    ``status``, ``usage``, ``cost_usd``, ``last_message``, ``error`` and ``reason`` are derived
-    from ``turns`` by ``refresh()``; they are stored so that a listing reads one small file.
+    ``status``, ``usage``, ``cost_usd``, ``cost_complete``, ``last_message``, ``error`` and
+    ``reason`` are derived from ``turns`` by ``refresh()``; they are stored so that a listing
+    reads one small file. ``cost_usd`` is the sum of the finished turns' known costs (None
+    when none is known) and ``cost_complete`` whether every finished turn's cost is known:
+    when it is not, ``cost_usd`` is a lower bound (shown ``≥ $X``), never the whole cost.
     """
 
     id: Annotated[str, Meta(pattern=SESSION_ID)]
@@ -301,6 +334,7 @@ class Session(Struct):
     status: Status = Status.RUNNING
     usage: Usage = msgspec.field(default_factory=Usage)
     cost_usd: Money | None = None
+    cost_complete: bool = True  # every finished turn's cost is known (else cost_usd: a part)
     cost_source: Literal["reported", "estimated", "unknown"] = "unknown"
     last_message: Text | None = None
     error: Text | None = None
@@ -388,6 +422,8 @@ class Session(Struct):
         archived = self.archive.turns if self.archive else 0
         if archived and not turns:
             return "it archives turns but has no turn 1"
+        if not turns:  # every session is created with its turn 1: this record lost its turns
+            return "it has no turns (every session has its turn 1)"
         expect = 1
         for i, t in enumerate(turns):
             if i == 1 and archived and t.n != 2:
@@ -425,8 +461,10 @@ class Session(Struct):
             if t.final_message and (t.n > 1 or msg is None):
                 msg = t.final_message
         self.usage = Usage(i, c, o, r)
-        # unknown (None) unless every finished turn is priced: never shown as zero
-        self.cost_usd = round(sum(costs), 8) if costs and priced else None
+        # the known parts add up; None when no part is known (never shown as zero), and a
+        # lower bound (``cost_complete`` False) while some finished turn's cost is unknown
+        self.cost_usd = round(sum(costs), 8) if costs else None
+        self.cost_complete = priced
         self.last_message = msg
         failed = last is not None and last.status is not Status.COMPLETED
         self.error = last.error if failed and last else None
@@ -459,3 +497,6 @@ class TurnOutcome(Struct):
     reason: Reason | None = None
     retry_after_s: float | None = None
     reset_at: float | None = None
+    # the stream shows the model never answered: the agent reported the failure before any
+    # output of the model (no message, reasoning or tool call), so nothing was billed
+    unanswered: bool = False

@@ -12,7 +12,8 @@ Must stay true:
   that belong in ``meta.json``: a session loaded with its history (``zwarm.store.history``)
   is written without the archived turns;
 - turn numbers are checked (``Session.check_numbers``): a file whose turns are not 1, then
-  consecutive after the archived ones, is damaged.
+  consecutive after the archived ones, is damaged, and so is one with no turn at all (a
+  session is created with its turn 1: such a record lost what it knew of its turn files).
 """
 
 from collections.abc import Callable

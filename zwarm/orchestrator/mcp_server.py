@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from zwarm.api import Zwarm
 
 INSTRUCTIONS = (
-    "zwarm runs coding agents (OpenAI Codex, Claude Code) as background sessions. delegate "
+    "zwarm runs coding agents (OpenAI Codex, Claude Code, Gemini CLI) as background sessions. "
+    "delegate "
     "starts one and returns its session_id at once; wait blocks until one of your sessions "
     "finishes (call it again while others run; do not poll check_session); check_session and "
     "get_trajectory show what an agent did so you can verify it; converse continues a "

@@ -40,7 +40,7 @@ from typing import Any
 
 from zwarm.errors import InvalidInput, OrchestratorError
 from zwarm.model.records import RUN_ID as RUN_ID_PATTERN
-from zwarm.store.files import CLOEXEC, NOFOLLOW, read_file
+from zwarm.store.files import CLOEXEC, NOFOLLOW, private_dir, read_file
 
 DB_NAME = "orchestrator.db"
 USER_VERSION = 1
@@ -604,7 +604,7 @@ def _check_file(p: Path) -> None:
 
 
 def _create_file(p: Path) -> None:
-    p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(p.parent)
     try:
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600))
     except FileExistsError:
@@ -615,7 +615,7 @@ def _create_file(p: Path) -> None:
 
 def _private_dirs(d: Path) -> None:
     try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(d)
     except OSError as e:
         raise OrchestratorError(f"cannot create {d}: {e.strerror}") from None
     if not stat.S_ISDIR(os.lstat(d).st_mode):

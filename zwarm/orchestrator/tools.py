@@ -373,8 +373,10 @@ class Looked:
     def _update(self, fn: Callable[[dict[str, Any]], Any]) -> None:
         """Load-modify-write under a lock. Best effort: the flags are advisory, so a state dir
         that cannot be written must not make the tools themselves fail."""
+        from zwarm.store.files import private_dir
+
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(self.dir)
             fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             return
@@ -443,6 +445,7 @@ def session_view(s: Session, new: bool) -> Result:
         "error": s.error,
         "usage": _usage(s.usage.to_dict()),
         "cost_usd": s.cost_usd,
+        "cost_complete": s.cost_complete,
         "cost_source": s.cost_source,
         "queued": [short(q.message, 200) for q in s.queue],
         "created_at": s.created_at,
@@ -903,7 +906,8 @@ def _merge(tb: Toolbox, a: dict[str, Any]) -> Result:
 TOOLS: tuple[Tool, ...] = (
     Tool(
         "delegate",
-        "Start a coding agent (OpenAI Codex or Claude Code) on a task, in the background. "
+        "Start a coding agent (OpenAI Codex, Claude Code or Gemini CLI) on a task, in the "
+        "background. "
         "Returns its session_id at once; the agent keeps working while you do other things. "
         "Give a complete, self-contained task: the agent sees nothing else of this "
         "conversation. Start several sessions for independent tasks, then call wait.",

@@ -8,7 +8,8 @@ Owns every low-level file operation of the state directory. Must stay true:
 - replacing a file is atomic (temp file in the same dir, optional fsync, rename, fsync dir):
   a reader sees the old or the new file, never a mix; a failed write (disk full) removes the
   partial file and leaves the old one intact;
-- every file zwarm creates is ``0600``; a failure is a ``StoreError`` with one line, except
+- every file zwarm creates is ``0600`` and every directory ``0700`` (``private_dir``: its
+  parents too, whatever the umask); a failure is a ``StoreError`` with one line, except
   ``FileNotFoundError`` (the directory is gone), which callers handle.
 """
 
@@ -166,14 +167,16 @@ def open_regular(path: str | Path, flags: int, dir_fd: int | None = None) -> int
     return fd
 
 
-def write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes, replace: bool = True) -> None:
     """Write ``path`` (0600) anew with ``data``: whatever was there (a file, or a link, which is
-    never followed) is replaced. A failed write removes the partial file and
-    raises ``StoreError``; ``FileNotFoundError`` (its directory is gone) propagates."""
+    never followed) is replaced, or, without ``replace``, kept (``FileExistsError``). A failed
+    write removes the partial file and raises ``StoreError``; ``FileNotFoundError`` (its
+    directory is gone) propagates."""
     opened = False
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # a file or a link planted there: removed, never written through
+        if replace:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a file or a link planted there: removed, never written through
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600)
         opened = True
         try:
@@ -184,7 +187,7 @@ def write_private(path: Path, data: bytes) -> None:
         if opened:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        if e.errno == errno.ENOENT:
+        if e.errno in (errno.ENOENT, errno.EEXIST):
             raise
         raise StoreError(f"cannot write {path}: {e.strerror}") from None
 
@@ -231,6 +234,20 @@ def fsync_dir(d: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def private_dir(path: Path) -> None:
+    """Make ``path`` and every missing directory above it, each ``0700`` whatever the umask
+    (``mkdir(parents=True)`` makes the parents ``0777`` less the umask: open to everyone
+    under umask 000); one that exists is left as it is. ``OSError`` as ``mkdir`` raises it."""
+    missing = []
+    p = Path(path)
+    while not os.path.lexists(p) and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            os.mkdir(d, 0o700)
 
 
 def real_dir(path: Path) -> bool:

@@ -52,6 +52,7 @@ from zwarm.store.files import (
     TooLarge,
     atomic_write,
     dir_file_key,
+    private_dir,
     read_file,
 )
 from zwarm.store.files import write_all as _write_all
@@ -269,7 +270,8 @@ class RowCache:
     def _ensure_dir(self) -> None:
         """The cache dir, made (0700) if missing; ``OSError`` if it is not this user's own."""
         try:
-            self.dir.mkdir(mode=0o700, parents=True)
+            private_dir(self.dir.parent)
+            self.dir.mkdir(mode=0o700)
         except FileExistsError:
             if not _own_dir(os.lstat(self.dir)):
                 raise NotADirectoryError(str(self.dir)) from None

@@ -16,7 +16,8 @@ Owns every path, name, lock and session write under the state directory. Must st
 - names and ids never shadow each other: a new name that could be an id prefix is refused, and
   a reference that could mean two sessions (a name from an older zwarm and another's id
   prefix) is an error listing both, never silently one of them;
-- the state dir is ``0700`` and every file ``0600``: prompts and output hold secrets.
+- the state dir is ``0700`` and every file ``0600``: prompts and output hold secrets; a state
+  dir zwarm creates holds a ``.gitignore`` of ``*``: git never shows or commits it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from zwarm.errors import (
     InvalidInput,
     InvalidRef,
     SessionNotFound,
+    SessionStateError,
     StoreError,
 )
 from zwarm.model import Session
@@ -90,10 +92,13 @@ class Store:
         return False
 
     def ensure(self) -> None:
-        """Create the state dir (0700) if needed. Only commands that write call this."""
+        """Create the state dir (0700) if needed. Only commands that write call this. A state
+        dir zwarm makes ignores itself for git (``IGNORE_ALL``, as a virtualenv does)."""
         for d in (self.root, self.sessions, self.names):
             try:
                 d.mkdir(mode=0o700)
+                if d == self.root:
+                    _ignore_all(d)
             except FileExistsError:
                 _check_existing(d, is_root=d == self.root)  # not made by us: check it again
             except OSError as e:
@@ -235,6 +240,37 @@ class Store:
         finally:
             os.close(fd)
 
+    def write_turn_prompt(self, sid: str, n: int, prompt: bytes) -> None:
+        """Write new turn ``n``'s prompt (session lock held). A turn number never reuses a
+        turn's files: if ``turns/turn_<n>.*`` exists, meta.json does not know it (a record
+        that lost turns, or a start killed before its meta.json was saved), and it is
+        refused (``SessionStateError``, nothing written or overwritten), never guessed at.
+        A symbolic link there holds no data (an agent planted it): it is removed, unfollowed."""
+        d = self.checked_dir(sid) / "turns"
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            names = []
+        except OSError as e:
+            raise StoreError(f"cannot read {d}: {e.strerror}") from None
+        there = []
+        for x in sorted(x for x in names if x.startswith(f"turn_{n}.")):
+            if os.path.islink(d / x):  # a link planted there holds nothing: removed, not followed
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(d / x)
+            else:
+                there.append(x)
+        try:
+            if there:
+                raise FileExistsError(errno.EEXIST, "exists", there[0])
+            write_private(d / f"turn_{n}.prompt", prompt, replace=False)
+        except FileExistsError as e:
+            raise SessionStateError(
+                f"session {sid}: turns/{there[0] if there else e.filename} exists but meta.json "
+                f"knows no turn {n}: not overwritten, nothing started (move it away if it is "
+                "not needed)"
+            ) from None
+
     def turn_logs(self, sid: str) -> list[int]:
         """The numbers of the turns whose log (``turns/turn_N.jsonl``) exists, in order; read
         from the directory, not meta.json (for a session whose meta.json is damaged)."""
@@ -336,6 +372,11 @@ class Store:
                 return e, None
             return DamagedSession(sid, str(e)), None
 
+    def removed(self, sid: str) -> bool:
+        """Whether ``sid``'s dir is gone (``remove`` renamed it away): a reader that listed it
+        just before must skip it, not call it damaged."""
+        return not os.path.lexists(self.sessions / sid)
+
     def _write(self, session: Session, path: Path | None = None) -> None:
         atomic_write(path or self.meta_path(session.id), encode(session))
 
@@ -436,6 +477,21 @@ def id_like(ref: str) -> bool:
     if len(ref) > len(_ID_LAYOUT):
         return False
     return all((c == "-") if t == "-" else c in _HEX for c, t in zip(ref, _ID_LAYOUT, strict=False))
+
+
+IGNORE_ALL = b"# made by zwarm: git ignores its state dir (prompts, output, secrets)\n*\n"
+
+
+def _ignore_all(root: Path) -> None:
+    """Write ``root/.gitignore`` saying ``*`` (new file, never through a link). Best effort:
+    a snapshot leaves the state dir out anyway (``engine.workspace.snapshot``)."""
+    with contextlib.suppress(OSError):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(root / ".gitignore", flags, 0o600)
+        try:
+            os.write(fd, IGNORE_ALL)
+        finally:
+            os.close(fd)
 
 
 def _check_existing(d: Path, is_root: bool) -> None:

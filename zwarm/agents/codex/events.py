@@ -8,7 +8,9 @@ Must stay true:
   and msgspec in ``iter_steps`` only);
   neither function raises on any input: blank, non-JSON, truncated or non-object lines, wrong-typed
   fields, and unknown event or item types are skipped (new codex versions add types);
-- ``iter_steps`` streams: memory is bounded by the items started and not yet completed; the
+- ``iter_steps`` streams, in the order the agent started things: an item (command, tool call,
+  file change) is a step when it completes, in its place, so the steps after an open item are
+  held until it completes, at most ``HOLD_STEPS`` of them; memory is bounded by that; the
   bulk of a log (messages, reasoning, commands) is decoded into typed shapes
   (``zwarm.agents.codex.shapes``), the rest as dicts, with the same steps either way;
 - ``scan_outcome`` makes one pass and json-decodes only lines that can change the outcome
@@ -230,38 +232,115 @@ _EVENT_STEPS: dict[str, Callable[[Event, OpenItems], list[Step]]] = {
 
 
 def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
-    """Normalized steps of one codex turn, in stream order.
+    """Normalized steps of one codex turn, in the order the agent started them.
 
-    Commands, tool calls and file changes that were started but never completed (the agent was
-    killed) come last, once each, with status ``in_progress``.
+    A command, tool call or file change becomes a step when it completes, in the place it
+    started: while one is open, the steps after it are held (at most ``HOLD_STEPS``; past that
+    the oldest open one is given up as still running, where it started). One started and
+    never completed (the agent was killed, or codex never reported its end) comes in its
+    place with status ``in_progress``.
     """
     from zwarm.agents.codex import shapes
 
     fast, fast_step, slow = struct_decoder(shapes.Line), shapes.step, shapes.SLOW
     raw = struct_decoder(shapes.RawLine) if raw_strings_wanted() else None
     open_items: OpenItems = {}
+    held: deque[Step | _Place] = deque()  # while an item is open: steps and open items' places
     for line in lines:
+        before = len(open_items)
         try:
             typed = raw(line) if raw is not None and raw_safe(line) else fast(line)
             step = fast_step(typed, open_items)
         except STRUCT_ERRORS:
             step = slow
-        if step is None:
-            continue
-        if step is not slow:
-            yield step  # type: ignore[misc]  # a Step: neither None nor SLOW
-            continue
-        event = _decode(line)
-        if event is None:
-            continue
-        handle = _EVENT_STEPS.get(_str(event.get("type")))
-        if handle is not None:
-            yield from handle(event, open_items)
-    for item in open_items.values():
-        if isinstance(item, shapes.Item):
-            yield shapes.command_step(item, "in_progress")
+        steps: list[Step]
+        if step is slow:
+            event = _decode(line)
+            handle = None if event is None else _EVENT_STEPS.get(_str(event.get("type")))
+            steps = handle(event, open_items) if handle is not None else []  # type: ignore[arg-type]
+        elif step is None:
+            steps = []
+        elif held or open_items or before:
+            steps = [step]  # type: ignore[list-item]  # a Step: neither None nor SLOW
         else:
-            yield _LEFTOVER_STEPS[_str(item.get("type"))](item)
+            yield step  # type: ignore[misc]  # nothing open: the common case, at once
+            continue
+        if not (held or open_items or before):
+            yield from steps
+            continue
+        _hold(held, open_items, before, steps)
+        if len(held) > HOLD_STEPS:
+            _give_up_oldest(held, open_items)
+        yield from _ready(held)
+    for place in held:
+        if type(place) is dict:
+            yield place
+        else:
+            assert isinstance(place, _Place)
+            item = open_items.pop(place.id, None)
+            yield from place.steps if place.steps is not None else _leftover(item)
+    for item in open_items.values():  # not reached: every open item has its place
+        yield from _leftover(item)
+
+
+HOLD_STEPS = 10_000  # steps held behind an open item before it is given up as still running
+
+
+class _Place:
+    """Where an open item's step goes, once it completes (``steps``)."""
+
+    __slots__ = ("id", "steps")
+
+    def __init__(self, item_id: str) -> None:
+        self.id = item_id
+        self.steps: list[Step] | None = None
+
+
+def _hold(held: deque[Any], open_items: OpenItems, before: int, steps: list[Step]) -> None:
+    """One line's steps into ``held``: an item that started gets its place; one that
+    completed fills its place with its step (one line opens or closes at most one item)."""
+    if len(open_items) > before:
+        held.append(_Place(next(reversed(open_items))))
+        held.extend(steps)
+        return
+    if len(open_items) < before:
+        for place in held:
+            if type(place) is _Place and place.steps is None and place.id not in open_items:
+                place.steps = steps
+                return
+    held.extend(steps)
+
+
+def _ready(held: deque[Any]) -> Iterator[Step]:
+    """The steps at the front of ``held`` that no open item precedes, taken out."""
+    while held:
+        first = held[0]
+        if type(first) is dict:
+            yield held.popleft()
+        elif first.steps is not None:
+            yield from held.popleft().steps
+        else:
+            return
+
+
+def _give_up_oldest(held: deque[Any], open_items: OpenItems) -> None:
+    """The oldest open item, as still running where it started: its end, if it ever comes,
+    is then a step of its own where it comes."""
+    for place in held:
+        if type(place) is _Place and place.steps is None:
+            place.steps = _leftover(open_items.pop(place.id, None))
+            return
+
+
+def _leftover(item: Any) -> list[Step]:
+    """What an item started and never completed shows (status ``in_progress``)."""
+    from zwarm.agents.codex import shapes
+
+    if item is None:
+        return []
+    if isinstance(item, shapes.Item):
+        return [shapes.command_step(item, "in_progress")]
+    return [_LEFTOVER_STEPS[_str(item.get("type"))](item)]
 
 
 # --------------------------------------------------------------------------- outcome
@@ -318,9 +397,12 @@ class _Scan:
         self.outcome = TurnOutcome()
         self.messages: deque[bytes] = deque(maxlen=_CANDIDATES)
         self.errors: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.items = False  # an item event was seen: the model answered (output, a command)
 
     def typed(self, kind: bytes, line: bytes, end: int) -> None:
         """A line whose first key is ``"type"`` (value ``kind``), in any spacing."""
+        if kind.startswith(b"item."):
+            self.items = True
         if kind == b"item.completed":
             at = _markers().type_value.search(line, end)  # the item's own type: the next one
             if at is not None and line.startswith(_AGENT_MESSAGE_VALUE, at.end()):
@@ -336,6 +418,7 @@ class _Scan:
         """A line whose first key is not ``"type"``: whole-line markers, then a decode."""
         m = _markers()
         if m.item.search(line):
+            self.items = True
             if m.agent_message.search(line) and m.item_completed.search(line):
                 self.messages.append(line)
         elif m.completed.search(line) or m.failed.search(line):
@@ -366,7 +449,9 @@ class _Scan:
         self.outcome.final_message = _newest(self.messages, _agent_message_text)
         if self.outcome.status is None:
             self.outcome.error = _newest(self.errors, _error_event_message)
-        elif self.outcome.status is Status.FAILED and self.outcome.error:
+        if self.outcome.status is Status.FAILED:
+            self.outcome.unanswered = not self.items
+        if self.outcome.status is Status.FAILED and self.outcome.error:
             typed = classify(self.outcome.error, time.time() if now is None else now)
             o = self.outcome
             o.reason, o.retry_after_s, o.reset_at = typed
@@ -514,6 +599,7 @@ def scan_outcome(lines: Iterable[bytes], now: float | None = None) -> TurnOutcom
         if type(line) is not bytes:
             line = _as_bytes(line)
         if line.startswith(_HEAD_ITEM):  # compact item event: item.started/updated never matter
+            scan.items = True
             if line.startswith(_HEAD_ITEM_COMPLETED):
                 # The item's own type is the next type key (serde writes it right after "id");
                 # agent messages, the only items that matter, hold no nested objects before it.

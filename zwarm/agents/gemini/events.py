@@ -243,12 +243,18 @@ def usage(stats: Any) -> Usage | None:
     )
 
 
-def _main_model(stats: Any) -> str | None:
-    """The model that used the most tokens (``auto`` routes between models)."""
+def _main_model(stats: Any, asked: str | None) -> str | None:
+    """The model of the run's main requests: the one ``init`` names (every main request goes
+    to it) when it made requests, else (``auto``, an alias) the one of the main requests that
+    used the most tokens. The
+    CLI's side calls (the ``auto`` router's classifier, summaries, loop checks) go to a
+    flash-lite model and are not the main ones: a run whose main request failed at once
+    reports the router's tokens and zero for the model it routed to."""
     models = {k: v for k, v in _dict(_dict(stats).get("models")).items() if k}
-    if not models:
-        return None
-    return max(models, key=lambda m: _count(_dict(models[m]).get("total_tokens")))
+    if not models or asked in models:
+        return asked
+    main = {k: v for k, v in models.items() if "flash-lite" not in k} or models
+    return max(main, key=lambda m: _count(_dict(main[m]).get("total_tokens")))
 
 
 class _Scan(msgspec.Struct):
@@ -257,6 +263,7 @@ class _Scan(msgspec.Struct):
     last_text: str | None = None
     held_error: str | None = None
     init_model: str | None = None
+    answered: bool = False  # the model said something or called a tool
 
     def pending(self) -> bool:
         return bool(self.text.parts) or self.held_error is not None
@@ -272,7 +279,9 @@ class _Scan(msgspec.Struct):
             chunk = _assistant_chunk(event)
             if chunk is not None:
                 self.text.add(chunk)
+                self.answered = True
         elif kind in ("tool_use", "tool_result"):
+            self.answered = True
             self.end_run()
             self.held_error = None
         elif kind == "error":
@@ -287,7 +296,7 @@ class _Scan(msgspec.Struct):
         if self.outcome.agent_session_id is None:
             self.outcome.agent_session_id = _str(event.get("session_id")) or None
             model = _str(event.get("model"))
-            self.init_model = model if model and model != "auto" else None
+            self.init_model = model if model and not model.startswith("auto") else None
 
     def take_result(self, event: Event) -> None:
         self.end_run()
@@ -296,7 +305,7 @@ class _Scan(msgspec.Struct):
         o.status = Status.FAILED if failed else Status.COMPLETED
         o.error = _result_error(event, self.held_error) if failed else None
         o.usage = usage(event.get("stats"))
-        o.model = _main_model(event.get("stats"))
+        o.model = _main_model(event.get("stats"), self.init_model)
         self.held_error = None
 
     def finish(self) -> TurnOutcome:
@@ -304,6 +313,8 @@ class _Scan(msgspec.Struct):
         o = self.outcome
         o.final_message = self.last_text
         o.model = o.model or self.init_model
+        if o.status is Status.FAILED:
+            o.unanswered = not self.answered
         if o.status is Status.FAILED and o.error:
             o.reason, o.retry_after_s = classify(o.error)
         return o
@@ -367,6 +378,7 @@ def scan_outcome(lines: Iterable[bytes]) -> TurnOutcome:
         if type(line) is not bytes:
             line = _as_bytes(line)
         if line.startswith(_TOOL_HEAD) and not scan.pending():
+            scan.answered = True
             continue  # a compact tool line only ends a text run: with none, it changes nothing
         event = _decode(line)
         if event is not None:
