@@ -100,12 +100,15 @@ def environ(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> 
 
 class Tree(NamedTuple):
     """A working tree whose ``.git`` was checked (``checked``): git runs in ``top`` with
-    ``--git-dir``/``--work-tree`` given, and with the drivers its config defined (``off``,
-    as ``GIT_CONFIG_*`` pairs) turned off."""
+    ``--git-dir``/``--work-tree`` given (``--git-dir`` alone when ``top`` is the git dir: a
+    bare repository, ``bare``), with the drivers its config defined (``off``, as
+    ``GIT_CONFIG_*`` pairs) turned off, and ``objects``: environment settings naming where
+    objects are written or also read (``GIT_OBJECT_DIRECTORY``, ``..._ALTERNATE_...``)."""
 
     top: str
     git_dir: str
     off: tuple[tuple[str, str], ...] = ()
+    objects: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return self.top
@@ -129,16 +132,17 @@ def run(
     every driver turned off), ``env`` sanitized here. ``GitError`` if it fails and ``check``."""
     import subprocess  # here: a command that only reads (trajectory, show) never loads it
 
+    objects: dict[str, str] = {}
     if isinstance(cwd, Tree):
-        where = ["--git-dir", cwd.git_dir, "--work-tree", cwd.top]
-        off = cwd.off
-        folder = cwd.top
+        where = ["--git-dir", cwd.git_dir]
+        where += ["--work-tree", cwd.top] if cwd.top != cwd.git_dir else []
+        off, objects, folder = cwd.off, dict(cwd.objects), cwd.top
     else:
         where = []
         off = () if args[:1] == ["config"] else neutral(cwd, env)
         folder = str(cwd)
     argv = ["git", "--no-pager", *where, *HARDENED, *config, *args]
-    full_env = environ(env, {**_pairs(off), **(extra_env or {})})
+    full_env = environ(env, {**_pairs(off), **objects, **(extra_env or {})})
     for attempt in range(LOCK_RETRIES + 1):
         try:
             proc = subprocess.run(
@@ -216,6 +220,12 @@ def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:
         git_dir = named or ""
     draft = Tree(top, git_dir)
     return Tree(top, git_dir, neutral(draft, env))
+
+
+def bare(path: str | Path, env: Mapping[str, str]) -> Tree:
+    """The bare repository ``path`` (one zwarm made: its snapshot store) as a ``Tree``."""
+    draft = Tree(str(path), str(path))
+    return draft._replace(off=neutral(draft, env))
 
 
 def _main_git_dir(repo: str) -> str | None:
