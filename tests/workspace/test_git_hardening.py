@@ -270,3 +270,30 @@ def test_a_shared_session_planting_in_the_users_repository_runs_nothing(zw: ZW, 
     zw.run("apply", sid, cwd=other, check=True)
     zw.run("rm", sid, check=True)
     assert _marks(zw) == []
+
+
+def test_a_worktree_record_pointed_at_another_repository_is_refused(zw: ZW, repo: Repo) -> None:
+    """The worktree's record in the repository (``commondir``) names a repository the
+    agent made: git would read that one's config; zwarm refuses the tree."""
+    _plant_script(zw.tmp, "repo")  # (for its marker scripts and config; the agent runs none)
+    sid = spawn_tree(zw, repo, "cd")
+    tree = Path(zw.json("show", sid)["workspace"]["tree"])
+    record = Path(repo.git("rev-parse", "--absolute-git-dir", cwd=tree).strip())
+    own = zw.tmp / "own"
+    _plain_git(zw.tmp, repo.env, "init", "-q", str(own))
+    with (own / ".git" / "config").open("a") as f:
+        f.write((zw.tmp / "evil.config").read_text())
+    (record / "commondir").write_text(f"{own / '.git'}\n")
+    (tree / "work.txt").write_text("w\n")
+    refused = f"Error: {tree}/.git no longer points at the repository {repo.path}: refused"
+    for cmd in (["merge", sid], ["rm", sid]):
+        res = zw.run(*cmd)
+        assert res.returncode == 1 and res.stderr.strip() == refused, (cmd, res.stderr)
+    zw.run("diff", sid, check=True)  # the recorded snapshots: read in the repository
+    assert _marks(zw) == []
+
+
+def spawn_tree(zw: ZW, repo: Repo, name: str) -> str:
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name, env_extra=agent("true"))
+    zw.wait(sid)
+    return sid

@@ -203,7 +203,8 @@ def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:
     """``top``, a working tree of the repository whose main working tree is ``repo``, as a
     ``Tree``; ``GitError`` (one line) if its ``.git`` does not point into ``repo``'s git
     dir: ``repo``'s own ``.git`` directory for ``repo`` itself, else a ``gitdir:`` file
-    naming ``<repo's git dir>/worktrees/<n>``, whose ``gitdir`` record names ``top`` back.
+    naming ``<repo's git dir>/worktrees/<n>``, whose ``gitdir`` record names ``top`` back
+    and whose ``commondir`` names ``repo``'s git dir.
     An agent that made its worktree's ``.git`` point at a repository of its own (whose
     config would choose what git runs) is refused here."""
     top, repo = os.path.realpath(top), os.path.realpath(repo)
@@ -214,7 +215,9 @@ def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:
     if top != repo:
         named = _gitdir_file(Path(top) / ".git")
         back = _gitdir_file(Path(named) / "gitdir", prefix="") if named else None
+        shared = _gitdir_file(Path(named) / "commondir", prefix="") if named else None
         ok = named is not None and os.path.dirname(named) == os.path.join(common, "worktrees")
+        ok = ok and shared == os.path.realpath(common)
         if not ok or back is None or back != os.path.join(top, ".git"):
             raise GitError(f"{top}/.git no longer points at the repository {repo}: refused")
         git_dir = named or ""
