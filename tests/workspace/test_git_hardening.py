@@ -43,7 +43,7 @@ def _tools(tmp: Path) -> tuple[Path, Path, Path]:
     for d in (bin_, hooks, marks):
         d.mkdir()
     for name in PROGRAMS:
-        body = "exit 1" if name == "process" else "cat"
+        body = "exit 1" if name in ("process", "ssh") else "cat"
         _script(bin_ / name, f'#!/bin/sh\ntouch "{marks}/{name}"\n{body}\n')
     for hook in HOOKS:
         _script(hooks / hook, f'#!/bin/sh\ntouch "{marks}/hook-{hook}"\nexit 0\n')
@@ -297,3 +297,27 @@ def spawn_tree(zw: ZW, repo: Repo, name: str) -> str:
     sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name, env_extra=agent("true"))
     zw.wait(sid)
     return sid
+
+
+def test_a_missing_object_never_makes_zwarm_fetch(zw: ZW, repo: Repo) -> None:
+    """The repository made a partial clone whose promisor remote goes through an agent's
+    sshCommand, and an object the diff needs deleted: git would fetch it lazily, running
+    that command; zwarm's git has every transport off and reports the missing object."""
+    _plant_script(zw.tmp, "repo")  # (for its marker scripts)
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", env_extra=agent("echo new > README.md"))
+    zw.wait(sid)
+    blob = repo.git("rev-parse", "HEAD:README.md").strip()
+    for key, value in (
+        ("core.repositoryformatversion", "1"),
+        ("extensions.partialClone", "origin"),
+        ("remote.origin.url", "ssh://example.invalid/x"),
+        ("remote.origin.promisor", "true"),
+        ("core.sshCommand", str(zw.tmp / "evil-bin" / "ssh")),
+    ):
+        repo.git("config", key, value)
+    (repo.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    res = zw.run("diff", sid)
+    assert res.returncode == 1 and res.stderr.startswith("Error: git diff failed")
+    assert len(res.stderr.strip().splitlines()) == 1 and _marks(zw) == []
+    _plain_git(repo.path, repo.env, "cat-file", "-p", blob)  # git as the user runs it: fetches
+    assert _marks(zw) == ["ssh"]
