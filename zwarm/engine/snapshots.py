@@ -83,11 +83,14 @@ def take(
     keep: str | None = None,
     exclude: Sequence[str] = (),
     into: git.Tree | None = None,
+    message: str | None = None,
+    identity: Mapping[str, str] = git.IDENTITY,
 ) -> str:
     """Snapshot the working tree ``tree``: its commit id (parent: HEAD, if there is one).
     ``into``: the snapshot store (``open_store``) its objects are written to (None: the
     repository's own); ``keep``: a ref there (``ref(...)``) to point at it, so gc keeps it;
-    ``exclude``: paths (relative to the top) left out whatever the ignore files say."""
+    ``exclude``: paths (relative to the top) left out whatever the ignore files say;
+    ``message``/``identity``: the commit's (a snapshot's by default)."""
     if into is not None:
         objects = str(Path(into.git_dir, "objects"))
         tree = tree._replace(objects=(("GIT_OBJECT_DIRECTORY", objects),))
@@ -110,10 +113,16 @@ def take(
         tree_id = git.out(["write-tree"], tree, env, extra_env=staged)
     parents = ["-p", head] if head else []
     commit = git.out(
-        ["commit-tree", git.check_sha(tree_id), *parents, "-m", f"zwarm snapshot: {label}"],
+        [
+            "commit-tree",
+            git.check_sha(tree_id),
+            *parents,
+            "-m",
+            message or f"zwarm snapshot: {label}",
+        ],
         tree,
         env,
-        extra_env=git.IDENTITY,
+        extra_env=identity,
     )
     git.check_sha(commit)
     if keep is not None:
