@@ -5,19 +5,21 @@ Owns how zwarm talks to git for workspaces, snapshots, diffs and merges. Must st
   and every revision is either a validated object id or follows ``--end-of-options``;
 - the environment is the caller's minus every ``GIT_*`` variable (a stray ``GIT_DIR``,
   ``GIT_INDEX_FILE`` or ``GIT_CONFIG_PARAMETERS`` must not redirect zwarm's git), plus what
-  zwarm sets itself (no prompts, no optional locks: a ``status`` never rewrites the user's
-  index); git's output is never paged or coloured unless asked for;
+  zwarm sets itself (no prompts, no editor, no lazy fetch, no optional locks: a ``status``
+  never rewrites the user's index); git's output is never paged or coloured unless asked for;
 - every call is hardened (the user's checkout included: an agent working in a worktree of
   it, or in it, can write its ``.git/config`` and hooks): nothing a repository's config, an
   include, a nested repository or an agent's ``.gitattributes`` says makes zwarm's git run a
   program. ``HARDENED`` turns off hooks, fsmonitor, signing and signature checks, editors,
   pagers, credential helpers, every transport (so no ``sshCommand``/``uploadpack``/lazy
   fetch), submodule recursion and automatic gc; ``neutral`` turns off each named driver the
-  config defines (``filter.*``, ``diff.*``, ``merge.*``), read once per call or per
-  ``Tree``. Files are therefore staged, committed and checked out as their bytes are;
+  config defines (``filter.*``, ``diff.*``; a ``merge.*`` driver becomes a conflict), read
+  once per call or per ``Tree``. Files are therefore staged, committed and checked out as
+  their bytes are (a clean or smudge filter, Git LFS's included, never runs);
 - a working tree zwarm acts on for a session is a ``Tree`` (``checked``): its ``.git`` was
   checked to point at the pinned repository (a linked worktree's ``gitdir`` file naming
-  ``<repo>/.git/worktrees/<n>``, whose record names the tree back), and git then gets
+  ``<repo>/.git/worktrees/<n>``, whose records name the tree back and the repository's git
+  dir as its common dir), and git then gets
   ``--git-dir``/``--work-tree`` explicitly, so a ``.git`` changed afterwards is not read;
 - a failure is a ``GitError`` with git's own last line; a lock another git process holds
   (``index.lock``, ``packed-refs.lock`` ...) is retried a few times before it is reported;
