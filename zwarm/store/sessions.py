@@ -2,7 +2,8 @@
 
 Owns every path, name, lock and session write under the state directory. Must stay true:
 - ``meta.json`` is written only inside ``transaction`` (one locked read-modify-write: two zwarm
-  processes never lose each other's changes) and by ``create``; it is replaced atomically;
+  processes never lose each other's changes) and by ``create``; it is replaced atomically,
+  and a transaction removes the temp files of writes killed mid-way (``files.clean_temps``);
 - a session's finished turns may live in its history file (``zwarm.store.history``): ``load``
   and ``transaction`` put them back unless asked not to (``history=False``: a listing, a
   supervisor), and a save never changes an archived turn;
@@ -25,6 +26,7 @@ import contextlib
 import errno
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -48,6 +50,7 @@ from zwarm.store.files import (
     NotRegularFile,
     TooLarge,
     atomic_write,
+    clean_temps,
     dir_file_key,
     file_key,
     fsync_dir,
@@ -79,6 +82,7 @@ class Store:
         self.sessions = root / "sessions"
         self.names = root / "names"
         self.waiting = root / "scheduler" / "waiting"  # the scheduler's waiting files
+        self._made: dict[str, list[Path]] = {}  # per open transaction: the files it made
 
     # ----- layout
     def exists(self) -> bool:
@@ -237,11 +241,13 @@ class Store:
             os.close(fd)
 
     def write_turn_prompt(self, sid: str, n: int, prompt: bytes) -> None:
-        """Write new turn ``n``'s prompt (session lock held). A turn number never reuses a
-        turn's files: if ``turns/turn_<n>.*`` exists, meta.json does not know it (a record
-        that lost turns, or a start killed before its meta.json was saved), and it is
-        refused (``SessionStateError``, nothing written or overwritten), never guessed at.
-        A symbolic link there holds no data (an agent planted it): it is removed, unfollowed."""
+        """Write new turn ``n``'s prompt (in a ``transaction``, which removes it again if it
+        saves nothing). A turn number never reuses a turn's files: a ``turns/turn_<n>.*``
+        other than the prompt (its log: a turn that ran) means the record lost turns, and it
+        is refused (``SessionStateError``, nothing written or overwritten). A prompt alone is
+        a start killed before its meta.json was saved (its turn never ran): it is kept, set
+        aside as ``turn_<n>.prompt.unsent-<hex>``, never overwritten. A symbolic link there
+        holds no data (an agent planted it): it is removed, never followed."""
         d = self.checked_dir(sid) / "turns"
         try:
             names = os.listdir(d)
@@ -249,23 +255,31 @@ class Store:
             names = []
         except OSError as e:
             raise StoreError(f"cannot read {d}: {e.strerror}") from None
+        prompt_name = f"turn_{n}.prompt"
         there = []
         for x in sorted(x for x in names if x.startswith(f"turn_{n}.")):
             if os.path.islink(d / x):  # a link planted there holds nothing: removed, not followed
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(d / x)
-            else:
+            elif x != prompt_name and not x.startswith(prompt_name + ".unsent-"):
                 there.append(x)
-        try:
-            if there:
-                raise FileExistsError(errno.EEXIST, "exists", there[0])
-            write_private(d / f"turn_{n}.prompt", prompt, replace=False)
-        except FileExistsError as e:
+        if there:
             raise SessionStateError(
-                f"session {sid}: turns/{there[0] if there else e.filename} exists but meta.json "
-                f"knows no turn {n}: not overwritten, nothing started (move it away if it is "
-                "not needed)"
+                f"session {sid}: turns/{there[0]} exists but meta.json knows no turn {n}: "
+                "not overwritten, nothing started (move it away if it is not needed)"
+            )
+        path = d / prompt_name
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(path, d / f"{prompt_name}.unsent-{os.urandom(4).hex()}")  # kept aside
+        made = self._made.get(sid)
+        try:
+            write_private(path, prompt, replace=False)
+        except FileExistsError:  # made meanwhile: the session lock is not held
+            raise SessionStateError(
+                f"session {sid}: turns/{prompt_name} was made meanwhile: nothing started"
             ) from None
+        if made is not None:
+            made.append(path)
 
     def turn_logs(self, sid: str) -> list[int]:
         """The numbers of the turns whose log (``turns/turn_N.jsonl``) exists, in order; read
@@ -385,10 +399,23 @@ class Store:
         with self.lock(sid):
             s = self.load(sid, history)
             frozen = _archived(s)
-            yield s
-            if _archived(s) != frozen:
-                raise StoreError(f"session {sid}: an archived turn was changed (not saved)")
-            self._save(s)
+            made: list[Path] = []  # new turn files: removed if nothing is saved
+            self._made[sid] = made
+            try:
+                yield s
+                if _archived(s) != frozen:
+                    raise StoreError(f"session {sid}: an archived turn was changed (not saved)")
+                self._save(s)
+            except BaseException:
+                for path in made:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                raise
+            finally:
+                self._made.pop(sid, None)
+            # temp files of writes killed mid-way (meta.json's, the history's): the lock held,
+            # no other zwarm process writes them now
+            clean_temps(self.session_dir(sid), time.time())
 
     def _save(self, s: Session) -> None:
         """Move finished turns to the history if enough have gathered, then write meta.json."""
