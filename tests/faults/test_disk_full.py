@@ -183,7 +183,7 @@ def test_rm_on_a_full_disk_removes_the_session(small_fs: Any) -> None:
     wait_status(zw, a, "completed")
     lost = [
         spawn(zw, f"running {i}", env=zw.replay("codex_simple", FAKE_WAIT_FILE=str(release)))
-        for i in range(2)
+        for i in range(3)
     ]
     sups = [supervisor_ref(zw, sid) for sid in lost]
     for sid in lost:
@@ -192,11 +192,17 @@ def test_rm_on_a_full_disk_removes_the_session(small_fs: Any) -> None:
     release.touch()  # the turns end while the disk is full: their supervisors cannot record it
     for sup in sups:
         wait_until(lambda sup=sup: not alive(sup), message="supervisor gave up")
+    # what will be recorded once there is room: failed (supervisor lost), not damaged
+    rows = {r["id"]: r for r in zw.json("ls")}
+    assert [rows[sid]["status"] for sid in lost] == ["failed"] * 3, rows
+    assert all(rows[sid]["error"].startswith("supervisor lost") for sid in lost)
     res = zw.run("rm", lost[0])
     assert res.returncode == 0 and res.stdout.split()[0] == lost[0], res.stderr
-    res = _run_limited(zw, 0, "rm", lost[1], a)
+    res = _run_limited(zw, 0, "rm", lost[1])
+    assert res.returncode == 0 and res.stdout.split()[0] == lost[1], res.stderr
+    res = zw.run("rm", "--finished")
     assert res.returncode == 0, res.stderr
-    assert sorted(res.stdout.split()[::2]) == sorted([lost[1], a])
+    assert sorted(res.stdout.split()[::2]) == sorted([lost[2], a])
     assert list((zw.state_dir / "sessions").iterdir()) == []
     assert not (zw.state_dir / "names" / "first").exists()
     assert _tmp_files(zw.state_dir) == []

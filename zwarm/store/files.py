@@ -25,7 +25,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from zwarm.errors import StoreError
+from zwarm.errors import WriteFailed
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -191,7 +191,7 @@ def write_private(path: Path, data: bytes, replace: bool = True) -> None:
                 os.unlink(path)
         if e.errno in (errno.ENOENT, errno.EEXIST):
             raise
-        raise StoreError(f"cannot write {path}: {e.strerror}") from None
+        raise WriteFailed(f"cannot write {path}: {e.strerror}") from None
 
 
 def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
@@ -212,7 +212,7 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
             os.unlink(tmp)
         if e.errno == errno.ENOENT:
             raise
-        raise StoreError(f"cannot write {path}: {e.strerror}") from None
+        raise WriteFailed(f"cannot write {path}: {e.strerror}") from None
     if durable:
         fsync_dir(path.parent)
 
