@@ -26,6 +26,7 @@ import contextlib
 import errno
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -464,22 +465,48 @@ class Store:
 
     def remove(self, sid: str, name: str | None) -> None:
         """Delete a session dir: renamed out of ``sessions/`` first, so it vanishes atomically.
-        A session dir that is a link is unlinked (its target is never touched)."""
-        trash = self.root / "trash"
-        trash.mkdir(mode=0o700, exist_ok=True)
-        target = trash / f"{sid}.{os.urandom(4).hex()}"
+        A session dir that is a link is unlinked (its target is never touched). What an
+        ``rm`` killed half-way left in ``trash/`` goes too; ``trash/`` is used through an fd
+        opened without following a link (one planted there is refused, never followed)."""
+        trash, sweep = self.root / "trash", True
         try:
-            os.rename(self.session_dir(sid), target)
-        except FileNotFoundError:
-            raise SessionNotFound(sid) from None
-        self.release_name(name, sid)
-        if not real_dir(target):
-            with contextlib.suppress(OSError):
-                os.unlink(target)
-            return
-        import shutil
+            trash.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError:  # no room even for a directory: renamed to a hidden name, in place
+            trash, sweep = self.sessions, False
+        try:
+            tfd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC)
+        except OSError as e:
+            raise StoreError(f"cannot use {trash}: {e.strerror} (a link?)") from None
+        try:
+            target = f"{'' if sweep else '.rm-'}{sid}.{os.urandom(4).hex()}"
+            try:
+                os.rename(self.session_dir(sid), target, dst_dir_fd=tfd)
+            except FileNotFoundError:
+                raise SessionNotFound(sid) from None
+            self.release_name(name, sid)
+            # ours, and what an rm killed half-way left: everything in trash/ is being deleted
+            for entry in os.listdir(tfd) if sweep else [target]:
+                _delete(tfd, entry)
+        finally:
+            os.close(tfd)
 
-        shutil.rmtree(target, ignore_errors=True)
+
+def _delete(dfd: int, name: str) -> None:
+    """Delete ``name`` in the directory ``dfd``: a directory's tree, or anything else itself
+    (a link's target is never touched)."""
+    try:
+        is_dir = stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return
+    if not is_dir:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dfd)
+        return
+    import shutil
+
+    shutil.rmtree(name, dir_fd=dfd, ignore_errors=True)
 
 
 def _archived(s: Session) -> list[bytes]:
