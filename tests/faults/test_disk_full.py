@@ -249,6 +249,16 @@ def test_temp_files_of_killed_writes_are_cleaned(zw: Any) -> None:
     assert set(kept) <= names and all((d / n).read_bytes() == kept[n] for n in kept)
     assert link.is_symlink() and victim.read_bytes() == b"precious"
     assert (d / f".meta.json.{gone}.0000000b.tmp").is_dir()
+    # what a spawn killed before its rename left in sessions/: swept by a later spawn once it
+    # is an hour old (a young one may be another spawn's, still at work)
+    sessions = d.parent
+    old, young = sessions / f".new-{'1' * 8}-1111-4111-8111-{'1' * 12}", sessions / f".new-{sid}"
+    for stage in (old, young):
+        (stage / "turns").mkdir(parents=True)
+        (stage / "turns" / "turn_1.prompt").write_bytes(b"p" * 100000)
+    os.utime(old, (day, day))
+    spawn(zw, "another", env=zw.replay("codex_simple"))
+    assert not old.exists() and young.is_dir()
 
 
 def _dead_pid() -> int:

@@ -46,6 +46,7 @@ from zwarm.model.schema import MAX_META_BYTES, decode, encode
 from zwarm.store.files import (
     CLOEXEC,
     NOFOLLOW,
+    STALE_TEMP_S,
     DirFileKey,
     Key,
     NotRegularFile,
@@ -73,6 +74,8 @@ MIN_PREFIX = 4
 _ID_LAYOUT = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"  # what an id prefix can look like
 _HEX = frozenset("0123456789abcdef")
 _TURN_LOG = re.compile(r"^turn_([1-9][0-9]{0,6})\.jsonl\Z")
+# what a spawn builds a session in, and what an rm with no room for trash/ renames it to
+_STAGE = re.compile(r"^\.(new-[0-9a-f-]{36}|rm-[0-9a-f-]{36}\.[0-9a-f]{8})\Z")
 
 __all__ = ["Key", "Store", "atomic_write", "file_key", "write_private"]
 
@@ -462,6 +465,23 @@ class Store:
             shutil.rmtree(stage, ignore_errors=True)
             raise
         fsync_dir(self.sessions)
+        self._sweep_stages()
+
+    def _sweep_stages(self) -> None:
+        """Delete what a spawn (``.new-<id>``) or an rm (``.rm-<id>.<hex>``) killed half-way
+        left in ``sessions/``, once it is ``STALE_TEMP_S`` old (a young one may be another
+        process's, still at work); through an fd, never following a link."""
+        with self.sessions_fd() as sfd:
+            if sfd is None:
+                return
+            now = time.time()
+            for name in os.listdir(sfd):
+                if not _STAGE.match(name):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
+                    if now - st.st_mtime >= STALE_TEMP_S:
+                        _delete(sfd, name)
 
     def remove(self, sid: str, name: str | None) -> None:
         """Delete a session dir: renamed out of ``sessions/`` first, so it vanishes atomically.
