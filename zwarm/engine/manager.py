@@ -664,6 +664,11 @@ class BaseSessionManager(abc.ABC):
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
         return not self.launcher(t).alive(s.id, t)
 
+    def is_lost(self, s: Session) -> bool:
+        """Whether ``s``'s running turn has lost what runs it (a turn just started, whose
+        supervisor is not recorded yet, is not lost)."""
+        return s.status in RUNS and self._looks_lost(s)
+
     def end_lost(self, s: Session) -> bool:
         """``s`` with a lost turn ended in memory only (its orphaned agent stopped), nothing
         written: for ``rm``, which deletes the session next (lock held). Whether it was lost."""
