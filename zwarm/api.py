@@ -999,7 +999,7 @@ class Zwarm:
                     ) from None
                 self._remove(sid, None)
                 return sid
-            if s.status in ACTIVE and not (s.status in RUNS and not self._alive(s)):
+            if s.status in ACTIVE and not self.reader(s.adapter).is_lost(s):
                 if skip_busy:
                     return None
                 if not force:

@@ -88,6 +88,11 @@ class StoreError(ZwarmError):
     """The state directory could not be read or written (permissions, disk full)."""
 
 
+class WriteFailed(StoreError):
+    """A state file could not be written (a full disk, a quota, a file size limit): the old
+    file is intact, nothing of the write is left."""
+
+
 class OrchestratorError(ZwarmError):
     """The built-in orchestrator cannot run (configuration, endpoint, its run store)."""
 
