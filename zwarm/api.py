@@ -312,6 +312,7 @@ class Zwarm:
 
     def _check_agent(self, mgr: BaseSessionManager) -> None:
         self.config.require(mgr.name)  # its supervisor will use every key: refuse now, not there
+        self.config.require_limits()  # a loosened limit is never used: say so, and refuse
         cmd = self.config.command(mgr.name)[0]
         path_var = mgr.agent_env().get("PATH", os.defpath)
         import shutil
@@ -1056,6 +1057,11 @@ class Zwarm:
     def session_ids(self) -> list[str]:
         """The ids of every session on disk (damaged ones included); reads no meta.json."""
         return self.store.list_ids()
+
+    def check_limits(self) -> None:
+        """``LoosenedLimit`` if config.toml loosens a limit past its trusted value: what a
+        command that starts agents checks first (no read ever gets the looser value)."""
+        self.config.require_limits()
 
     def setting(self, table: str, key: str) -> Any:
         """A validated ``config.toml`` value (its default when unset); ``ConfigError`` if the

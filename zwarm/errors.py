@@ -117,6 +117,26 @@ class UntrustedConfig(ZwarmError):
         super().__init__(f"{what}; {fix}")
 
 
+class LoosenedLimit(ZwarmError):
+    """A config file loosens a limit (a cap, a budget, a depth, a price) past the value the
+    user trusted, or past the default when nothing was trusted (see ``zwarm.trust``). The
+    values come rendered (``zwarm.trust.shown``)."""
+
+    def __init__(self, path: str, key: str, trusted: str, new: str, more: list[str]) -> None:
+        import os
+        import shlex
+
+        self.path = path
+        self.key = key
+        self.keys = [key, *more]
+        fix = f"zwarm --state-dir {shlex.quote(os.path.dirname(path))} trust"
+        also = f" (and {', '.join(more)})" if more else ""
+        super().__init__(
+            f"{path}: {key} = {new} loosens the trusted {trusted}{also}; "
+            f"if you meant it, `{fix}` accepts it"
+        )
+
+
 class UnsafeStateDir(ZwarmError):
     """A state dir that another user could have written (not yours, group/world-writable, a
     symlink) and that the user has not allowed (see ``zwarm.trust``)."""
