@@ -44,7 +44,7 @@ from zwarm.config import Config
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, launcher, parse_iso
+from zwarm.env import Env, for_children, launcher, parse_iso
 from zwarm.errors import InvalidInput, SessionStateError, StoreError, ZwarmError
 from zwarm.model import (
     ACTIVE,
@@ -125,7 +125,7 @@ class BaseSessionManager(abc.ABC):
         return self.agent.permissions(self.config.table(self.name), bypass)
 
     def agent_env(self) -> dict[str, str]:
-        env = dict(self.env.environ)
+        env = for_children(self.env.environ)  # never the orchestrator's own key
         env.update(self.config.table(self.name)["env"])
         return env
 
