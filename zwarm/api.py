@@ -501,6 +501,19 @@ class Zwarm:
             r["shown_status"] = probe.label()
         return r
 
+    def launcher_says(self, sessions: list[Session]) -> dict[str, dict[str, Any]]:
+        """What the launchers of ``sessions``' running turns say of them, as a listing's rows
+        carry it (``launcher_state``, ``shown_status``; see ``_listed``): one query per
+        launcher (a cluster's queue is asked once for all). The dashboard's live rows
+        (``serve.streams``) show a pending Slurm job as ``zwarm ls`` does."""
+        running = [s for s in sessions if s.status in RUNS]
+        probes = self._survey(running)
+        return {
+            s.id: {"launcher_state": _launcher_state(p, s), "shown_status": p.label()}
+            for s in running
+            if (p := probes.get(s.id)) is not None
+        }
+
     def _survey(self, sessions: list[Session]) -> dict[str, Probe]:
         """Probes of the running sessions' turns: one query per launcher (``runtime.survey``:
         one ``squeue`` for every Slurm job), none for a finished session."""
