@@ -337,8 +337,8 @@ class Zwarm:
         s = self.get(ref, history=False)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
-        _check_workdir(s)
         _check_tree(s)
+        _check_workdir(s)
         _check_budget(s, self.store)
         mode, limit = check_context(context), check_timeout(timeout)
         s, state = mgr.inject(s.id, message, context=mode, timeout=limit)
@@ -361,8 +361,8 @@ class Zwarm:
         s = self.get(ref)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
-        _check_workdir(s)
         _check_tree(s)
+        _check_workdir(s)
         s, _ = mgr.rerun(s.id, kind)
         return s
 

@@ -89,16 +89,17 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
     path = user_state_dir(environ) / "bin" / name / "zwarm"
     argv = shlex.join(python_argv(python, "zwarm"))
-    text = f'#!/bin/sh\n# written by zwarm: how its agents run it\nexec {argv} "$@"\n'.encode()
+    text = f'#!/bin/sh\n# written by zwarm: how its agents run it\nexec {argv} "$@"\n'
+    want = os.fsencode(text)  # a path that is not UTF-8 is written as it is
     try:
-        data, st = read_file(path, len(text))
-        if data == text and st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:
+        data, st = read_file(path, len(want))
+        if data == want and st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:
             return path
     except OSError:
         pass
     try:
         private_dir(path.parent)
-        atomic_write(path, text, mode=0o700)
+        atomic_write(path, want, mode=0o700)
         os.chmod(path, 0o700)  # whatever the umask
     except (OSError, StoreError):
         return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -114,6 +115,24 @@ def test_an_agent_reaches_zwarm_from_a_login_shell_as_codex_runs_commands(zw) ->
     assert VENV_BIN.as_posix() not in (zw.cwd / "which-login.txt").read_text()  # PATH reset
     out = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "zwarm" in out.stdout
+
+
+def test_the_launcher_runs_the_interpreter_it_names_even_one_not_utf8(tmp_path) -> None:
+    """``env.launcher``: one per interpreter, 0700, exactly ``PYTHON -I -m zwarm "$@"``, kept
+    when intact and rewritten when not; a path that is not UTF-8 is written as it is."""
+    from zwarm.env import launcher
+
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    odd = os.fsdecode(b"/opt/py\xff/bin/python")
+    path = launcher(odd, environ)
+    assert path is not None and path.parent.parent == tmp_path / "state" / "zwarm" / "bin"
+    assert b"exec '/opt/py\xff/bin/python' -I -m zwarm \"$@\"" in path.read_bytes()
+    mine = launcher(sys.executable, environ)
+    assert mine is not None and mine != path and os.stat(mine).st_mode & 0o777 == 0o700
+    mine.write_text("#!/bin/sh\necho planted\n")
+    assert launcher(sys.executable, environ) == mine and b"planted" not in mine.read_bytes()
+    out = subprocess.run([mine, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("zwarm ")
 
 
 def test_a_parent_the_environment_names_is_verified(zw) -> None:

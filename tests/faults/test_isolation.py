@@ -200,8 +200,8 @@ def test_serve_orchestrate_and_the_slurm_job_import_nothing_planted(zw: Any) -> 
         lambda req: reply(call("wait", session_ids=delegated(req), all=True)),
         final("done"),
     ]
-    with FakeChatServer(script) as srv:
-        res = w.zwarm("orchestrate", "the run", **env_for(srv))
+    with FakeChatServer(script) as srv:  # with a key: re-executed without it in its block
+        res = w.zwarm("orchestrate", "the run", **env_for(srv, ZWARM_ORCH_API_KEY="sk-x"))
     assert res.returncode == 0, res.stderr
     job = job_script(sys.executable, str(zw.state_dir), "0" * 8 + "-0000-0000-0000-" + "0" * 12, 1)
     subprocess.run(["/bin/sh", "-c", job], cwd=w.project, env=w.env, timeout=60)
@@ -265,3 +265,14 @@ def test_a_user_site_install_runs_its_turns_and_its_agents_reach_it(zw: Any) -> 
     )
     assert res.returncode == 0 and "completed" in res.stdout, res.stderr
     assert (zw.cwd / "version.txt").read_text().startswith("zwarm ")
+    with FakeChatServer([final("done")]) as srv:  # re-executed without its key in the block
+        extra = env_for(srv, ZWARM_ORCH_API_KEY="sk-x")
+        orch = subprocess.run(
+            [base, "-m", "zwarm", "orchestrate", "the run"],
+            cwd=zw.cwd,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert orch.returncode == 0 and orch.stdout.strip() == "done", orch.stderr

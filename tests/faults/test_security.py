@@ -131,11 +131,12 @@ def test_every_dir_zwarm_makes_is_0700_under_umask_0_outside_the_state_dir_too(z
     made = [xdg / "state", xdg / "config", zw.state_dir / "orchestrator"]
     made += [xdg / "cache"] if (xdg / "cache").exists() else []  # the listing's, if it kept one
     bad, count = [], 0
+    launchers = xdg / "state" / "deep" / "zwarm" / "bin"  # the agents' "$ZWARM": programs
     for root in made:
         assert root.is_dir(), root
         for p in [root, *root.rglob("*")]:
             mode = stat.S_IMODE(p.lstat().st_mode)
-            want = 0o700 if p.is_dir() else 0o600
+            want = 0o700 if p.is_dir() or p.parent.parent == launchers else 0o600
             count += 1
             if mode != want:
                 bad.append(f"{p}: {oct(mode)}")

@@ -90,7 +90,9 @@ def reexec_without_key(args: list[str]) -> str | None:
         env[KEY_FD_VAR] = f"{r}:{os.getpid()}"
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, "-I", "-m", "zwarm", *args], env)
+        from zwarm.env import python_argv
+
+        os.execve(sys.executable, python_argv(sys.executable, "zwarm", *args), env)
     except OSError as e:
         return f"cannot execute {sys.executable}: {e.strerror or e}"
     finally:  # reached only when the exec failed
