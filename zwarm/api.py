@@ -95,6 +95,10 @@ class Zwarm:
             from zwarm import config as config_mod
 
             self._config = config_mod.load(self.config_path, self.env.environ)
+            if self._config.legacy:  # once per Zwarm: it loads its config once
+                from zwarm import legacy
+
+                self.warn(legacy.warning(self.config_path, list(self._config.legacy)))
         return self._config
 
     def manager(self, adapter: str) -> BaseSessionManager:

@@ -6,7 +6,8 @@ Owns every configurable key and its default. Must stay true:
   an agent; ``.zwarm.example/config.toml`` documents every key of zwarm and of the agents that
   ship with it (a test checks they agree);
 - an invalid file (TOML syntax, unknown key, wrong type or value) raises ``ConfigError`` naming
-  the file and the problem, before anything is created;
+  the file and the problem, before anything is created; zwarm 3.x's tables and keys
+  (``zwarm.legacy``) are not unknown: taken out unapplied, named in ``Config.legacy``;
 - loading uses only ``tomllib``; ``tomli_w`` is imported only when writing.
 """
 
@@ -148,6 +149,7 @@ class Config(msgspec.Struct, frozen=True):
     data: dict[str, dict[str, Any]]
     path: str | None = None
     source: "ConfigSource | None" = None  # neither compared nor shown (__eq__, __repr__)
+    legacy: tuple[str, ...] = ()  # zwarm 3.x settings the file has, ignored (zwarm.legacy)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Config) and (self.data, self.path) == (other.data, other.path)
@@ -291,12 +293,14 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(str(path), f"invalid TOML: {e}") from None
+    from zwarm import legacy
     from zwarm.trust import ConfigSource
 
     tables = schema()  # once: each agent's table is asked of the agent
+    old = tuple(legacy.split(doc, tables))  # never applied: the caller warns
     data = validate(doc, str(path), tables)
     settings = security_settings(data, _defaults(tables))
-    return Config(data, str(path), ConfigSource.of(path, raw, settings, environ))
+    return Config(data, str(path), ConfigSource.of(path, raw, settings, environ), old)
 
 
 def validate(
