@@ -95,6 +95,10 @@ class Zwarm:
             from zwarm import config as config_mod
 
             self._config = config_mod.load(self.config_path, self.env.environ)
+            if self._config.legacy:  # once per Zwarm: it loads its config once
+                from zwarm import legacy
+
+                self.warn(legacy.warning(self.config_path, list(self._config.legacy)))
         return self._config
 
     def manager(self, adapter: str) -> BaseSessionManager:
@@ -135,6 +139,10 @@ class Zwarm:
         path = self.config_path
         if path.exists() and not force:
             raise InvalidInput(f"{path} already exists (use --force to overwrite)")
+        if path.exists() and self.config.legacy:  # --force would drop them: never lost
+            raise InvalidInput(
+                f"{path} has zwarm 3.x settings: `zwarm init --upgrade` converts it, keeping it"
+            )
         from zwarm import config as config_mod
         from zwarm.config_text import commented
 

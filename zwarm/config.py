@@ -12,7 +12,8 @@ Must stay true:
 - a limit is compared as the engine uses it: 0 = none where it means that, a group's unset
   budget is ``[limits]``'s, a price left out is the agent's list price (unknown: nothing);
 - an invalid file (TOML syntax, unknown key, wrong type or value) raises ``ConfigError`` naming
-  the file and the problem, before anything is created;
+  the file and the problem, before anything is created; zwarm 3.x's tables and keys
+  (``zwarm.legacy``) are not unknown: taken out unapplied, named in ``Config.legacy``;
 - loading uses only ``tomllib``; ``tomli_w`` is imported only when writing.
 """
 
@@ -157,6 +158,7 @@ class Config(msgspec.Struct, frozen=True):
     data: dict[str, dict[str, Any]]
     path: str | None = None
     source: "ConfigSource | None" = None  # neither compared nor shown (__eq__, __repr__)
+    legacy: tuple[str, ...] = ()  # zwarm 3.x settings the file has, ignored (zwarm.legacy)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Config) and (self.data, self.path) == (other.data, other.path)
@@ -461,20 +463,32 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
         return Config(data, None, ConfigSource.of(path, b"", data, Judge(tables), environ))
     except OSError as e:
         raise ConfigError(str(path), f"cannot read: {e.strerror}") from None
-    data = parse(raw, str(path), tables)
-    return Config(data, str(path), ConfigSource.of(path, raw, data, Judge(tables), environ))
+    old: list[str] = []
+    data = parse(raw, str(path), tables, old)
+    source = ConfigSource.of(path, raw, data, Judge(tables), environ)
+    return Config(data, str(path), source, tuple(old))
 
 
 def parse(
-    raw: bytes, where: str, tables: dict[str, dict[str, Spec]] | None = None
+    raw: bytes,
+    where: str,
+    tables: dict[str, dict[str, Spec]] | None = None,
+    legacy_out: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """A config file's bytes, validated and merged over the defaults (``ConfigError``)."""
+    """A config file's bytes, validated and merged over the defaults (``ConfigError``); the
+    zwarm 3.x settings it holds are left out, named in ``legacy_out``."""
     import tomllib  # here: a state dir without a config file never loads it (~2 ms)
 
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(where, f"invalid TOML: {e}") from None
+    from zwarm import legacy
+
+    tables = schema() if tables is None else tables
+    old = legacy.split(doc, tables)  # zwarm 3.x's settings: never applied, the caller warns
+    if legacy_out is not None:
+        legacy_out.extend(old)
     return validate(doc, where, tables)
 
 
