@@ -299,3 +299,21 @@ def test_snapshots_stay_out_of_the_users_history_and_survive_gc(zw: ZW, repo: Re
     assert zw.run("diff", sid, check=True).stdout == whole
     zw.run("rm", sid, check=True)
     assert repo.legacy_refs() == []
+
+
+def test_a_same_size_change_that_the_index_calls_racily_clean_is_in_the_snapshot(
+    zw: ZW, repo: Repo
+) -> None:
+    """git finds a change its stat cache cannot see (same size, same second, ctime not
+    trusted) by comparing with the index file's time ("racily clean"); the snapshot's
+    private copy of the index keeps that time, so the change is in the diff."""
+    repo.git("config", "core.trustctime", "false")
+    old = "2020-01-01 00:00:00"
+    shell = (
+        f"touch -d '{old}' README.md; git update-index -q --refresh; "
+        f"printf '# DEMO\\n' > README.md; touch -d '{old}' README.md; "
+        f"touch -d '{old}' \"$(git rev-parse --git-path index)\""
+    )
+    sid = spawn(zw, repo, "--worktree", shell=shell)
+    assert [f["path"] for f in zw.json("diff", sid)["files"]] == ["README.md"]
+    assert zw.json("show", sid)["changes"] == {"files": 1, "added": 1, "removed": 1}

@@ -293,8 +293,8 @@ def test_a_worktree_record_pointed_at_another_repository_is_refused(zw: ZW, repo
     assert _marks(zw) == []
 
 
-def spawn_tree(zw: ZW, repo: Repo, name: str) -> str:
-    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name, env_extra=agent("true"))
+def spawn_tree(zw: ZW, repo: Repo, name: str, shell: str = "true") -> str:
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name, env_extra=agent(shell))
     zw.wait(sid)
     return sid
 
@@ -321,3 +321,25 @@ def test_a_missing_object_never_makes_zwarm_fetch(zw: ZW, repo: Repo) -> None:
     assert len(res.stderr.strip().splitlines()) == 1 and _marks(zw) == []
     _plain_git(repo.path, repo.env, "cat-file", "-p", blob)  # git as the user runs it: fetches
     assert _marks(zw) == ["ssh"]
+
+
+def test_a_merge_driver_never_runs_it_is_a_conflict(zw: ZW, repo: Repo) -> None:
+    """A merge driver named by .gitattributes and defined in the repository's config runs
+    on any real three-way merge of such a file; zwarm's merge turns it into a conflict
+    (refused, nothing merged), never running it, and never silently keeping one side."""
+    _plant_script(zw.tmp, "repo")  # (for its marker scripts)
+    repo.write("README.md", "one\ntwo\nthree\n")
+    repo.write(".gitattributes", "README.md merge=evil\n")
+    repo.commit("attributes")
+    sid = spawn_tree(zw, repo, "md", shell="printf 'one\\ntwo\\nTHREE\\n' > README.md")
+    repo.write("README.md", "ONE\ntwo\nthree\n")
+    repo.commit("the user's change")
+    repo.git("config", "merge.evil.driver", f"{zw.tmp / 'evil-bin' / 'mergedriver'} %O %A %B")
+    before = repo.state()
+    res = zw.run("merge", sid)
+    assert res.returncode == 1 and "conflicts in README.md; nothing was merged" in res.stderr
+    assert repo.state() == before and _marks(zw) == []
+    tree = Path(zw.json("show", sid)["workspace"]["tree"])
+    _plain_git(tree, repo.env, "commit", "-qam", "agent")
+    _plain_git(repo.path, repo.env, "merge-tree", "--write-tree", "main", "zwarm/md")
+    assert _marks(zw) == ["mergedriver"]  # git as the user runs it: the driver runs

@@ -138,11 +138,14 @@ def _head(tree: git.Tree, env: Mapping[str, str]) -> str | None:
 
 def _seed(real: Path, private: Path) -> None:
     """Start the private index as a copy of the real one (read without following a link or
-    blocking); an index that cannot be read is simply not copied."""
+    blocking), with the real one's modification time: git tells a file changed in the same
+    second as the index was written ("racily clean") by comparing with the index file's
+    time, so a newer copy would trust a stale stat and miss a same-size change. An index
+    that cannot be read is simply not copied."""
     from zwarm.store.files import read_file
 
     try:
-        data, _ = read_file(real, INDEX_LIMIT)
+        data, st = read_file(real, INDEX_LIMIT)
     except OSError:
         return
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -150,6 +153,7 @@ def _seed(real: Path, private: Path) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
     finally:
         os.close(fd)
 
