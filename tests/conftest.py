@@ -75,6 +75,50 @@ def wait_until(
         time.sleep(interval)
 
 
+def parked_note(until: str, run: Callable[[], str]) -> tuple[str, list[str]]:
+    """What ``run()`` printed, and what it must show of a session parked until ``until``
+    (ISO): ``parked until 00:41``, or ``parked until Sat 00:41`` when that is another day
+    than the listing's. Made by zwarm's own formatter (``render.fleet_note``) for the
+    instants just before and after ``run`` (they differ only if a day began meanwhile),
+    each checked to hold the reset's local hour and minute: right at any hour."""
+    from zwarm.cli.render import fleet_note
+    from zwarm.env import parse_iso
+
+    row = {"status": "parked", "parked_until": until}
+    before = time.time()
+    out = run()
+    after = time.time()
+    want = [f"parked{fleet_note(row, now)}" for now in (before, after)]
+    clock = time.strftime("%H:%M", time.localtime(parse_iso(until)))
+    assert all(w.endswith(f" {clock}") for w in want), (want, clock)
+    return out, want
+
+
+def midday_tz() -> str:
+    """A POSIX ``TZ`` in which it is now between 12:00 and 13:00: a test that counts local
+    days runs in it (this process after ``time.tzset()``, and its zwarm subprocesses), so
+    that no day begins while it runs, whatever the hour."""
+    off = (12 - time.gmtime().tm_hour) % 24  # local = UTC + off hours
+    off = off - 24 if off > 12 else off
+    return f"ZWT{-off}"  # POSIX counts west of Greenwich as positive
+
+
+@pytest.fixture
+def midday(zw: ZW) -> Iterator[str]:
+    """``midday_tz()`` for this process and the world's zwarm subprocesses; restored after."""
+    tz, old = midday_tz(), os.environ.get("TZ")
+    os.environ["TZ"] = zw.env["TZ"] = tz
+    time.tzset()
+    try:
+        yield tz
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
 @dataclass
 class ZW:
     """One isolated zwarm world: a state dir, a cwd, an environment, helpers to drive it."""
@@ -288,14 +332,15 @@ def make_env(tmp: Path, state_dir: Path, record: Path) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def private_trust(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This test's own zwarm trust file location (created only when something is trusted),
-    and its own ``XDG_STATE_HOME`` (launch pins) and ``XDG_CACHE_HOME`` (the listing's row
-    cache): nothing a test does lands in the real home,
+    and its own ``XDG_STATE_HOME`` (launch pins, serve's token) and ``XDG_CACHE_HOME`` (the
+    listing's row cache), and no ``XDG_RUNTIME_DIR``: nothing a test does lands in the real home,
     and the API in the test process and the CLI and supervisors it starts agree on both."""
     xdg = tmp_path / "xdg-config"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))  # zwarm's worktrees
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the listing's rows
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)  # zwarm serve's token: state home
     return xdg / "zwarm" / "trust.json"
 
 

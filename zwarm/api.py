@@ -47,7 +47,7 @@ from zwarm.errors import (
 )
 from zwarm.model import ACTIVE, FINISHED, RUNS, Session, Status
 from zwarm.model.records import RUN_ID, Workspace, order_key
-from zwarm.model.steps import Step
+from zwarm.model.steps import Step, ended_turn
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
@@ -191,7 +191,7 @@ class Zwarm:
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
 
-        workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd)
+        workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd, self.state_dir)
         if name is not None:
             self.store.check_name(name)
         self._check_agent(mgr)
@@ -338,6 +338,7 @@ class Zwarm:
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
         _check_tree(s)
+        _check_workdir(s)
         _check_budget(s, self.store)
         mode, limit = check_context(context), check_timeout(timeout)
         s, state = mgr.inject(s.id, message, context=mode, timeout=limit)
@@ -361,6 +362,7 @@ class Zwarm:
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
         _check_tree(s)
+        _check_workdir(s)
         s, _ = mgr.rerun(s.id, kind)
         return s
 
@@ -481,7 +483,8 @@ class Zwarm:
         """``sid``'s row, decoded by the one schema; a running session is reconciled (its
         launcher verifies what runs it, ``probe`` its answer when the listing asked it
         already; only a lost one needs its agent's parser), and says what its launcher
-        says of it (``launcher_state``: a Slurm job's state). None: removed meanwhile."""
+        says of it (``launcher_state``: a Slurm job's state; ``shown_status``: the status
+        shown instead of ``running``, ``queued (slurm: Resources)``)."""
         if isinstance(got, DamagedSession):
             return damaged_row(sid, got.problem)
         if got.status in RUNS and not (probe.alive if probe is not None else self._alive(got)):
@@ -494,6 +497,7 @@ class Zwarm:
         r = row(got)
         if probe is not None and got.status in RUNS:
             r["launcher_state"] = _launcher_state(probe, got)
+            r["shown_status"] = probe.label()
         return r
 
     def _survey(self, sessions: list[Session]) -> dict[str, Probe]:
@@ -541,7 +545,7 @@ class Zwarm:
         mine = by_id.get(s.id)
         if mine is None:
             return {}
-        keys = ["children", *_TREE_TOTALS, "launcher_state"]
+        keys = ["children", *_TREE_TOTALS, "launcher_state", "shown_status"]
         if mine["status"] == "queued":
             keys += ["queue_position", "waiting_for"]
         out = {k: mine[k] for k in keys}
@@ -811,13 +815,23 @@ class Zwarm:
         return {**out, "children_killed": [], "children_left": []}
 
     def _kill_one(self, sid: str, cascade: bool = True) -> dict[str, Any]:
-        """Kill ``sid``, then its linked descendants that are active (``engine.tree``): the
-        row says which (``children_killed``) and which detached children it left running
-        (``children_left``)."""
+        """Kill ``sid``, then its linked descendants that are active (``engine.tree``),
+        whatever its own state: a parent that already finished keeps its status (``stopped``
+        False) and its running tree is stopped. The row says which descendants were killed
+        (``children_killed``) and which detached children it left running (``children_left``).
+        A finished session with nothing active under it is not running: an error."""
         s = self.store.load(sid)
-        s, dropped = self.reader(s.adapter).kill(sid)
-        killed, left = self._kill_linked(sid) if cascade else ([], [])
-        out = {**row(s), "dropped_queued": dropped}
+        try:
+            s, dropped = self.reader(s.adapter).kill(sid)
+        except SessionStateError:
+            killed, left = self._kill_linked(sid) if cascade else ([], [])
+            if not killed:
+                raise
+            s, dropped, stopped = self.store.load(sid), 0, False
+        else:
+            killed, left = self._kill_linked(sid) if cascade else ([], [])
+            stopped = True
+        out = {**row(s), "dropped_queued": dropped, "stopped": stopped}
         return {**out, "children_killed": killed, "children_left": left}
 
     def _kill_linked(self, sid: str) -> tuple[list[str], list[str]]:
@@ -1072,8 +1086,8 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         d = review.diff_json(tree, self.env.environ, sp, hunks)
         if text:
             d["text"] = diffs.text(tree, self.env.environ, sp.a, sp.b).decode("utf-8", "replace")
@@ -1092,8 +1106,8 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
-        tree = workspace.git_dir_tree(ws)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
+        tree = workspace.git_dir_tree(ws, self.env.environ)
         text = diffs.text(tree, self.env.environ, sp.a, sp.b, color=color, stat=stat)
         return text, review.overlap_note(review.overlaps(s, self._same_tree(ws), turn))
 
@@ -1125,7 +1139,9 @@ class Zwarm:
         s = self.get(ref)
         ws = self.workspace(s)
         with self.store.transaction(s.id) as fresh:
-            new = review.make_comments(fresh, ws, items, self.env.environ, self.env.now_iso())
+            new = review.make_comments(
+                fresh, ws, items, self.env.environ, self.env.now_iso(), self.store.root
+            )
             if len(fresh.comments) + len(new) > 10_000:
                 raise InvalidInput(f"session {s.id} has too many comments already")
             fresh.comments.extend(new)
@@ -1166,7 +1182,7 @@ class Zwarm:
 
         s = self.get(ref)
         ws = self.workspace(s)
-        sp = review.span(s, ws, turn, self.env.environ)
+        sp = review.span(s, ws, turn, self.env.environ, self.store.root)
         where = Path(cwd) if cwd is not None else self.env.cwd
         return {"session_id": s.id, "turn": turn, **review.apply(ws, sp, self.env.environ, where)}
 
@@ -1321,6 +1337,8 @@ def _numbered(
             index += 1
             continue
         for step in mgr.turn_steps(sid, n):
+            if not running and step.get("status") == "in_progress":
+                ended_turn(step)  # the turn ended: it never finished
             step["turn"] = n
             step["index"] = index
             index += 1
@@ -1438,6 +1456,7 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
         "turns": len(turns),
         "usage": m.get("usage"),
         "cost_usd": m.get("cost_usd"),
+        "cost_complete": m.get("cost_complete") is not False,
         "cost_source": m.get("cost_source"),
         "agent_session_id": m.get("agent_session_id"),
         "last_message": m.get("last_message"),
@@ -1485,6 +1504,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "turns": s.count,
         "usage": u,
         "cost_usd": cost,
+        "cost_complete": s.cost_complete,
         "cost_source": s.cost_source,
         "agent_session_id": s.agent_session_id,
         "last_message": s.last_message,
@@ -1517,9 +1537,10 @@ def _session_row(s: Session) -> dict[str, Any]:
         "tree_sessions": 1,
         "tree_usage": u,
         "tree_cost_usd": cost,
-        "tree_unpriced": 0 if cost is not None else 1,
+        "tree_unpriced": 0 if s.cost_complete and cost is not None else 1,
         "launcher": cur.launcher if cur else None,
         "launcher_state": None,
+        "shown_status": None,
         "damaged": False,
     }
 
@@ -1540,10 +1561,12 @@ def _all_turn_changes(s: Session) -> list[dict[str, int] | None]:
 
 def _launcher_row(turns: list[Any]) -> dict[str, Any]:
     """What runs the latest turn (``local``, ``slurm``) and, filled in by a listing while it
-    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``)."""
+    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``) and the
+    status shown for it when that is not just ``running`` (``shown_status``: ``queued (slurm:
+    Resources)`` while its job waits in the cluster's queue, ``Probe.label``)."""
     cur = turns[-1] if turns else None
     name = cur.get("launcher") if isinstance(cur, dict) else getattr(cur, "launcher", None)
-    return {"launcher": name, "launcher_state": None}
+    return {"launcher": name, "launcher_state": None, "shown_status": None}
 
 
 def _launcher_state(probe: Probe, s: Session) -> dict[str, Any]:
@@ -1568,7 +1591,9 @@ def _tree_row(m: dict[str, Any]) -> dict[str, Any]:
         "tree_sessions": 1,
         "tree_usage": m.get("usage"),
         "tree_cost_usd": cost,
-        "tree_unpriced": 0 if isinstance(cost, (int, float)) else 1,
+        "tree_unpriced": 0
+        if isinstance(cost, (int, float)) and m.get("cost_complete") is not False
+        else 1,
     }
 
 
@@ -1662,6 +1687,7 @@ def damaged_row(sid: str, problem: str) -> dict[str, Any]:
         "turns": 0,
         "usage": None,
         "cost_usd": None,
+        "cost_complete": False,
         "cost_source": "unknown",
         "agent_session_id": None,
         "last_message": None,
@@ -1695,7 +1721,20 @@ def check_prompt(text: str) -> str:
         raise InvalidInput("the prompt is empty")
     if "\x00" in text:
         raise InvalidInput("the prompt contains NUL bytes, which no agent accepts")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: a byte like 0xff in argv, or JSON's
+        raise InvalidInput(f"the prompt is not valid UTF-8 (character {e.start})") from None
     return text
+
+
+def _check_workdir(s: Session) -> None:
+    """A follow-up's working directory is still there (its removal is named now, not as an
+    agent that could not start); one removed after this is named by its supervisor."""
+    if not os.path.isdir(s.cwd):
+        raise InvalidInput(
+            f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"
+        )
 
 
 def check_timeout(timeout: float | None) -> float | None:

@@ -10,9 +10,32 @@ Walking up *stops* at the first ``.zwarm`` that is a directory or a symlink, saf
 unsafe one is an error, never silently skipped for another dir further up or ``./.zwarm``
 (as git does), so the dir zwarm uses never depends on whose ``.zwarm`` sits where. A regular
 file named ``.zwarm`` is not a state dir and is passed over, as before.
+
+Also owns how zwarm starts Python (``python_argv``): every Python process zwarm starts (the
+``--wait`` re-exec, supervisors, the fork server, the hook runner, a Slurm job's supervisor)
+runs ``PYTHON -I -m MODULE``, isolated: no ``PYTHON*`` variable (``PYTHONPATH``,
+``PYTHONSTARTUP``, ``PYTHONHOME``), no user site (nor its ``.pth`` files or
+``usercustomize``), and neither the working directory nor a script's directory on
+``sys.path``, so nothing an agent wrote in a folder it can write is imported; and where the
+process needs no working directory it is started in ``NEUTRAL_CWD``. The one exception: an
+interpreter whose user site is on (no virtualenv) keeps it (``-E -P``, ``isolated``), as
+zwarm may be installed there; it lies in the user's home, outside every agent's writable
+roots. ``PYTHON`` is the interpreter running zwarm (``sys.executable``: a virtualenv's own
+``bin/python``, kept as its path so the virtualenv stays in effect), or the one the user
+configured.
+
+And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs this zwarm
+(``PYTHON -I -m zwarm``), kept in the user's state dir (``user_state_dir``, outside every
+agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
+in a login shell, whose ``/etc/profile`` resets PATH).
+
+Also owns which names look secret (``looks_secret``: an api key, token, secret, password,
+authorization or credential), for every part of zwarm that must keep such values out of what
+it writes or shows.
 """
 
 import os
+import re
 import stat
 import sys
 import time
@@ -23,10 +46,76 @@ from pathlib import Path
 import msgspec
 
 STATE_DIR_NAME = ".zwarm"
+NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working directory
+
+
+def python_argv(python: str, module: str, *args: str) -> list[str]:
+    """The argv of a Python process zwarm starts: ``PYTHON -I -m MODULE ARGS`` (isolated)."""
+    return [python, *isolated(python), "-m", module, *args]
+
+
+def isolated(python: str) -> list[str]:
+    """``-I``; for this interpreter with its user site on (zwarm installed with ``pip
+    install --user``, which ``-I`` would not find), ``-E -P``: the same but for the user
+    site, which lies in the user's home as a virtualenv's site-packages lies in it."""
+    import site
+
+    user_site = python == sys.executable and site.ENABLE_USER_SITE
+    if user_site and os.path.isdir(site.getusersitepackages()):
+        return ["-E", "-P"]
+    return ["-I"]
+
+
+def user_state_dir(environ: Mapping[str, str]) -> Path:
+    """``$XDG_STATE_HOME/zwarm`` (an absolute one; else ``~/.local/state/zwarm``): the user's
+    own zwarm files (launch pins, launchers), where no agent's sandbox may write."""
+    base = environ.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(base):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".local", "state")
+    return Path(base) / "zwarm"
+
+
+def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
+    """An executable ``zwarm`` running this zwarm on ``python`` (``PYTHON -I -m zwarm``):
+    ``<user_state_dir>/bin/<hash of PYTHON>/zwarm``, 0700, written (atomically) when missing
+    or not exactly ours; None if it cannot be (an unwritable home: agents then have none)."""
+    import shlex
+    from _blake2 import blake2b
+
+    from zwarm.errors import StoreError
+    from zwarm.store.files import atomic_write, private_dir, read_file
+
+    name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
+    path = user_state_dir(environ) / "bin" / name / "zwarm"
+    argv = shlex.join(python_argv(python, "zwarm"))
+    text = f'#!/bin/sh\n# written by zwarm: how its agents run it\nexec {argv} "$@"\n'
+    want = os.fsencode(text)  # a path that is not UTF-8 is written as it is
+    try:
+        data, st = read_file(path, len(want))
+        if data == want and st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:
+            return path
+    except OSError:
+        pass
+    try:
+        private_dir(path.parent)
+        atomic_write(path, want, mode=0o700)
+        os.chmod(path, 0o700)  # whatever the umask
+    except (OSError, StoreError):
+        return None
+    return path
+
+
+SECRET_NAME = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a variable or setting called ``name`` holds a secret, by its name."""
+    return SECRET_NAME.search(name) is not None
 
 
 class Env(msgspec.Struct):
-    cwd: Path = msgspec.field(default_factory=lambda: Path(os.getcwd()))
+    cwd: Path = msgspec.field(default_factory=lambda: working_dir())
     environ: Mapping[str, str] = msgspec.field(default_factory=lambda: dict(os.environ))
     state_dir: Path | None = None  # explicit --state-dir
     clock: Callable[[], float] = time.time
@@ -46,19 +135,40 @@ class Env(msgspec.Struct):
         return path
 
     def locate_state_dir(self) -> Path:
-        """The rule alone, unchecked: only ``zwarm trust`` uses this directly."""
+        """The rule alone, unchecked (but for a path that is not UTF-8, which zwarm cannot
+        record: ``InvalidInput``, saying where it came from): only ``zwarm trust`` uses this
+        directly."""
         if self.state_dir is not None:
-            return _abs(self.state_dir, self.cwd)
+            return _text(_abs(self.state_dir, self.cwd), "--state-dir or ZWARM_DIR")
         env_dir = self.environ.get("ZWARM_DIR")
         if env_dir:
-            return _abs(Path(env_dir), self.cwd)
+            return _text(_abs(Path(env_dir), self.cwd), "ZWARM_DIR")
         for d in (self.cwd, *self.cwd.parents):
             if _dir_or_link(d / STATE_DIR_NAME):
-                return d / STATE_DIR_NAME
-        return self.cwd / STATE_DIR_NAME
+                return _text(d / STATE_DIR_NAME, "the working directory")
+        return _text(self.cwd / STATE_DIR_NAME, "the working directory")
 
     def now_iso(self) -> str:
         return iso(self.clock())
+
+
+def working_dir() -> Path:
+    """This process's working directory. One that was removed is still named (Linux keeps
+    its path, ``/proc/self/cwd``): a command that needs it says which directory is missing,
+    and one that does not (a state dir given) works; elsewhere ``InvalidInput``."""
+    try:
+        return Path(os.getcwd())
+    except FileNotFoundError:
+        try:
+            where = os.readlink("/proc/self/cwd")
+        except OSError:
+            where = ""
+        gone = " (deleted)"
+        if where.startswith("/") and where.endswith(gone):
+            return Path(where[: -len(gone)])
+        from zwarm.errors import InvalidInput
+
+        raise InvalidInput("the current directory no longer exists (it was removed)") from None
 
 
 def iso(ts: float) -> str:
@@ -87,6 +197,17 @@ def _dir_or_link(p: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
+
+
+def _text(p: Path, source: str) -> Path:
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:
+        from zwarm.errors import InvalidInput
+
+        shown = os.fsencode(p).decode("utf-8", "backslashreplace")
+        raise InvalidInput(f"the state dir '{shown}' (from {source}) is not valid UTF-8") from None
+    return p
 
 
 def _abs(p: Path, cwd: Path) -> Path:

@@ -165,15 +165,16 @@ class WouldLoseWork(WorkspaceError):
 
 
 class MergeConflict(WorkspaceError):
-    """A merge stopped on conflicts and was aborted (nothing merged): ``files`` conflicted."""
+    """A merge stopped on conflicts and was aborted (nothing merged): ``files`` conflicted;
+    ``after``: what was committed on the session's branch and what to do next."""
 
-    def __init__(self, branch: str, into: str, files: list[str]) -> None:
+    def __init__(self, branch: str, into: str, files: list[str], after: str = "") -> None:
         self.branch = branch
         self.into = into
         self.files = files
         super().__init__(
             f"merging {branch} into {into} conflicts in {', '.join(files) or 'some files'}; "
-            "the merge was aborted and nothing changed"
+            "nothing was merged" + (f", {after}" if after else "")
         )
 
 

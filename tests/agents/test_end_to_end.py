@@ -126,3 +126,17 @@ def test_hostile_bytes_give_an_honest_bounded_record(zw: ZW) -> None:
         assert not is_error and "cut \ufffd emoji" in json.dumps(data, ensure_ascii=False)
 
     run_client(zw, body)
+
+
+def test_a_default_model_is_priced_once_the_agent_names_it(zw: ZW) -> None:
+    """No --model: the session learns its model from the agent; its cost is then estimated
+    at that model's price and says so (issue 30: a default gemini session stayed ``?``)."""
+    require_agent("toy")
+    sid = zw.spawn("hi", "--adapter", "toy")
+    assert zw.wait(sid).returncode == 0
+    row = _row(zw, sid)
+    assert (row["model"], row["cost_source"]) == ("toy-1", "estimated")
+    u = row["usage"]
+    want = (u["input_tokens"] * 1.0 + u["output_tokens"] * 2.0) / 1e6
+    assert row["cost_usd"] == pytest.approx(want)
+    assert "no price" not in zw.run("show", sid, check=True).stdout

@@ -11,11 +11,14 @@ holds (the first test shows the engine sets it)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import FAKE_BIN, VENV_BIN, wait_until
 from zwarm.errors import InvalidInput, SessionStateError
 from zwarm.orchestrator.tools import Toolbox
 
@@ -90,6 +93,48 @@ def test_agents_that_spawn_make_a_three_level_tree_and_depth_4_is_refused(zw) ->
     assert detail["children"] == [three["id"]] and detail["tree_sessions"] == 2
 
 
+def test_an_agent_reaches_zwarm_from_a_login_shell_as_codex_runs_commands(zw) -> None:
+    """Regression (issue 30.9): codex runs every command as ``bash -lc``, whose
+    /etc/profile resets PATH (the virtualenv's bin is gone): ``zwarm spawn`` was "command
+    not found". ``"$ZWARM"`` names a launcher of this zwarm that survives, and a shell that
+    keeps PATH finds that same launcher as ``zwarm``."""
+    login = (
+        "bash -lc 'command -v zwarm > which-login.txt;"
+        ' "$ZWARM" spawn "from a login shell" --name child\'; '
+        "sh -c 'command -v zwarm' > which.txt"
+    )
+    zw.state_dir.mkdir()
+    zw.write_config(f'[codex]\ncommand = ["{FAKE_BIN / "codex"}"]\n')  # found whatever PATH
+    env = zw.replay("codex_simple", FAKE_SHELL_1=login, PATH="/usr/bin:/bin")
+    root = zw.spawn("delegate", "--name", "root", env_extra=env)
+    rows = settled(zw, "root", "child")
+    assert rows["child"]["parent_session_id"] == root, (zw.cwd / "which-login.txt").read_text()
+    launcher = (zw.cwd / "which.txt").read_text().strip()
+    assert launcher and os.access(launcher, os.X_OK)
+    assert os.stat(launcher).st_mode & 0o777 == 0o700
+    assert VENV_BIN.as_posix() not in (zw.cwd / "which-login.txt").read_text()  # PATH reset
+    out = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "zwarm" in out.stdout
+
+
+def test_the_launcher_runs_the_interpreter_it_names_even_one_not_utf8(tmp_path) -> None:
+    """``env.launcher``: one per interpreter, 0700, exactly ``PYTHON -I -m zwarm "$@"``, kept
+    when intact and rewritten when not; a path that is not UTF-8 is written as it is."""
+    from zwarm.env import launcher
+
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    odd = os.fsdecode(b"/opt/py\xff/bin/python")
+    path = launcher(odd, environ)
+    assert path is not None and path.parent.parent == tmp_path / "state" / "zwarm" / "bin"
+    assert b"exec '/opt/py\xff/bin/python' -I -m zwarm \"$@\"" in path.read_bytes()
+    mine = launcher(sys.executable, environ)
+    assert mine is not None and mine != path and os.stat(mine).st_mode & 0o777 == 0o700
+    mine.write_text("#!/bin/sh\necho planted\n")
+    assert launcher(sys.executable, environ) == mine and b"planted" not in mine.read_bytes()
+    out = subprocess.run([mine, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("zwarm ")
+
+
 def test_a_parent_the_environment_names_is_verified(zw) -> None:
     done = zw.spawn("finished", env_extra=zw.replay("codex_simple"))
     zw.wait(done)
@@ -153,6 +198,26 @@ def test_kill_takes_linked_children_and_leaves_detached_ones(zw) -> None:
     assert set(rows_by_name(zw)) == {"free", "loose"}
     tree = zw.run("ls", "--tree", check=True).stdout
     assert f"\n{free.id[:8]} free (detached)" in tree and f"└─ {loose.id[:8]} loose" in tree
+
+
+def test_kill_of_a_finished_parent_stops_its_running_tree(zw) -> None:
+    """Issue 30: a parent that already completed is not refused as ``not running``: its
+    running linked descendants are killed, its own status kept, and the line says so."""
+    parent = zw.api(env_extra=zw.replay("codex_simple", FAKE_SLEEP="1")).spawn("quick")
+    kid = hanging(zw, parent.id).spawn("slow child", name="kid")
+    grandkid = hanging(zw, kid.id).spawn("slower grandchild", name="grandkid")
+    free = hanging(zw, parent.id).spawn("detached child", name="free", detached=True)
+    zw.wait(parent.id)
+    res = zw.run("kill", parent.id, check=True)
+    assert res.stdout.strip() == (
+        f"{parent.id} had already completed; its linked children killed: {kid.id}, "
+        f"{grandkid.id}; detached children left running: {free.id}"
+    )
+    status = {r["id"]: r["status"] for r in zw.json("ls")}
+    assert status == {parent.id: "completed", kid.id: "killed", grandkid.id: "killed",
+                      free.id: "running"}  # fmt: skip
+    res = zw.run("kill", parent.id)  # nothing under it runs any more: nothing to kill
+    assert res.returncode == 1 and "is not running (completed)" in res.stderr
 
 
 def test_rm_of_a_parent_with_a_running_linked_child_needs_force(zw) -> None:

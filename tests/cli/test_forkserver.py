@@ -40,7 +40,19 @@ def _stat(pid: int) -> list[bytes]:
 
 
 def _cmdline(pid: int) -> list[bytes]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    """``pid``'s command line. A live process's can read empty for a moment (the kernel
+    could not read its memory then, on a loaded machine): read again until it is not, or
+    the process is gone (then empty)."""
+
+    def read() -> tuple[bytes] | None:
+        try:
+            data = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return (b"",)
+        return (data,) if data or _gone(pid) else None
+
+    (data,) = wait_until(read, message=f"a command line in /proc/{pid}/cmdline")
+    return data.split(b"\0")
 
 
 def _listening(pid: int) -> bool:
@@ -112,14 +124,9 @@ def test_turns_after_the_first_are_forked_by_the_servers_and_run_as_any(zw, gate
     assert not procs.has_marker(server, sid, procs.SUPERVISOR_MARKER)
     assert os.readlink(f"/proc/{sup}/fd/2") == str(zw.session_dir(sid) / "supervisor.log")
     assert os.readlink(f"/proc/{sup}/cwd") == "/"
+    want = [b"-I", b"-m", b"zwarm.runtime.supervisor", bytes(zw.state_dir), sid.encode()]
     args = [a for a in _cmdline(sup) if a]  # shown as what it is, in ps and top
-    assert args[1:] == [
-        b"-I",
-        b"-m",
-        b"zwarm.runtime.supervisor",
-        bytes(zw.state_dir),
-        sid.encode(),
-    ]
+    assert args[1:] == want
     hold.unlink()
     assert zw.wait(sid).returncode == 0
     (row,) = [r for r in zw.json("ls") if r["id"] == sid]

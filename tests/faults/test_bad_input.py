@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ZWARM_BIN
 from zwarm.errors import (
     AgentNotFound,
     AmbiguousSession,
@@ -27,7 +29,7 @@ from zwarm.errors import (
     ZwarmError,
 )
 
-from ._helpers import meta, one_error_line, sdir, snapshot, spawn, wait_status
+from ._helpers import meta, one_error_line, sdir, snapshot, spawn, wait_status, wait_until
 
 
 def _sessions(zw: Any) -> list[str]:
@@ -231,6 +233,47 @@ def test_bad_prompts(zw: Any) -> None:
     assert zw.calls() == 1
 
 
+def _run_bytes(zw: Any, *argv: bytes, env: dict[bytes, bytes] | None = None) -> Any:
+    """The installed zwarm with a bytes argv and environment, as a shell passes them."""
+    given = {**zw.env, **zw.replay("codex_simple")}
+    environ = {os.fsencode(k): os.fsencode(v) for k, v in given.items()}
+    res = subprocess.run(
+        [os.fsencode(ZWARM_BIN), *argv],
+        env={**environ, **(env or {})},
+        cwd=zw.cwd,
+        capture_output=True,
+        timeout=120,
+    )
+    out, err = res.stdout.decode(), res.stderr.decode()
+    return subprocess.CompletedProcess(res.args, res.returncode, out, err)
+
+
+def test_a_byte_that_is_not_utf8_in_argv_or_zwarm_dir_is_one_line(zw: Any) -> None:
+    """Regression: a byte 0xff in the task argument (or any argument) or in ``ZWARM_DIR``
+    crashed with a ``UnicodeEncodeError`` traceback (writing the launch pin), after creating
+    the session's files."""
+    for argv in (
+        [b"spawn", b"caf\xff au lait"],
+        [b"spawn", b"--wait", b"caf\xff"],
+        [b"spawn", b"task", b"--model", b"gpt-\xff"],
+        [b"ls", b"--status", b"\xff"],
+    ):
+        one_error_line(_run_bytes(zw, *argv), "not valid UTF-8", "\\xff")
+    assert _sessions(zw) == [] and zw.calls() == 0
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    wait_status(zw, sid, "completed")
+    before = snapshot(sdir(zw, sid))
+    one_error_line(_run_bytes(zw, b"inject", sid.encode(), b"more \xff"), "not valid UTF-8")
+    assert snapshot(sdir(zw, sid)) == before
+    bad = os.fsencode(zw.tmp) + b"/state-\xff"
+    for argv in ([b"spawn", b"task"], [b"ls"], [b"ls", b"--json"], [b"show", sid.encode()]):
+        res = _run_bytes(zw, *argv, env={b"ZWARM_DIR": bad})
+        one_error_line(res, "the state dir", "state-\\xff", "is not valid UTF-8")
+    assert not os.path.lexists(bad) and zw.calls() == 1
+    with pytest.raises(InvalidInput, match="not valid UTF-8"):  # the API's callers too
+        zw.api().spawn("caf\udcff")
+
+
 def test_two_mib_prompt_goes_by_stdin(zw: Any) -> None:
     line = "".join(chr(0x41 + i % 26) for i in range(99)) + "é\n"
     prompt = (line * (2 * 1024 * 1024 // len(line.encode()) + 1)).encode()[: 2 * 1024 * 1024]
@@ -264,6 +307,51 @@ def test_bad_working_dir(zw: Any) -> None:
         zw.api(env).spawn("t", cwd=missing)
     with pytest.raises(AgentNotFound):
         zw.api({"PATH": "/nonexistent"}).spawn("t")
+
+
+def test_a_removed_working_directory_is_named(zw: Any) -> None:
+    """Regression: a working directory removed (before spawn, or between a session's turns)
+    was reported as "No such file or directory" or "could not start agent 'codex'"."""
+    env = zw.replay("codex_simple")
+    gone = zw.tmp / "gone"
+    gone.mkdir()
+    proc = subprocess.Popen(  # a shell whose working directory is removed under it
+        ["/bin/sh", "-c", f"cd {gone} && rmdir {gone} && exec {ZWARM_BIN} spawn task"],
+        env={**zw.env, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.communicate(timeout=120)
+    one_error_line(subprocess.CompletedProcess([], proc.returncode, out, err), f"'{gone}'")
+    assert _sessions(zw) == [] and zw.calls() == 0
+    # between turns: refused at once, naming it; nothing is recorded
+    work = zw.tmp / "work2"
+    work.mkdir()
+    sid = spawn(zw, "task", "-C", str(work), env=env)
+    wait_status(zw, sid, "completed")
+    work.rmdir()
+    before = snapshot(sdir(zw, sid))
+    for cmd in (["inject", sid, "more"], ["retry", sid]):
+        one_error_line(zw.run(*cmd, env_extra=env), f"'{work}'", "no longer exists")
+    assert snapshot(sdir(zw, sid)) == before
+    # removed while the follow-up waits behind a running turn: its supervisor names it
+    work.mkdir()
+    hold = zw.tmp / "hold"
+    hold.touch()
+    zw.run("inject", sid, "second", env_extra=zw.gated(hold, **env), check=True)
+    wait_status(zw, sid, "running")
+    zw.run("inject", sid, "third", env_extra=env, check=True)  # queued behind it
+    work.rmdir()
+    hold.unlink()
+
+    def third_ended() -> dict[str, Any] | None:
+        m = meta(zw, sid)
+        return m if len(m["turns"]) == 3 and m["status"] == "failed" else None
+
+    third = wait_until(third_ended, message="the third turn to end")["turns"][2]
+    assert third["reason"] == "start_failed"
+    assert third["error"] == f"could not enter the working directory '{work}': {os.strerror(2)}"
 
 
 @pytest.mark.parametrize("where", ["state dir", "sessions dir"])

@@ -35,18 +35,18 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import SAMPLES, ZWARM_BIN
 from zwarm.model import ProcRef, Session, schema
 from zwarm.runtime import procs as zprocs
 from zwarm.store import Store, history
 
-from ._helpers import ROOT, UUID, meta, spawn, wait_until
+from ._helpers import UUID, meta, spawn, wait_until
 
 ROUNDS, SPAWNS, INJECTS, FIRST_SPAWNS, FIRST_INJECTS = (
     int(x) for x in os.environ.get("ZWARM_FAULT_STORM", "20,6,6,20,20").split(",")
 )
 TARGETS = 4  # sessions each round's injects go to
 HANGS = 2  # spawns per round whose agent hangs: the next round kills them
-ZWARM = ROOT / ".venv" / "bin" / "zwarm"
 REQUIRED = frozenset(Session("x", "codex", "t", "/", "a", "b").to_dict())
 INJECT_OUT = re.compile(r"^(\S+) (queued|started) \(turn (\d+)\)$")
 
@@ -160,7 +160,12 @@ class Records:
 def _start(zw: Any, args: list[str], env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
     with open(out, "wb") as o, open(out.with_suffix(".err"), "wb") as e:
         return subprocess.Popen(
-            [str(ZWARM), *args], env=env, cwd=zw.cwd, stdout=o, stderr=e, stdin=subprocess.DEVNULL
+            [str(ZWARM_BIN), *args],
+            env=env,
+            cwd=zw.cwd,
+            stdout=o,
+            stderr=e,
+            stdin=subprocess.DEVNULL,
         )
 
 
@@ -309,9 +314,7 @@ def _round(
 def test_ls_during_rm_finished_never_shows_damage(zw: Any) -> None:
     """Issue 29: a removal in progress is not damage. While ``rm --finished`` removes 80
     sessions, listings taken at the same time show each session whole or not at all."""
-    sid = spawn(
-        zw, "first", env={"FAKE_REPLAY": str(ROOT / "tests/fixtures/samples/codex_simple.jsonl")}
-    )
+    sid = spawn(zw, "first", env={"FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl")})
     wait_until(lambda: meta(zw, sid)["status"] == "completed", message="completed")
     src = zw.state_dir / "sessions" / sid
     raw = (src / "meta.json").read_text()
@@ -325,7 +328,7 @@ def test_ls_during_rm_finished_never_shows_damage(zw: Any) -> None:
     api = zw.api()
     assert len(api.sessions()) == 81
     rm = subprocess.Popen(
-        [str(ZWARM), "rm", "--finished"],
+        [str(ZWARM_BIN), "rm", "--finished"],
         env=zw.env,
         cwd=zw.cwd,
         stdout=subprocess.PIPE,

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ZWARM_BIN
+
 from ._helpers import (
-    ROOT,
     alive,
     meta,
     one_error_line,
@@ -33,8 +34,6 @@ from ._helpers import (
     wait_status,
     wait_until,
 )
-
-ZWARM = ROOT / ".venv" / "bin" / "zwarm"
 
 
 def _tmp_files(root: Path) -> list[str]:
@@ -48,7 +47,7 @@ def _run_limited(zw: Any, limit: int, *args: str) -> subprocess.CompletedProcess
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return subprocess.run(
-        [str(ZWARM), *args],
+        [str(ZWARM_BIN), *args],
         env=zw.env,
         cwd=zw.cwd,
         capture_output=True,

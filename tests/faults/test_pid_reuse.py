@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ZWARM_BIN
 from zwarm.model import ProcRef
 from zwarm.runtime import procs, supervisor
 
 from ._helpers import (
-    ROOT,
     Victim,
     agent_ref,
     alive,
@@ -129,9 +129,8 @@ def _killed_or_gone(zw: Any, sid: str) -> bool:
 
 
 def zw_popen(zw: Any, *args: str) -> subprocess.Popen[str]:
-    exe = ROOT / ".venv" / "bin" / "zwarm"
     return subprocess.Popen(
-        [str(exe), *args],
+        [str(ZWARM_BIN), *args],
         env=zw.env,
         cwd=zw.cwd,
         text=True,

@@ -6,7 +6,8 @@
   or ``os.popen`` anywhere in zwarm/, checked on the AST);
 - the dangerous agent modes are off by default, on only by config or flag, and shown in
   ``ls``/``show`` when on;
-- the agent's environment is exactly the user's plus the configured additions, and API keys
+- the agent's environment is exactly the user's plus the configured additions (and zwarm's
+  own: its markers, ZWARM, PATH led by the launcher's dir), and API keys
   never reach meta.json or any other file under the state dir.
 """
 
@@ -23,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ZWARM_BIN
+
 from ._helpers import (
     ROOT,
     agent_ref,
@@ -34,14 +37,12 @@ from ._helpers import (
     wait_until,
 )
 
-ZWARM = ROOT / ".venv" / "bin" / "zwarm"
-
 
 def _run_umask0(
     zw: Any, *args: str, env: dict[str, str] | None = None, input: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     res = subprocess.run(
-        [str(ZWARM), *args],
+        [str(ZWARM_BIN), *args],
         env={**zw.env, **(env or {})},
         cwd=zw.cwd,
         input=input,
@@ -130,11 +131,12 @@ def test_every_dir_zwarm_makes_is_0700_under_umask_0_outside_the_state_dir_too(z
     made = [xdg / "state", xdg / "config", zw.state_dir / "orchestrator"]
     made += [xdg / "cache"] if (xdg / "cache").exists() else []  # the listing's, if it kept one
     bad, count = [], 0
+    launchers = xdg / "state" / "deep" / "zwarm" / "bin"  # the agents' "$ZWARM": programs
     for root in made:
         assert root.is_dir(), root
         for p in [root, *root.rglob("*")]:
             mode = stat.S_IMODE(p.lstat().st_mode)
-            want = 0o700 if p.is_dir() else 0o600
+            want = 0o700 if p.is_dir() or p.parent.parent == launchers else 0o600
             count += 1
             if mode != want:
                 bad.append(f"{p}: {oct(mode)}")
@@ -279,7 +281,7 @@ def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     zw.write_config('[codex.env]\nZW_ADDED = "from config"\nZW_BOTH = "config wins"\n')
     user = {**zw.env, **zw.replay("codex_simple"), "ZW_USER": "u", "ZW_BOTH": "user"}
     res = subprocess.run(
-        [str(ZWARM), "spawn", "task"],
+        [str(ZWARM_BIN), "spawn", "task"],
         env=user,
         cwd=zw.cwd,
         capture_output=True,
@@ -292,9 +294,13 @@ def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     got = json.loads((zw.record / f"env{n}.json").read_text())
     sid = res.stdout.strip()
     # plus the session marker by which kill verifies a process is the session's own, and
-    # what makes a session the agent spawns its child, in the same state dir (engine.tree)
+    # what makes a session the agent spawns its child, in the same state dir (engine.tree),
+    # and how it runs zwarm: $ZWARM, a launcher in the user's state dir, its dir first on PATH
     want = {**user, "ZW_ADDED": "from config", "ZW_BOTH": "config wins", "ZWARM_SESSION_ID": sid}
     want |= {"ZWARM_PARENT_SESSION": sid, "ZWARM_DIR": os.path.realpath(zw.state_dir)}
+    launcher = Path(got["ZWARM"])
+    assert launcher.parent.parent == Path(os.environ["XDG_STATE_HOME"]) / "zwarm" / "bin"
+    want |= {"ZWARM": str(launcher), "PATH": f"{launcher.parent}:{user['PATH']}"}
     assert got == want
 
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import ZWARM_BIN
 from zwarm.runtime import procs
 
 from ._helpers import (
@@ -311,7 +312,7 @@ def test_no_free_inodes_and_few_fds_give_one_line(zw: Any) -> None:
 
 
 def _zwarm() -> Path:
-    return Path(sys.executable).parent / "zwarm"
+    return ZWARM_BIN
 
 
 def test_rm_decides_under_the_lock_so_a_restarted_session_survives(zw: Any) -> None:

@@ -276,9 +276,10 @@ def test_a_groups_cap_holds_only_its_own_sessions(zw: ZW) -> None:
     assert res.returncode == 0, [meta(zw, x)["error"] for x in (a, b, c)]
 
 
-def test_the_days_spend_queues_new_sessions_until_tomorrow(zw: ZW) -> None:
+def test_the_days_spend_queues_new_sessions_until_tomorrow(zw: ZW, midday: str) -> None:
     """claude_simple costs $0.000638; with max_cost_per_day $0.0005 the next session waits,
-    and starts on a command run the next day (the clock injected into the API)."""
+    and starts on a command run the next day (the clock injected into the API). Days are
+    local: run where it is midday, so that no day begins before "still today"."""
     from zwarm.env import Env
 
     configure(zw, "[limits]\nmax_cost_per_day = 0.0005\n")

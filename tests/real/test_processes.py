@@ -197,3 +197,16 @@ def test_two_adapters_run_at_once_in_one_state_dir(real: RealWorld) -> None:
     assert codex.requests[0].contains("codex task") and not codex.requests[0].contains("claude")
     assert claude.requests[0].contains("claude task")
     assert [r["status"] for r in real.cli_json("ls")] == ["completed", "completed"]
+
+
+# --------------------------------------------------------------------------- reaching zwarm
+def test_an_agent_reaches_zwarm_through_ZWARM_from_its_shell(real: RealWorld, adapter: str) -> None:
+    """Issue 30.9: the real agent runs ``"$ZWARM" --version`` as it runs any command (codex:
+    ``bash -lc``, a login shell that resets PATH), and zwarm answers."""
+    command = '"$ZWARM" --version > zwarm-version.txt 2>&1'
+    srv = real.use(adapter, [Reply([shell(command)]), Reply([text("done")])], **shell_args(adapter))
+    sid = real.spawn("Check zwarm.", adapter)
+    assert real.wait(sid)["status"] == "completed"
+    assert len(srv.requests) == 2
+    out = (real.work / "zwarm-version.txt").read_text()
+    assert out.startswith("zwarm "), out

@@ -45,6 +45,7 @@ import psutil
 import pytest
 import tomli_w
 
+from tests.conftest import VENV_BIN, ZWARM_BIN
 from tests.fakes.gemini_api import FAKE_KEY, GEMINI_MODEL, FakeGeminiServer
 from tests.fakes.llm import (
     NO_PROXY,
@@ -62,9 +63,7 @@ from zwarm.api import Zwarm
 from zwarm.env import Env
 from zwarm.trust import trust_config
 
-VENV_BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
-ZWARM_BIN = VENV_BIN / "zwarm" if (VENV_BIN / "zwarm").exists() else ROOT / ".venv/bin/zwarm"
 ADAPTERS = ("codex", "claude")
 # The CLIs start in ~0.4-0.8 s, but the machine is small and shared (one codex run once took
 # 8.7 s): every wait is on a condition, with a deadline far beyond any sane run.

@@ -10,9 +10,11 @@ stopped (then killed) at teardown, whatever the test's outcome.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import json
 import os
+import resource
 import selectors
 import signal
 import subprocess
@@ -190,8 +192,11 @@ class Server:
                 self.proc.wait(15)
 
 
-def start_server(zw: ZW, *args: str, env_extra: dict[str, str] | None = None) -> Server:
-    """``zwarm serve --port 0 ARGS`` in ``zw``'s world, once it printed its URL."""
+def start_server(
+    zw: ZW, *args: str, env_extra: dict[str, str] | None = None, files: int | None = None
+) -> Server:
+    """``zwarm serve --port 0 ARGS`` in ``zw``'s world, once it printed its URL (``files``:
+    its open-files soft limit)."""
     zw.state_dir.mkdir(exist_ok=True, mode=0o700)
     err = zw.tmp / f"serve-{time.monotonic_ns()}.stderr"
     env = {**zw.env, **(env_extra or {})}
@@ -201,6 +206,7 @@ def start_server(zw: ZW, *args: str, env_extra: dict[str, str] | None = None) ->
         stderr=err.open("wb"),
         env=env,
         cwd=str(zw.cwd),
+        preexec_fn=None if files is None else functools.partial(_limit_files, files),
     )
     assert proc.stdout is not None
     line = _first_line(proc, START_TIMEOUT)
@@ -211,6 +217,11 @@ def start_server(zw: ZW, *args: str, env_extra: dict[str, str] | None = None) ->
     hostport = base.removeprefix("http://")
     host, _, port = hostport.rpartition(":")
     return Server(base, host, int(port), token, proc, err)
+
+
+def _limit_files(n: int) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard))
 
 
 def _first_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
@@ -233,11 +244,14 @@ def _first_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 @pytest.fixture
 def serve(zw: ZW) -> Iterator[Callable[..., Server]]:
-    """Start servers in ``zw``'s world: ``serve(*args, env_extra=...)``; all stopped after."""
+    """Start servers in ``zw``'s world: ``serve(*args, env_extra=..., files=...)``; all
+    stopped after."""
     started: list[Server] = []
 
-    def start(*args: str, env_extra: dict[str, str] | None = None) -> Server:
-        s = start_server(zw, *args, env_extra=env_extra)
+    def start(
+        *args: str, env_extra: dict[str, str] | None = None, files: int | None = None
+    ) -> Server:
+        s = start_server(zw, *args, env_extra=env_extra, files=files)
         started.append(s)
         return s
 

@@ -300,11 +300,18 @@ def _mcp_result(body: bytes) -> Any:
     return json.loads(datas[-1])["result"]
 
 
+def _token_file(zw: Any, env_extra: dict[str, str] | None = None) -> Path:
+    res = zw.run("serve", "--token-path", env_extra=env_extra, check=True)
+    return Path(res.stdout.strip())
+
+
 def test_token_file_is_private_kept_and_replaceable(zw, serve) -> None:
     first = serve()
-    path = zw.state_dir / "serve.token"
+    path = _token_file(zw)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert path.read_text().strip() == first.token and len(first.token) >= 40
+    assert f"the token is kept in {path}" in first.stderr()
     first.stop()
     again = serve()
     assert again.token == first.token
@@ -320,6 +327,68 @@ def test_token_file_is_private_kept_and_replaceable(zw, serve) -> None:
     assert replaced.token != fresh.token
     assert "replaced" in replaced.stderr() and "0600" in replaced.stderr()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_the_token_is_kept_where_agents_cannot_write(zw, serve, tmp_path: Path) -> None:
+    """Not in the state dir nor the project (an agent's working folder): in the user's
+    runtime dir when it is a private one, else in zwarm's user state dir; one per state dir."""
+    state_home = Path(os.environ["XDG_STATE_HOME"]) / "zwarm" / "serve"
+    path = _token_file(zw)
+    assert not path.exists()  # --token-path makes nothing
+    srv = serve()
+    assert path.parent == state_home and path.read_text().strip() == srv.token
+    for agents_reach in (zw.state_dir, zw.cwd):
+        assert not path.is_relative_to(agents_reach), (path, agents_reach)
+    assert not (zw.state_dir / "serve.token").exists()
+    srv.stop()
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    at_run = serve(env_extra={"XDG_RUNTIME_DIR": str(run)})
+    in_run = _token_file(zw, {"XDG_RUNTIME_DIR": str(run)})
+    assert in_run.parent == run / "zwarm" and in_run.read_text().strip() == at_run.token
+    assert stat.S_IMODE(in_run.stat().st_mode) == 0o600
+    assert stat.S_IMODE(in_run.parent.stat().st_mode) == 0o700
+    at_run.stop()
+    for unusable in (0o755, 0o500):  # not private, not writable: not used
+        os.chmod(run, unusable)
+        assert _token_file(zw, {"XDG_RUNTIME_DIR": str(run)}).parent == state_home
+    os.chmod(run, 0o700)
+
+    inside = serve(env_extra={"XDG_STATE_HOME": str(zw.cwd / ".state")})  # a misconfiguration
+    assert f"lies inside {zw.cwd.resolve()}, where this server's agents" in inside.stderr()
+    assert "lies inside" not in srv.stderr()
+    inside.stop()
+
+    other = zw.tmp / "other" / ".zwarm"
+    other.parent.mkdir()
+    elsewhere = _token_file(zw, {"ZWARM_DIR": str(other)})
+    assert elsewhere.parent == state_home and elsewhere != path
+
+
+@pytest.mark.parametrize("planted", ["file", "link"])
+def test_a_token_planted_in_the_state_dir_is_never_accepted(zw, serve, planted: str) -> None:
+    """An agent can write the state dir (it lies in its working folder): a ``serve.token``
+    there, where older versions kept the token, is never read, and serve removes it."""
+    zw.state_dir.mkdir(mode=0o700, exist_ok=True)
+    chosen = "A" * 43
+    old = zw.state_dir / "serve.token"
+    target = zw.tmp / "target.token"
+    target.write_text(chosen + "\n")
+    os.chmod(target, 0o600)
+    if planted == "link":
+        old.symlink_to(target)
+    else:
+        shutil.copy(target, old)
+        os.chmod(old, 0o600)
+    srv = serve()
+    assert srv.token != chosen
+    planted_token = {"Authorization": f"Bearer {chosen}"}
+    assert srv.get("/api/sessions", headers=planted_token).status == 401
+    assert srv.get("/api/sessions").status == 200
+    assert not os.path.lexists(old)
+    assert target.read_text() == chosen + "\n"  # a link is removed, never followed
+    assert f"removed {old}" in srv.stderr()
 
 
 def test_listening_elsewhere_warns(capsys) -> None:

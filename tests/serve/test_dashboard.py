@@ -276,3 +276,111 @@ def test_session_text_is_never_markup(zw, serve, browser) -> None:
     assert page.locator("#steps img, #s-task img, #sessions img").count() == 0
     assert page.title() != "pwned"
     page.close()
+
+
+def test_costs_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
+    """A session with an unknown part of its cost (a turn cut off after the model answered)
+    and one whose cost is unknown: the board and the session view say what ``ls`` says."""
+    lines = zw.sample_bytes("codex_toolcall").decode().splitlines()
+    cut = zw.tmp / "cut_off.jsonl"
+    cut.write_text("\n".join(ln for ln in lines if '"turn.completed"' not in ln) + "\n")
+    partial = zw.spawn("hi", "--model", "gpt-5", env_extra=zw.replay("codex_simple"))
+    zw.wait(partial)
+    zw.run("inject", partial, "more", env_extra={"FAKE_REPLAY": str(cut)}, check=True)
+    unknown = zw.spawn("hi", "--model", "no-such-model", env_extra=zw.replay("codex_simple"))
+    zw.wait(partial, unknown)
+    cli = {r[:8]: r.split() for r in zw.run("ls", check=True).stdout.splitlines()[1:]}
+    assert "≥" in cli[partial[:8]] and "?" in cli[unknown[:8]]
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{server.base}/#token={server.token}")
+    for sid, shown in ((partial, "≥ ~$0.0002"), (unknown, "?")):
+        cell = page.locator(f"tr[data-id='{sid}'] .c-cost")
+        cell.wait_for()
+        assert cell.text_content() == shown
+    page.click(f"tr[data-id='{partial}']")
+    page.wait_for_selector("#s-facts:has-text('≥ ~$0.0002')")
+    page.close()
+
+
+# what the board showed, recorded by the page itself at every change of the DOM from its start
+_WATCH_BOARD = """
+window.__seen = [];
+new MutationObserver(() => {
+  const board = document.getElementById("board");
+  const empty = document.getElementById("empty");
+  if (!board || board.hidden || !empty) return;
+  const state = {
+    empty: !empty.hidden,
+    rows: document.querySelectorAll("#sessions tbody tr").length,
+  };
+  const last = window.__seen[window.__seen.length - 1];
+  if (!last || last.empty !== state.empty || last.rows !== state.rows) window.__seen.push(state);
+}).observe(document, { subtree: true, childList: true, attributes: true });
+"""
+
+_TWO_FRAMES = "new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
+def test_the_board_says_loading_until_it_knows(zw, serve, browser) -> None:
+    """Until the first answer of the session feed the board says it is loading, never "No
+    sessions yet": that is said only when the state dir holds none (the feed is held back
+    here, in the browser, until the test has looked)."""
+    srv = serve()
+
+    def open_held() -> tuple[Any, list[Any]]:
+        page = browser.new_page(viewport=DESKTOP)
+        page.set_default_timeout(90_000)
+        held: list[Any] = []
+        page.route("**/api/events*", lambda route: held.append(route))  # held until told
+        page.add_init_script(_WATCH_BOARD)
+        page.goto(f"{srv.base}/#token={srv.token}")
+        wait_until(lambda: held or page.wait_for_timeout(50), message="the feed's request")
+        page.wait_for_selector("#board:visible")
+        page.evaluate(_TWO_FRAMES)  # the board is drawn (without its rows)
+        assert page.locator("#empty").is_hidden()
+        assert page.locator("#loading").is_visible()
+        return page, held
+
+    page, held = open_held()  # no session at all
+    held[0].continue_()
+    page.wait_for_selector("#empty:visible")
+    assert page.locator("#loading").is_hidden()
+    page.close()
+
+    ids = {zw.spawn(f"task {i}", env_extra=zw.replay("codex_toolcall")) for i in range(3)}
+    wait_until(lambda: all(zw.meta(s)["status"] == "completed" for s in ids))
+    page, held = open_held()  # the page draws its board while the feed is held (__seen)
+    held[0].continue_()
+    for sid in ids:
+        page.wait_for_selector(f"tr[data-id='{sid}']")
+    assert page.locator("#loading").is_hidden() and page.locator("#empty").is_hidden()
+    seen = page.evaluate("window.__seen")
+    assert seen and not any(s["empty"] for s in seen), seen
+    assert seen[-1]["rows"] == 3
+    page.close()
+
+
+def test_steps_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
+    """A codex command reads as the command inside its shell wrapper, and one that never
+    finished in a turn that ended says so, where it started (as ``zwarm trajectory``)."""
+    cmd = {"id": "c1", "type": "command_execution", "status": "in_progress",
+           "command": "/bin/bash -lc 'sleep 100 && echo \"a b\"'", "aggregated_output": "",
+           "exit_code": None}  # fmt: skip
+    lines = [
+        {"type": "turn.started"},
+        {"type": "item.started", "item": cmd},
+        {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "Done."}},
+        {"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 1}},
+    ]
+    path = zw.tmp / "unfinished.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sid = zw.spawn("hi", env_extra={"FAKE_REPLAY": str(path)})
+    zw.wait(sid)
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{server.base}/#token={server.token}")
+    page.click(f"tr[data-id='{sid}']")
+    page.wait_for_selector("#steps .k-message")
+    first = page.locator("#steps .step").first
+    assert first.locator(".cmd").text_content() == '$ sleep 100 && echo "a b"'
+    assert first.locator(".bad").text_content() == " (did not finish)"
+    page.close()

@@ -13,6 +13,7 @@ test_real_slurm.py.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import signal
 import subprocess
@@ -70,14 +71,99 @@ def test_pending_job_is_shown_queued_and_killed(sl: ZW) -> None:
         return row if row["launcher_state"]["state"] else None
 
     row = wait_until(listed, message="slurm's answer")
-    assert row["status"] == "running" and row["launcher"] == "slurm"
+    assert row["status"] == "running" and row["launcher"] == "slurm"  # it holds its slot
     assert row["launcher_state"]["state"] == "PENDING"
     assert row["launcher_state"]["handle"] == {"job": job}
+    assert row["shown_status"] == "queued (slurm: BeginTime)"
     wait_until(lambda: "queued (slurm: BeginTime)" in sl.run("ls").stdout, message="ls queued")
+    # show, ls --tree and show --json say it too, never "running" (regression: show did)
+    shown = wait_until(lambda: _said_queued(sl, sid, "BeginTime"), message="show queued")
+    assert "running" not in shown, shown
+    subprocess.run(["scontrol", "hold", job], check=True, timeout=30)
+    held = wait_until(lambda: job_state(job)[1].startswith("JobHeld") and job_state(job)[1])
+    wait_until(lambda: _said_queued(sl, sid, held), message=f"shown held ({held})")
     assert sl.run("kill", sid).returncode == 0
     assert sl.meta(sid)["status"] == "killed"
     wait_until(lambda: job_state(job)[0] == "CANCELLED", message="job cancelled")
     assert sl.calls() == 0  # the agent never ran
+
+
+def test_kill_cancels_only_the_job_zwarm_submitted(sl: ZW) -> None:
+    """Regression (security): ``kill`` ran ``scancel`` on whatever job id meta.json named, so
+    an agent that rewrote it had another of the user's jobs cancelled. The decoy is such a job
+    (same user; running unless the shared node is full); each session's meta.json is
+    rewritten to name it, as its agent can. The second session's handle record is forged too
+    (which an agent cannot do): Slurm's own report of the job (its name, not the session's)
+    still refuses it."""
+    decoy = _submit(sl, "--job-name=the-users|own-job", "--time=15", "--wrap=sleep 600")
+    own_forged = ""
+    try:
+        alive = ("RUNNING", "PENDING")  # pending while the (shared) node is full
+        wait_until(lambda: job_state(decoy)[0] in alive, message="the decoy in Slurm's queue")
+        env = sl.replay("codex_simple", FAKE_HANG="1")
+        sid, forged = sl.spawn("hang", env_extra=env), sl.spawn("hang too", env_extra=env)
+        own, own_forged = job_of(sl, sid), job_of(sl, forged)
+        _rewrite_job(sl, sid, decoy)
+        res = sl.run("kill", sid)
+        assert job_state(decoy)[0] in alive  # left alone
+        assert res.returncode != 0
+        said = res.stderr.strip()
+        assert said.startswith("Error:") and len(said.splitlines()) == 1, said
+        assert f"slurm job {own} cancelled" in said, said
+        assert f"named slurm job {decoy}" in said and "left alone" in said, said
+        assert sl.meta(sid)["status"] == "killed"
+        wait_until(lambda: job_state(own)[0] == "CANCELLED", message="its own job cancelled")
+
+        _rewrite_job(sl, forged, decoy)
+        record = sl.tmp / "xdg-state" / "zwarm" / "pins" / f"{forged}.handles.json"
+        data = json.loads(record.read_text())
+        data["turns"]["1"]["job"] = decoy
+        record.write_text(json.dumps(data))
+        res = sl.run("kill", forged)
+        assert res.returncode != 0
+        said = res.stderr.strip()
+        assert f"Slurm reports job {decoy} as not its own" in said, said
+        assert "'the-users|own-job'" in said and "not cancelled" in said, said
+        assert job_state(decoy)[0] in alive  # left alone again
+    finally:
+        for job in (decoy, own_forged):
+            if job:
+                subprocess.run(["scancel", job], timeout=30)
+
+
+def _submit(zw: ZW, *args: str) -> str:
+    r = subprocess.run(
+        ["sbatch", "--parsable", f"--output={zw.tmp}/decoy.out", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=zw.tmp,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split(";")[0]
+
+
+def _rewrite_job(zw: ZW, sid: str, job: str) -> None:
+    """Name ``job`` as the current turn's in ``sid``'s meta.json, as its agent could."""
+    path = zw.session_dir(sid) / "meta.json"
+    with zw.api().store.lock(sid):
+        m = json.loads(path.read_bytes())
+        m["turns"][-1]["handle"]["job"] = job
+        path.write_text(json.dumps(m))
+
+
+def _said_queued(zw: ZW, sid: str, why: str) -> str | None:
+    """``show``'s text if ``show``, ``show --json`` and ``ls --tree`` all say the session is
+    ``queued (slurm: <why>)`` (retried: another test may pause slurmctld)."""
+    want = f"queued (slurm: {why})"
+    shown = zw.run("show", sid).stdout
+    lines = shown.splitlines()
+    head = lines[0] if lines else ""
+    rule = next((ln for ln in lines if "turn 1" in ln), "")
+    d = zw.json("show", sid)
+    tree = zw.run("ls", "--tree").stdout
+    ok = want in head and want in rule and "queued for" in shown and want in tree
+    return shown if ok and d["shown_status"] == want else None
 
 
 def test_running_job_is_killed_with_nothing_left(sl: ZW) -> None:
@@ -130,6 +216,8 @@ def test_after_becomes_a_slurm_dependency(sl: ZW) -> None:
     hold.unlink()
     for sid in (a, b, c):
         assert sl.wait(sid, timeout=90).returncode == 0
+    # its job may start after those (the node is shared): its end, not a quiet node, first
+    assert wait_until(status(sl, bad), message="the failing one")["status"] == "failed"
     ran = _agent_runs(sl)  # each agent started after the one before it had ended
     ended = [sl.api().get(s).turns[0].ended_at or "" for s in (a, b)]
     assert ran["second"] > _epoch(ended[0]) and ran["third"] > _epoch(ended[1])

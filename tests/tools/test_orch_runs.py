@@ -379,3 +379,66 @@ def test_a_runs_sessions_have_the_run_as_their_root(zw, inproc) -> None:
     tree = zw.run("ls", "--tree", check=True).stdout.splitlines()
     assert tree[1].startswith(f"run {run_dir.name}") and "orchestrator run, 1 session" in tree[1]
     assert tree[2].startswith(f"└─ {row['id'][:8]} part")
+
+
+def test_a_runs_row_in_the_tree_counts_the_orchestrator_too(zw, inproc) -> None:
+    """The run's row in ``ls --tree`` (and ``--tree --json``) shows the orchestrator's own
+    tokens and cost, and totals that are the run's: orchestrator plus every session under it
+    (before: the sessions' alone, $0.0600 of a $0.0960 run)."""
+    write_config(
+        zw,
+        '[orchestrator.prices]\n"fake-orchestrator" = { input = 100.0, cached_input = 0.0, '
+        'output = 100.0 }\n[codex.prices]\n"gpt-5" = { input = 1000.0, cached_input = 0.0, '
+        "output = 0.0 }\n",
+    )
+    script = [
+        reply(call("delegate", task="one part", name="part", model="gpt-5")),
+        lambda req: reply(call("wait", session_ids=delegated(req), all=True)),
+        final("done"),
+    ]
+    with FakeChatServer(script) as srv:
+        res = inproc(srv, "split it", "--json")
+    assert res.returncode == 0, res.stderr
+    record = json.loads(res.stdout)
+    # 3 calls of 100 + 20 tokens at $100/M: $0.036; the agent: 60 uncached tokens at $1000/M
+    assert (record["cost_usd"], record["total_cost_usd"], record["unpriced_parts"]) == (
+        0.036,
+        0.096,
+        0,
+    )
+    run_row, session = zw.json("ls", "--tree")
+    assert (run_row["kind"], run_row["run_id"]) == ("run", record["id"])
+    assert run_row["status"] == "finished"
+    assert run_row["usage"]["total_tokens"] == 360 and run_row["cost_usd"] == 0.036
+    assert (run_row["tree_cost_usd"], run_row["tree_unpriced"]) == (record["total_cost_usd"], 0)
+    assert run_row["tree_usage"]["total_tokens"] == 360 + session["usage"]["total_tokens"]
+    assert run_row["tree_sessions"] == 1 and session["name"] == "part"
+    line = zw.run("ls", "--tree", check=True).stdout.splitlines()[1].split()
+    assert line[:6] == ["run", record["id"], "finished", "360", "$0.0360", "469"]
+    assert line[6] == "$0.0960"
+
+
+def test_a_runs_unpriced_or_unknown_orchestrator_is_an_unknown_part(zw, inproc) -> None:
+    write_config(
+        zw, '[codex.prices]\n"gpt-5" = { input = 1000.0, cached_input = 0.0, output = 0.0 }\n'
+    )
+    script = [
+        reply(call("delegate", task="priced", model="gpt-5")),
+        lambda req: reply(call("wait", session_ids=delegated(req), all=True)),
+        final("done"),
+    ]
+    with FakeChatServer(script) as srv:
+        assert inproc(srv, "go").returncode == 0
+    run_row, _ = zw.json("ls", "--tree")
+    assert (run_row["cost_usd"], run_row["tree_cost_usd"], run_row["tree_unpriced"]) == (
+        None,
+        0.06,
+        1,
+    )
+    assert "≥ $0.0600 (1 ?)" in zw.run("ls", "--tree", check=True).stdout
+    (zw.state_dir / "orchestrator.db").unlink()  # the run is gone: its part is unknown
+    for f in ("orchestrator.db-wal", "orchestrator.db-shm"):
+        (zw.state_dir / f).unlink(missing_ok=True)
+    run_row, _ = zw.json("ls", "--tree")
+    assert (run_row["status"], run_row["usage"], run_row["tree_unpriced"]) == (None, None, 1)
+    assert "≥ $0.0600 (1 ?)" in zw.run("ls", "--tree", check=True).stdout

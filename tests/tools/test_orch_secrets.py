@@ -19,9 +19,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN, make_env
+from tests.conftest import ZWARM_BIN, make_env, wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
-from tests.tools.orch_world import delegated, env_for, files_containing, load_run, runs_in
+from tests.tools.orch_world import (
+    delegated,
+    env_for,
+    files_containing,
+    load_run,
+    orchestrate,
+    runs_in,
+    sql,
+)
 from zwarm.orchestrator import guard, loop
 
 SECRET = "sk-orch-only-6f1d2c9a"
@@ -155,3 +163,90 @@ def test_bash_cannot_read_the_orchestrators_proc_files(world) -> None:
     run, _ = load_run(run_dir)
     assert run["status"] == "finished"
     _no_secret_anywhere(srv, world["state"], world["work"])
+
+
+# ---------------------------------------------------------------------------- every process
+# every process's environment, then each ancestor of the bash command's (``/proc/<p>/stat``
+# field 4 is the parent: read after the ")" that ends the command name, which may hold spaces);
+# the ancestors' raw environments are also kept in the file RAW, which no redaction touches
+PEEK = (
+    "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null; done | grep -a sk- ; "
+    "p=$$; : > {raw}; while [ \"$p\" -gt 1 ]; do echo \"ancestor $p: $(tr '\\0' ' ' < "
+    "/proc/$p/cmdline | head -c 80)\"; tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -a "
+    "sk- ; cat /proc/$p/environ >> {raw} 2>/dev/null; p=$(sed 's/.*) //' /proc/$p/stat | "
+    "cut -d' ' -f2); done"
+)
+
+
+def test_no_process_zwarm_starts_nor_its_own_environment_shows_the_key(zw) -> None:
+    """The model asks the bash tool for every process's environment and every ancestor's, while
+    an agent of the run is running: the key is in none of them (zwarm re-executed itself
+    without it), so not in what the model is sent, nor in the run store or any file."""
+    raw = zw.tmp / "ancestors.env"
+    agent_started = zw.record / "argv1.json"
+
+    def peek(req: Any) -> Any:
+        wait_until(agent_started.exists, message="the delegated agent to start")
+        return reply(call("bash", command=PEEK.format(raw=raw)))
+
+    script = [
+        reply(call("delegate", task="hold on")),
+        peek,
+        lambda req: reply(call("end_session", session_id=delegated(req)[0])),
+        final("done"),
+    ]
+    with FakeChatServer(script) as srv:
+        res = orchestrate(zw, srv, "--quiet", "look", FAKE_HANG="1", **{guard.ORCH_KEY_VAR: SECRET})
+    assert res.returncode == 0, res.stderr
+    assert srv.requests[0].headers["authorization"] == f"Bearer {SECRET}"  # it was used
+    (bash,) = srv.requests[-1].results("bash")
+    assert bash["exit_code"] == 0 and "ancestor" in bash["output"]
+    assert "orchestrate" in bash["output"]  # the walk went through zwarm's own process
+    if os.geteuid() == 0:  # root reads every environment: zwarm's own block was in RAW
+        assert b"ZWARM_ORCH_MODEL=fake-orchestrator" in raw.read_bytes()
+    assert SECRET.encode() not in raw.read_bytes(), "zwarm's environment block holds the key"
+    agent_env = json.loads((zw.record / "env1.json").read_text())
+    assert SECRET not in json.dumps(agent_env)
+    _no_secret_anywhere(srv, zw.state_dir, zw.cwd)
+
+
+AGENT_TOKEN = "tok-agent-config-5d61a0"
+USER_KEY = "sk-ant-user-env-93c2f1"
+
+
+def test_every_secret_zwarm_knows_is_redacted_from_tool_results_and_the_store(zw, inproc) -> None:
+    """A file an agent wrote holds the orchestrator's key (here the shared ``api_key_env``
+    one, which agents keep), a configured agent env value under a secret-looking name and a
+    secret-looking variable of the user's environment: the model and the store see each
+    replaced by a marker, never the value; the rest of the output is intact."""
+    zw.state_dir.mkdir()
+    zw.write_config(f'[claude.env]\nSERVICE_TOKEN = "{AGENT_TOKEN}"\n')
+    (zw.cwd / "leak.txt").write_text(f"key={SHARED}\ntoken={AGENT_TOKEN}\nuser={USER_KEY}\nend\n")
+    script = [reply(call("bash", command="cat leak.txt")), final(f"done {SHARED}")]
+    with FakeChatServer(script) as srv:
+        res = inproc(srv, "go", OPENAI_API_KEY=SHARED, ANTHROPIC_API_KEY=USER_KEY)
+    assert res.returncode == 0, res.stderr
+    assert srv.requests[0].headers["authorization"] == f"Bearer {SHARED}"
+    (bash,) = srv.requests[-1].results("bash")
+    out = bash["output"].splitlines()
+    assert out[0].startswith("key=[redacted") and "OPENAI_API_KEY" in out[0]
+    assert out[1].startswith("token=[redacted") and out[2].startswith("user=[redacted")
+    assert out[3] == "end"
+    for value in (SHARED, AGENT_TOKEN, USER_KEY):
+        assert all(value not in json.dumps(r.body) for r in srv.requests)
+        assert files_containing(zw.state_dir, value) in ([], [zw.state_dir / "config.toml"])
+
+
+def test_a_resumed_run_stored_before_redaction_is_sent_redacted(zw, inproc) -> None:
+    """A transcript stored by an earlier zwarm holds a secret: resuming it sends the model
+    the message with the secret replaced."""
+    with FakeChatServer([reply(call("bash", command="true")), final("done")]) as srv:
+        res = inproc(srv, "go", "--max-steps", "1", OPENAI_API_KEY=SHARED)
+        assert res.returncode == 3, res.stderr
+        (run,) = runs_in(zw.state_dir)
+        body = json.dumps({"role": "tool", "tool_call_id": "x", "content": f"key {SHARED}"})
+        sql(run, "UPDATE messages SET body = ? WHERE role = 'tool'", body)
+        res = inproc(srv, "--resume", "last", OPENAI_API_KEY=SHARED)
+    assert res.returncode == 0, res.stderr
+    sent = json.dumps(srv.requests[-1].body)
+    assert SHARED not in sent and "key [redacted OPENAI_API_KEY]" in sent

@@ -186,6 +186,31 @@ def test_allowed_roots_from_config(zw, toolbox, tmp_path) -> None:
     assert f"is outside the allowed roots ({extra.resolve()})" in msg
 
 
+def test_no_agent_starts_inside_the_state_dir(zw) -> None:
+    """``delegate`` (and ``zwarm spawn -C``, the same check) refuse a working directory that
+    is the state dir, inside it, or a symlink into it, with one line; no session is made."""
+    from zwarm.env import Env
+
+    state = zw.cwd / ".zwarm"
+    environ = {k: v for k, v in zw.env.items() if k != "ZWARM_DIR"}
+    environ["FAKE_REPLAY"] = str(SAMPLES / "codex_simple.jsonl")
+    api = Zwarm(env=Env(cwd=zw.cwd, environ=environ))
+    tb = Toolbox(api, "t")
+    ok(tb.dispatch("delegate", {"task": "make the state dir"}))
+    (zw.cwd / "link").symlink_to(state / "sessions")
+    for cwd in (".zwarm", ".zwarm/sessions", "link", str(state), "./.zwarm/../.zwarm"):
+        msg = err(tb.dispatch("delegate", {"task": "x", "cwd": cwd}))
+        assert f"is inside zwarm's state dir ({state})" in msg, cwd
+        assert "\n" not in msg
+    assert len(api.session_ids()) == 1
+    for cwd in (".zwarm", "link"):
+        res = zw.run("spawn", "-C", cwd, "x", env_extra={"ZWARM_DIR": ""})
+        assert res.returncode != 0 and res.stdout == ""
+        assert res.stderr.startswith("Error: ") and "inside zwarm's state dir" in res.stderr
+        assert len(res.stderr.splitlines()) == 1
+    assert len(api.session_ids()) == 1
+
+
 # ---------------------------------------------------------------------------- the tools
 def test_delegate_records_the_source_shown_by_ls(zw, toolbox) -> None:
     tb = toolbox(source="orchestrate:run-1")

@@ -120,6 +120,7 @@ EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
             error=HIGH_DEMAND,
             agent_session_id="01a1ffe6-6165-7fa3-918c-80d4871f4d92",
             reason=Reason.OVERLOADED,  # codex's text for a 5xx
+            unanswered=True,  # no item: the model never answered
         ),
     ),
     "codex_err500_then_ok_with_retries.jsonl": (
@@ -316,7 +317,7 @@ def test_error_item_is_not_fatal() -> None:
     assert scan_outcome(lines) == TurnOutcome()
 
 
-def test_started_never_completed_appears_once_at_the_end() -> None:
+def test_started_never_completed_appears_once_where_it_started() -> None:
     cmd = {
         "id": "item_1",
         "type": "command_execution",
@@ -341,9 +342,9 @@ def test_started_never_completed_appears_once_at_the_end() -> None:
         done({"id": "item_3", "type": "agent_message", "text": "waiting"}),
     )
     assert list(iter_steps(lines)) == [
-        msg("waiting"),
         command("sleep 100", None, "partial", "in_progress"),
         {"kind": "tool_call", "id": "item_2", "name": "t", "arguments": {"a": 1}, "server": "s"},
+        msg("waiting"),
     ]
     assert scan_outcome(lines).status is None
 
@@ -368,7 +369,7 @@ def test_turn_failed_without_message() -> None:
     lines = jl({"type": "turn.failed", "error": {}})
     assert list(iter_steps(lines)) == [error("codex reported turn.failed", True)]
     assert scan_outcome(lines) == TurnOutcome(
-        status=Status.FAILED, error="codex reported turn.failed"
+        status=Status.FAILED, error="codex reported turn.failed", unanswered=True
     )
 
 
@@ -575,7 +576,7 @@ RECORDED_EXPECTED: dict[str, tuple[list[dict[str, Any]], TurnOutcome]] = {
     # a 5xx: codex shows its own text, not the server's; it also printed a non-fatal error event
     "codex_error_500.jsonl": (
         [error(HIGH_DEMAND, False), error(HIGH_DEMAND, True)],
-        TurnOutcome(Status.FAILED, error=HIGH_DEMAND, reason=Reason.OVERLOADED),
+        TurnOutcome(Status.FAILED, error=HIGH_DEMAND, reason=Reason.OVERLOADED, unanswered=True),
     ),
     # the text streamed before the cut stays the turn's last message
     "codex_broken_stream.jsonl": (
@@ -617,3 +618,37 @@ def test_recorded_outcome(name: str) -> None:
 def test_recorded_resume_keeps_the_thread_id() -> None:
     first, second = (recorded_thread(f"codex_resume_turn{n}.jsonl") for n in (1, 2))
     assert first == second
+
+
+def test_steps_keep_the_order_the_agent_started_them() -> None:
+    """Issue 30: a command that completes after later items, and one that never completes
+    before the final message, each stay where they started."""
+    slow = {"id": "c1", "type": "command_execution", "command": "make", "aggregated_output": "",
+            "exit_code": None, "status": "in_progress"}  # fmt: skip
+    lost = {**slow, "id": "c2", "command": "sleep 100"}
+    lines = jl(
+        started(slow),
+        done({"id": "m1", "type": "agent_message", "text": "while make runs"}),
+        done({**slow, "aggregated_output": "ok", "exit_code": 0, "status": "completed"}),
+        started(lost),
+        done({"id": "m2", "type": "agent_message", "text": "Done."}),
+        {"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 1}},
+    )
+    assert list(iter_steps(lines)) == [
+        command("make", 0, "ok", "completed"),
+        msg("while make runs"),
+        command("sleep 100", None, "", "in_progress"),
+        msg("Done."),
+    ]
+
+
+def test_steps_held_behind_an_open_item_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import zwarm.agents.ordering as ordering
+
+    monkeypatch.setattr(ordering, "HOLD_STEPS", 3)
+    lost = {"id": "c1", "type": "command_execution", "command": "sleep 100",
+            "aggregated_output": "", "exit_code": None, "status": "in_progress"}  # fmt: skip
+    says = [done({"id": f"m{i}", "type": "agent_message", "text": f"{i}"}) for i in range(6)]
+    out = iter_steps(jl(started(lost), *says))
+    assert next(out) == command("sleep 100", None, "", "in_progress")  # given up, in its place
+    assert [s["text"] for s in out] == [str(i) for i in range(6)]

@@ -122,8 +122,8 @@ def test_refused_and_unfinished_tools() -> None:
                  parameters={"file_path": "a.txt", "content": "x"})  # fmt: skip
     other = line(type="tool_use", tool_name="read_file", tool_id="r1", parameters={"p": 1})
     steps = list(events.iter_steps([use, write, other]))  # killed before any result
-    assert [s["kind"] for s in steps] == ["tool_call", "command", "file_change"]
-    assert steps[1]["status"] == steps[2]["status"] == "in_progress"
+    assert [s["kind"] for s in steps] == ["command", "file_change", "tool_call"]  # as called
+    assert steps[0]["status"] == steps[1]["status"] == "in_progress"
     failed = line(type="tool_result", tool_id="w1", status="error",
                   error={"type": "file_write_failure", "message": "EACCES"})  # fmt: skip
     call, result = events.iter_steps([write, failed])
@@ -300,7 +300,7 @@ def test_settings_hold_what_gemini_needs_and_no_key() -> None:
     assert got["ui"] == {"theme": "x"}
     assert got["mcpServers"]["s"] == {"env": {"TOKEN": "$MY_TOKEN"}, "headers": {}}
     assert got["security"]["environmentVariableRedaction"]["allowed"] == [
-        "FOO", "ZWARM_SESSION_ID", "ZWARM_PARENT_SESSION", "ZWARM_DIR",
+        "FOO", "ZWARM_SESSION_ID", "ZWARM_PARENT_SESSION", "ZWARM_DIR", "ZWARM",
     ]  # fmt: skip
     text = json.dumps(got)
     assert "AIzaSy" not in text and "literal-secret" not in text and "zzz" not in text
@@ -375,3 +375,23 @@ def test_prepare_replaces_a_planted_link_and_trusts_only_the_cwd(tmp_path: Path)
     assert (where / ".gemini" / "settings.json").stat().st_mode & 0o777 == 0o600
     env = home.environment({"GEMINI_CLI_TRUSTED_FOLDERS_PATH": "/x", "A": "1"}, where)
     assert env == {"A": "1", "GEMINI_CLI_HOME": str(where)}
+
+
+def test_a_failed_auto_run_records_the_routed_model_not_the_routers() -> None:
+    """Under ``auto`` the CLI's router asks a flash-lite model first; when the main request
+    then fails at once, the router's tokens are the only ones reported (issue 30)."""
+    stats = {"models": {"gemini-3.5-flash-lite": {"total_tokens": 130},
+                        "gemini-3.5-flash": {"total_tokens": 0}}}  # fmt: skip
+    init = line(type="init", session_id="abc-1", model="auto")
+    error = {"type": "unknown", "message": '[API Error: {"error":{"code":429}}]'}
+    o = events.scan_outcome([init, line(type="result", status="error", error=error, stats=stats)])
+    assert (o.status, o.model) == (Status.FAILED, "gemini-3.5-flash")
+    asked = line(type="init", session_id="abc-1", model="gemini-3.5-flash-lite")
+    o = events.scan_outcome([asked, line(type="result", status="success", stats=stats)])
+    assert o.model == "gemini-3.5-flash-lite"  # asked for by name: every main request's
+
+
+def test_the_models_the_pinned_cli_routes_to_by_default_are_priced() -> None:
+    for model in ("gemini-2.5-pro", "gemini-3.5-flash", "gemini-3.5-flash-lite",
+                  "gemini-3.1-flash-lite"):  # fmt: skip
+        assert AGENT.estimate_cost(Usage(1000, 0, 100, 0), model, {}) is not None, model

@@ -303,7 +303,7 @@ def test_bad_fleet_options_are_one_clear_error(fleet: limits.Fleet, words: str) 
         limits.check(fleet)
 
 
-def test_spent_today_counts_only_turns_that_ended_today() -> None:
+def test_spent_today_counts_only_turns_that_ended_today(utc: None) -> None:  # days: local
     def ended(at: str, cost: float) -> Turn:
         t = _turn(1, Status.COMPLETED)
         t.ended_at, t.cost_usd = at, cost

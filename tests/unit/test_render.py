@@ -81,6 +81,32 @@ def test_columns_go_by_priority_and_the_task_is_cut_last(
     assert all(len(line[task_col:]) >= 10 for line in narrow[1:])  # the task keeps room
 
 
+def test_80_columns_keep_what_the_readme_promises_with_a_long_status_and_a_branch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 30: a long status and one worktree session made ``ls`` drop TOKENS (and keep
+    BRANCH); at 80 columns it shows id, name, status (cut if long), tokens, age, task."""
+    rows = [
+        row(1, branch="zwarm/verbose-8e54390a"),
+        row(
+            2,
+            status="parked",
+            parked_until=iso(NOW + 3600 * 20),
+            reason="usage_limit",
+            queued=["x"],
+            dangerous=True,
+        ),
+        row(3, status="failed", reason="dependency_failed", error="dependency killed"),
+    ]
+    lines = table(capsys, 80, rows).splitlines()
+    assert lines[0].split() == ["ID", "NAME", "STATUS", "TOKENS", "AGE", "TASK"]
+    assert all(cells(x) <= 80 for x in lines)
+    assert "123k" in lines[1] and lines[2].split()[2] == "parked"
+    assert "…" in lines[2] and "task 2" in lines[2]  # the status cut, the task still there
+    named = [{**r, "name": None} for r in rows]  # a column with nothing in it goes first
+    assert "NAME" not in table(capsys, 80, named).splitlines()[0].split()
+
+
 def test_failed_rows_say_why_in_a_word(capsys: pytest.CaptureFixture[str]) -> None:
     lines = table(capsys, 160).splitlines()
     assert "failed (timeout)" in lines[3]
@@ -147,3 +173,31 @@ def test_trajectory_header_names_the_session() -> None:
     assert "(+1 queued)" in head
     done = render.trajectory_header(row(2))
     assert "123k tokens" in done and "so far" not in done
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        (
+            "/bin/bash -lc 'echo hello > out.txt && cat out.txt'",
+            "echo hello > out.txt && cat out.txt",
+        ),
+        ("sh -c ls", "ls"),
+        ('/bin/zsh -lc "pytest -q \\"tests/a b.py\\""', 'pytest -q "tests/a b.py"'),
+        ("bash -lc 'unbalanced", "bash -lc 'unbalanced"),  # not a shell line: as it is
+        ("bash -lc 'a' b", "bash -lc 'a' b"),
+        ("python -c 'print(1)'", "python -c 'print(1)'"),
+    ],
+)
+def test_a_command_reads_as_the_command_inside_its_shell_wrapper(command: str, shown: str) -> None:
+    """Issue 30: ``top`` at 80 columns showed ``$ /bin/bash -lc…``; top and trajectory show
+    the command codex runs, from the same step text."""
+    step = {
+        "kind": "command",
+        "command": command,
+        "exit_code": 0,
+        "output": "",
+        "status": "completed",
+    }
+    assert render.activity(step, 200) == f"$ {shown} (exit 0)"
+    assert render.step_line(step, False).startswith(f"[bold]$ {render.esc(shown)}[/]")

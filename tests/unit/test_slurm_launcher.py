@@ -5,6 +5,7 @@ cluster is in tests/slurm/."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def test_sbatch_argv_carries_names_never_values_nor_the_prompt() -> None:
     export = next(a for a in argv if a.startswith("--export="))
     assert export == f"--export=PATH,HOME,OPENAI_API_KEY,ZWARM_SUPERVISOR_OF={SID}"
     assert argv[0] == "sbatch" and "--parsable" in argv and "--no-requeue" in argv
-    assert "--partition=gpu" in argv and f"--job-name=zwarm-{SID[:8]}-2" in argv
+    assert "--partition=gpu" in argv and f"--job-name=zwarm-{SID}-2" in argv
     assert "--output=/s/turns/turn_2.slurm.log" in argv
 
 
@@ -229,7 +230,7 @@ def test_launcher_keys_that_decide_what_runs_need_trust() -> None:
 
 def test_ls_shows_a_job_waiting_in_slurms_queue() -> None:
     def row(status: str, shown: str | None, detail: str | None) -> dict[str, Any]:
-        return {"status": status, "launcher_state": {"shown": shown, "detail": detail}}
+        return {"status": status, "shown_status": Probe(True, shown, detail).label()}
 
     assert launcher_status(row("running", "queued", "slurm: Resources")) == (
         "queued (slurm: Resources)"
@@ -239,6 +240,27 @@ def test_ls_shows_a_job_waiting_in_slurms_queue() -> None:
     )
     assert launcher_status(row("running", None, "slurm job 4 on n1")) is None
     assert launcher_status(row("completed", "queued", "x")) is None
-    assert launcher_status({"status": "running", "launcher_state": None}) is None
+    assert launcher_status({"status": "running", "shown_status": None}) is None
     evil = launcher_status(row("running", "queued", "slurm: \x1b[2Jx\nnext"))
     assert evil is not None and "\x1b" not in evil and "\n" not in evil
+
+
+def test_a_turns_job_is_recorded_beside_its_pin_and_read_back_strictly(tmp_path: Path) -> None:
+    """The record ``kill`` trusts (``store.pins``): per turn, of this state dir only; a
+    malformed or another state dir's record is none; ``rm`` removes it with the pin."""
+    from zwarm.store import pins
+
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    sdir, other = tmp_path / "a" / ".zwarm", tmp_path / "b" / ".zwarm"
+    pins.record_handle(environ, SID, sdir, 1, {"job": "41"})
+    pins.record_handle(environ, SID, sdir, 2, {"job": "42"})
+    assert pins.handle(environ, SID, sdir, 1) == {"job": "41"}
+    assert pins.handle(environ, SID, sdir, 2) == {"job": "42"}
+    assert pins.handle(environ, SID, sdir, 3) is None
+    assert pins.handle(environ, SID, other, 1) is None  # another state dir's session
+    path = pins.pins_dir(environ) / f"{SID}.handles.json"
+    assert path.stat().st_mode & 0o777 == 0o600
+    path.write_text(json.dumps({"id": SID, "state_dir": str(sdir), "turns": {"1": 7}}))
+    assert pins.handle(environ, SID, sdir, 1) is None  # malformed: no record
+    pins.remove(environ, SID)
+    assert not path.exists()

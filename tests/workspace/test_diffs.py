@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ZW, wait_until
 from tests.workspace.conftest import Repo, agent, spawn
@@ -231,3 +232,29 @@ def test_diff_is_coloured_on_a_terminal_only(zw: ZW, repo: Repo) -> None:
     assert proc.returncode == 0, proc.stderr
     assert b"\x1b[32m+\x1b[m\x1b[32mone" in out  # git's colours: added lines green
     assert "\x1b[" not in zw.run("diff", sid, check=True).stdout
+
+
+def test_the_state_dir_is_never_part_of_a_sessions_changes(zw: ZW, repo: Repo) -> None:
+    """A state dir in the repository (zwarm run from its top): `init` makes it ignore
+    itself, so git status stays clean; a session that wrote nothing changed nothing; and
+    even with its .gitignore gone (whatever the user's ignore files say) a snapshot leaves
+    it out."""
+    state = repo.path / ".zwarm"
+    env = {"ZWARM_DIR": str(state)}
+    zw.run("init", "--yes", env_extra=env, cwd=repo.path, check=True)
+    assert (state / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert repo.git("status", "--porcelain", "-uall") == ""
+
+    def session(shell: str) -> dict[str, Any]:
+        sid = zw.spawn("t", "-C", str(repo.path), env_extra={**env, **agent(shell)})
+        zw.run("wait", sid, "--timeout", "120", env_extra=env, timeout=180)
+        shown = json.loads(zw.run("show", sid, "--json", env_extra=env, check=True).stdout)
+        diff = json.loads(zw.run("diff", sid, "--json", env_extra=env, check=True).stdout)
+        return {"changes": shown["changes"], "files": [f["path"] for f in diff["files"]]}
+
+    assert session("true") == {"changes": {"files": 0, "added": 0, "removed": 0}, "files": []}
+    (state / ".gitignore").unlink()
+    repo.write(".gitignore", "*.log\n!.zwarm/\n")  # the user's ignore files even ask for it
+    repo.commit("track everything")
+    got = session("echo x > a.txt")
+    assert got == {"changes": {"files": 1, "added": 1, "removed": 0}, "files": ["a.txt"]}

@@ -119,19 +119,29 @@ def test_merge_conflict_is_aborted_cleanly_and_names_the_files(zw: ZW, repo: Rep
     spawn(zw, repo, "--worktree", "--name", "cf", shell=CHANGE)
     repo.write("src/app.py", "def main():\n    return 7\n")
     repo.commit("conflicting")
-    before = repo.state("refs/heads/zwarm/cf")  # that branch gets the agent's leftovers
+    before = repo.state()  # the conflict is found before the agent's leftovers are committed
+    tree = zw.json("show", "cf")["workspace"]["tree"]
     res = zw.run("merge", "cf")
     assert res.returncode == 1
     assert res.stderr.strip() == (
-        "Error: merging zwarm/cf into main conflicts in src/app.py; "
-        "the merge was aborted and nothing changed"
+        "Error: merging zwarm/cf into main conflicts in src/app.py; nothing was merged, "
+        f"nothing was committed (the agent's work is still uncommitted in {tree}); next: "
+        "zwarm inject cf 'commit your work, rebase it on main and resolve the conflicts', "
+        "or do that yourself there"
     )
     # nothing half-merged: no MERGE_HEAD, the same index (bytes), tree, HEAD and refs
-    assert repo.state("refs/heads/zwarm/cf") == before
+    assert repo.state() == before
     assert not (repo.path / ".git" / "MERGE_HEAD").exists()
     res = zw.run("merge", "cf", "--squash")
     assert res.returncode == 1 and "conflicts in src/app.py" in res.stderr
-    assert repo.state("refs/heads/zwarm/cf") == before
+    assert repo.state() == before
+    repo.git("add", "-A", cwd=Path(tree))
+    repo.git("commit", "-q", "-m", "agent", cwd=Path(tree))
+    res = zw.run("merge", "cf")  # committed by the agent: nothing for zwarm to commit
+    assert res.returncode == 1 and res.stderr.strip().endswith(
+        "nothing was merged, nothing was committed; next: zwarm inject cf 'rebase your branch "
+        f"on main and resolve the conflicts', or do it yourself: git -C {tree} rebase main"
+    )
 
 
 def test_merge_refuses_changes_in_the_way_and_a_running_session(zw: ZW, repo: Repo) -> None:
@@ -159,6 +169,60 @@ def test_merge_refuses_changes_in_the_way_and_a_running_session(zw: ZW, repo: Re
     assert res.returncode == 1 and "is running: wait for it (or kill it) first" in res.stderr
     hold.unlink()
     zw.wait(sid)
+
+
+def _every_byte(top: Path) -> dict[str, bytes]:
+    """Every file and link of a checkout (its .git folder included), by relative path."""
+    out: dict[str, bytes] = {}
+    for p in sorted(top.rglob("*")):
+        if p.is_symlink():
+            out[str(p.relative_to(top))] = b"link:" + str(p.readlink()).encode()
+        elif p.is_file():
+            out[str(p.relative_to(top))] = p.read_bytes()
+    return out
+
+
+def test_merge_and_apply_never_overwrite_files_git_does_not_track(zw: ZW, repo: Repo) -> None:
+    """The user's ignored .env, and an ignored file where the agent made a folder: the
+    agent emptied .gitignore and committed its own. Refused, naming them; not one byte of
+    the user's checkout (nor a ref) changes. The same for apply, and for a file with
+    uncommitted changes."""
+    repo.write(".env", "SECRET=users\n")
+    repo.write("debug.log", "the user's log\n")
+    shell = (
+        ": > .gitignore; echo SECRET=agents > .env; mkdir debug.log; echo x > debug.log/x; "
+        "git add -A && git -c user.name=a -c user.email=a@b commit -q -m agent"
+    )
+    sid = spawn(zw, repo, "--worktree", "--name", "sec", shell=shell)
+    before, files = repo.state(), _every_byte(repo.path)
+    for squash in ([], ["--squash"]):
+        res = zw.run("merge", "sec", *squash)
+        assert res.returncode == 1 and res.stderr.strip() == (
+            f"Error: {repo.path} has files git does not track where the merge writes (.env, "
+            "debug.log): move them away first, they would be overwritten; nothing was merged"
+        )
+        assert _every_byte(repo.path) == files and repo.state() == before
+    other = zw.tmp / "other"
+    repo.git("clone", "-q", str(repo.path), str(other), cwd=zw.tmp)
+    (other / ".env").write_text("SECRET=other\n")
+    kept = _every_byte(other)
+    res = zw.run("apply", sid, cwd=other)
+    assert res.returncode == 1 and "files git does not track where the diff writes (.env)" in (
+        res.stderr
+    )
+    assert _every_byte(other) == kept
+    # a file with uncommitted changes that the diff changes too: refused, kept
+    (other / ".env").unlink()
+    (other / ".gitignore").write_text("*.log\n.env\nnode_modules/\nmine\n")
+    kept = _every_byte(other)
+    res = zw.run("apply", sid, cwd=other)
+    assert res.returncode == 1
+    assert "uncommitted changes in files the diff touches (.gitignore)" in res.stderr
+    assert "nothing changed" in res.stderr and _every_byte(other) == kept
+    (repo.path / ".env").unlink()
+    (repo.path / "debug.log").unlink()
+    assert zw.json("merge", "sec")["merged"]  # out of the way: merged
+    assert (repo.path / ".env").read_text() == "SECRET=agents\n"
 
 
 def test_merge_into_another_checked_out_branch_or_none(zw: ZW, repo: Repo) -> None:

@@ -21,6 +21,8 @@ from typing import NoReturn
 
 def main() -> NoReturn:
     """The click CLI on ``sys.argv`` (every command; a program's call keeps its process)."""
+    if not_text(sys.argv[1:]):
+        sys.exit(1)
     from zwarm.cli.commands import cli
 
     cli.main(prog_name="zwarm")
@@ -36,9 +38,25 @@ def run() -> NoReturn:
     output.own_process()
     code: str | int | None
     try:
-        code = fast.answer(sys.argv[1:], os.environ)
+        code = 1 if not_text(sys.argv[1:]) else fast.answer(sys.argv[1:], os.environ)
         if code is None:
             main()
     except SystemExit as e:
         code = e.code
     output.leave(code)
+
+
+def not_text(argv: list[str]) -> bool:
+    """Whether an argument is not UTF-8 (a byte like 0xff, which Python decodes to a lone
+    surrogate that can be neither recorded in JSON nor given to an agent): then one "Error:"
+    line says which, before anything is read or written."""
+    for a in argv:
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError as e:
+            at = len(os.fsencode(a[: e.start]))
+            shown = os.fsencode(a).decode("utf-8", "backslashreplace")
+            sys.stderr.write(f"Error: the argument '{shown}' is not valid UTF-8 (byte {at})\n")
+            sys.stderr.flush()
+            return True
+    return False

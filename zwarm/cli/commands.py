@@ -200,6 +200,7 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerou
     exit 1; stdout is the id either way.
     Run by an agent of a session (ZWARM_PARENT_SESSION), it starts a child of that session,
     killed and removed with it unless --detached; [limits] max_spawn_depth bounds the depth.
+    An agent runs zwarm as "$ZWARM" (a login shell's PATH may not reach zwarm).
 
     \b
     Examples:
@@ -221,11 +222,17 @@ def _after_start(
     ctx: click.Context, api: Zwarm, sid: str, n: int, wait_: bool, as_json: bool, argv_task: bool
 ) -> None:
     """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
-    prompt given as an argument is in this process's argv: we re-exec without it first."""
-    if wait_ and argv_task:
+    prompt given as an argument is in this process's argv: we re-exec without it first, as
+    every Python process zwarm starts, isolated (``env.python_argv``) in ``env.NEUTRAL_CWD``:
+    the working directory is the agent's, and nothing it wrote there may be imported."""
+    if wait_ and argv_task and sys.executable:
+        from zwarm.env import NEUTRAL_CWD, python_argv
+
         sys.stdout.flush()
         args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]
-        os.execv(sys.executable, [sys.executable, "-m", "zwarm", *args, *(["--json"] * as_json)])
+        argv = python_argv(sys.executable, "zwarm", *args, *(["--json"] * as_json))
+        os.chdir(NEUTRAL_CWD)
+        os.execv(sys.executable, argv)
     if wait_:
         _turn_result(ctx, api, sid, n, as_json)
     else:
@@ -316,7 +323,8 @@ def ls_cmd(ctx: click.Context, status: str | None, name: str | None, adapter: st
     Oldest first. On a terminal the table fits its width: the less useful columns go first, the task
     is cut last. A failed session shows why in a word (timeout, exit 3, lost...). With --tree,
     each session started by an agent is shown under its parent (and an orchestrator run's under
-    the run), with its whole subtree's tokens and cost.
+    the run, whose totals add the orchestrator's own), with its whole subtree's tokens and cost;
+    --tree --json prints those rows.
 
     \b
     Examples:
@@ -513,9 +521,9 @@ def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: boo
     """Kill sessions: each agent's whole process tree.
 
     The session ends killed, its queued messages dropped, and its linked child sessions (started
-    by its agent) are killed too; detached ones run on. Each SESSION is a session id, a unique
-    prefix of it (4+ characters), or its name. Every one given is tried; each outcome is one line,
-    and the exit status is 1 if any failed.
+    by its agent) are killed too, also when it had already finished; detached ones run on. Each
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name. Every one given
+    is tried; each outcome is one line, and the exit status is 1 if any failed.
 
     \b
     Examples:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import click
 
+from zwarm.env import python_argv
+
 TASK = "Summarise this directory in NOTES.md"
 FOLLOW_UP = "Now list what you changed"
 
@@ -77,7 +79,7 @@ class _Shell:
         say("zwarm " + " ".join(shlex.quote(a) for a in args))
         sys.stdout.flush()
         res = subprocess.run(
-            [sys.executable, "-m", "zwarm", *args],
+            python_argv(sys.executable, "zwarm", *args),
             cwd=self.work,
             env=self.env,
             stdout=subprocess.PIPE if capture else None,
@@ -114,7 +116,10 @@ def _write_config(api: object, root: Path) -> None:
         import tomli_w
 
         doc = {
-            "codex": {"command": [sys.executable, "-m", "zwarm.cli.demo_agent"], "model": "demo"}
+            "codex": {
+                "command": python_argv(sys.executable, "zwarm.cli.demo_agent"),
+                "model": "demo",
+            }
         }
         head = "# written by zwarm demo: codex is the built-in scripted agent\n"
         data = (head + tomli_w.dumps(doc)).encode("utf-8")

@@ -319,8 +319,15 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
     """``zwarm ls`` but ``--watch``: the rows as JSON, the delegation trees, or the table."""
     from zwarm.api import EncodedRow, select_rows
 
-    rows = api.sessions(status, encoded=as_json) if api.store.exists() else []
+    rows = api.sessions(status, encoded=as_json and not as_tree) if api.store.exists() else []
     rows = select_rows(rows, name, adapter, source, limit)
+    if as_tree:
+        from zwarm.cli import tree
+
+        runs = tree.run_parts(api.state_dir, rows)
+        if as_json:
+            output.emit_json(tree.tree_json(rows, runs))
+            return 0
     if as_json:
         output.emit_json([r.raw if type(r) is EncodedRow else r for r in rows])
         return 0
@@ -329,9 +336,7 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
 
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if as_tree:
-        from zwarm.cli import tree
-
-        tree.tree_table(rows, api.env.clock(), color=color, width=terminal_width())
+        tree.tree_table(rows, api.env.clock(), color=color, width=terminal_width(), runs=runs)
         return 0
     render.session_table(rows, api.env.clock(), color=color, width=terminal_width())
     return 0

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zwarm.model import Session, Usage
+from zwarm.model.steps import ended_turn
 
 if TYPE_CHECKING:
     from zwarm.agents.base import UsageFeed
@@ -67,6 +68,12 @@ class LiveLog:
         self._asked = 0.0
         self._watch = watch
         self._look = True  # (with a watch) meta.json may have changed since ended() was asked
+
+    @property
+    def done(self) -> bool:
+        """The turn is over and its log read to the end: a step still ``in_progress`` now
+        never finished (``zwarm.model.steps.ended_turn``)."""
+        return self._done
 
     def readline(self, size: int = -1) -> bytes:
         while True:
@@ -174,6 +181,8 @@ def _follow(
         log = LiveLog(api.store.turn_path(sid, n), _ender(api, sid, n), poll_s, watch=watch)
         try:
             for step in mgr.iter_steps(log):
+                if log.done:
+                    ended_turn(step)
                 step["turn"], step["index"] = n, index
                 index += 1
                 yield step

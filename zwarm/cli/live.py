@@ -229,10 +229,13 @@ class Board:
         doing = render.activity(w.latest if w else None, 200) or ("" if waiting else "starting…")
         if s.queue:
             doing = f"(+{len(s.queue)} queued) {doing}"
+        listed = next((r for r in self.rows if r["id"] == s.id), None)  # its launcher's word
+        if listed is None or listed["status"] != s.status.value:
+            listed = {"status": s.status.value}
         return (
             s.id[:8],
             render.esc(oneline(s.name or "-", 16)),
-            render.status_markup(s.status.value),
+            render.shown_markup(listed),
             str(t.n),
             render.fmt_clock(elapsed),
             render.fmt_tokens(follow.tokens_so_far(s, w)),

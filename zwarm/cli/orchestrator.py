@@ -6,9 +6,11 @@ Loaded lazily by ``zwarm.cli`` (``LAZY_COMMANDS``), as the attributes ``tools_co
 - ``mcp``, ``openai`` and ``rich`` are imported inside the command that needs them; a missing
   optional extra is one line naming the ``pip install`` to run, exit 1, never a traceback;
 - errors are ``ZwarmError``s, which ``zwarm.cli`` turns into one line and exit 1;
-- ``orchestrate`` makes its process non-dumpable and removes ``ZWARM_ORCH_API_KEY`` from
-  ``os.environ`` before anything else runs (``orchestrator.guard``), so the key stays in this
-  process's memory: no session, bash command or file gets it;
+- ``orchestrate`` makes its process non-dumpable, re-executes itself without
+  ``ZWARM_ORCH_API_KEY`` in its environment block (zwarm's own process only: the key comes
+  back on a pipe) and removes it from ``os.environ`` before anything else runs
+  (``orchestrator.guard``), so the key stays in this process's memory: no session, bash
+  command or file gets it;
 - it imports shared helpers from ``zwarm.cli.common``, never from ``zwarm.cli`` (no cycle);
 - ``orchestrate`` is a group whose default is ``run`` (``zwarm orchestrate TASK``): ``ls`` and
   ``show`` are subcommands only as the first argument (``cli.runs`` prints them); a run stops
@@ -153,10 +155,17 @@ def run_command(
       zwarm orchestrate show last --all
     """
     _need("openai", "orchestrate", "orchestrate")
+    from zwarm.cli import output
     from zwarm.orchestrator import guard
     from zwarm.orchestrator import loop as orch
 
-    guard.make_undumpable()  # before the key is read: /proc/<this pid>/environ holds it
+    guard.make_undumpable()  # before the key is read: it is in this process's memory
+    if output.is_own_process():  # then /proc/<this pid>/environ does not show it, even to root
+        why = guard.reexec_without_key(sys.argv[1:])
+        if why:
+            click.echo(f"zwarm: warning: {guard.ORCH_KEY_VAR} stays in this process's "
+                       f"environment block, which root can read ({why})", err=True)  # fmt: skip
+    guard.take_handed_key()
     api = get_api(ctx)
     os.environ.pop(guard.ORCH_KEY_VAR, None)  # no child started without an explicit env gets it
     if compact is not None:

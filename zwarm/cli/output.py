@@ -37,6 +37,11 @@ def own_process() -> None:
     _OWN["handlers"] = atexit._ncallbacks()
 
 
+def is_own_process() -> bool:
+    """Whether this process is zwarm's own (``own_process``), not a program calling ``main``."""
+    return bool(_OWN["process"])
+
+
 def emit_json(data: Any) -> None:
     """One line of compact JSON (msgspec: 10x the stdlib for a 10,000-row listing). A list is
     encoded an item at a time into one buffer written out every ``OUT_CHUNK`` bytes: a

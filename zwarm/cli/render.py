@@ -22,7 +22,7 @@ from typing import Any
 
 from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
-from zwarm.model.steps import Step
+from zwarm.model.steps import UNFINISHED, Step
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",
@@ -60,11 +60,35 @@ def fmt_tokens(n: int | None) -> str:
     return str(n)
 
 
-def fmt_cost(cost: float | None, source: str | None) -> str:
+def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> str:
+    """``$0.0123``, ``~$0.0123`` (estimated from token prices), ``≥ $0.0123`` (the known part
+    of a cost with unknown parts), ``?`` (nothing known). The dashboard's ``fmtCost``
+    (serve/static/app.js) renders the same."""
     if cost is None:
         return "?"
-    mark = "~" if source == "estimated" else ""
+    mark = ("" if complete else "≥ ") + ("~" if source == "estimated" else "")
     return f"{mark}${cost:.4f}" if cost < 1 else f"{mark}${cost:.2f}"
+
+
+def price_hint(d: dict[str, Any]) -> str | None:
+    """How to make an unknown cost known (said once, by ``show``): the agent reports none and
+    zwarm has no price for the session's model."""
+    if d.get("cost_source") != "unknown" or d.get("damaged"):
+        return None
+    table = f"[{oneline(d.get('adapter'), 32)}.prices]"
+    model = d.get("model")
+    key = json.dumps(oneline(model, 80)) if model else '"MODEL"'
+    which = f"model {oneline(model, 80)}" if model else "the agent's default model"
+    return (
+        f"no price for {which}: set one in .zwarm/config.toml, {table} "
+        f"{key} = {{ input = USD, cached_input = USD, output = USD }} (per 1M tokens)"
+    )
+
+
+def row_cost(r: dict[str, Any]) -> str:
+    """A session row's own cost (``fmt_cost`` of its ``cost_usd``, ``cost_source`` and
+    ``cost_complete``)."""
+    return fmt_cost(r.get("cost_usd"), r.get("cost_source"), r.get("cost_complete") is not False)
 
 
 def _seconds(iso: str | None) -> float | None:
@@ -188,6 +212,8 @@ _COLUMNS = (
     ("TASK", None),
 )
 # What is done, in order, while the table is too wide: (column, shrink to width, or 0: drop).
+# A column with nothing in it (every cell "-") goes before any of this. At 80 columns the
+# table keeps id, name, status (a long one cut), tokens, age and task (README).
 _SQUEEZE = (
     ("BRANCH", 16),
     ("SOURCE", 12),
@@ -197,13 +223,16 @@ _SQUEEZE = (
     ("ADAPTER", 0),
     ("TURNS", 0),
     ("COST", 0),
-    ("MODEL", 0),
-    ("TOKENS", 0),
-    ("NAME", 8),
     ("BRANCH", 0),
+    ("MODEL", 0),
+    ("NAME", 8),
+    ("STATUS", 20),
+    ("TOKENS", 0),
+    ("STATUS", 12),
     ("AGE", 0),
     ("NAME", 0),
 )
+_SQUEEZABLE = frozenset(col for col, _ in _SQUEEZE)
 _TASK_ROOM = 20  # the task keeps at least this much before anything but it is cut
 _TASK_MAX = 60  # the task's width when the output is not fitted to a terminal
 _GAP = "  "
@@ -223,6 +252,10 @@ def session_table(
     widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
     if not any(r.get("branch") for r in rows):
         del widths["BRANCH"]
+    if width is not None:  # fitted: a column with nothing in it goes first
+        for i, h in enumerate(header):
+            if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
+                widths.pop(h, None)
     shown = _fit(widths, width)
     lines = []
     for k, row in enumerate(table):
@@ -283,7 +316,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         oneline(r.get("model") or "default", 24),
         str(r.get("turns", 0)),
         fmt_tokens(usage.get("total_tokens")) if usage else "-",
-        fmt_cost(r.get("cost_usd"), r.get("cost_source")),
+        row_cost(r),
         fmt_age(r.get("created_at"), now),
         oneline(r.get("source") or "-", 28),
         oneline(task, 400),
@@ -291,14 +324,22 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
 
 
 def launcher_status(r: dict[str, Any]) -> str | None:
-    """What a running row shows instead of ``running`` when its launcher says so:
-    ``queued (slurm: Resources)`` (its job waits in the cluster's queue), ``unknown (slurm
-    unreachable)`` (the cluster could not be asked); None otherwise."""
-    state = r.get("launcher_state") or {}
-    if r.get("status") not in ("running", "stalled") or not state.get("shown"):
+    """What a running row shows instead of ``running`` when its launcher says so (the row's
+    ``shown_status``): ``queued (slurm: Resources)`` (its job waits in the cluster's queue),
+    ``unknown (slurm unreachable)`` (the cluster could not be asked); None otherwise."""
+    shown = r.get("shown_status")
+    if r.get("status") not in ("running", "stalled") or not shown:
         return None
-    detail = f" ({state['detail']})" if state.get("detail") else ""
-    return oneline(f"{state['shown']}{detail}", 60)
+    return oneline(shown, 60)
+
+
+def shown_markup(r: dict[str, Any]) -> str:
+    """A row's status as shown (``launcher_status``, else its status), styled."""
+    shown = launcher_status(r)
+    if shown is None:
+        return status_markup(r.get("status") or "-")
+    style = _STYLES.get(shown.split(" ", 1)[0], "white")
+    return f"[{style}]{esc(shown)}[/]"
 
 
 def fleet_note(r: dict[str, Any], now: float) -> str:
@@ -360,15 +401,16 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
     now = time.time() if now is None else now
     c = console()
     name = f" {esc(d['name'], False)}" if d.get("name") else ""
-    shown = launcher_status(d)
-    also = f" [dim]{esc(shown)}[/]" if shown else ""
-    c.print(f"[bold]{d['id']}[/]{name} {status_markup(d['status'])}{also}")
+    c.print(f"[bold]{d['id']}[/]{name} {shown_markup(d)}")
     usage = d.get("usage") or {}
     c.print(
         f"adapter {esc(d['adapter'])}  model {esc(d.get('model') or 'default', False)}  "
         f"tokens {fmt_tokens(usage.get('total_tokens'))}  "
-        f"cost {fmt_cost(d.get('cost_usd'), d.get('cost_source'))} ({esc(d.get('cost_source'))})"
+        f"cost {row_cost(d)} ({esc(d.get('cost_source'))})"
     )
+    hint = price_hint(d)
+    if hint:
+        c.print(f"[dim]{esc(hint, False)}[/]")
     created = f"{fmt_local(d['created_at'])} ({fmt_ago(d['created_at'], now)})"
     c.print(f"cwd {esc(d['cwd'], False)}  source {esc(d.get('source'), False)}  created {created}")
     if d.get("dangerous"):
@@ -383,8 +425,9 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         c.print(f"[red]error:[/] {esc(d['error'])}")
     for q in d.get("queued") or []:
         c.print(f"[yellow]queued:[/] {esc(oneline(q, 100))}")
-    for t in d.get("turns_detail", []):
-        _turn(c, t, now)
+    turns = d.get("turns_detail", [])
+    for t in turns:
+        _turn(c, t, now, launcher_status(d) if t is turns[-1] else None)
 
 
 def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
@@ -437,17 +480,18 @@ def _workspace(c: Any, d: dict[str, Any]) -> None:
             c.print(f"[yellow]comment {k['id']}:[/] {esc(k['path'], False)}:{k['line']} {text}")
 
 
-def _turn(c: Any, t: dict[str, Any], now: float) -> None:
+def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> None:
+    """One turn of ``show``; ``shown``: the status shown for it instead of ``running``
+    (``queued (slurm: Resources)``: the session's ``launcher_status``)."""
     u = t.get("usage") or {}
     code, sig = t.get("exit_code"), t.get("signal")
     ended = f"exit {code}" if code is not None else (f"signal {sig}" if sig else "")
-    c.rule(f"turn {t['n']} {t['status']} {ended}".strip())
+    running = t["status"] in ("running", "stalled")
+    status = shown if shown and running else t["status"]
+    c.rule(f"turn {t['n']} {esc(status)} {ended}".strip())
     secs = took(t.get("started_at"), t.get("ended_at"), now)
-    span = (
-        f"took {fmt_duration(secs)}"
-        if t.get("ended_at")
-        else f"{'queued' if t['status'] == 'queued' else 'running'} for {fmt_duration(secs)}"
-    )
+    word = status.split(" ", 1)[0] if status.startswith("queued") else "running"
+    span = f"took {fmt_duration(secs)}" if t.get("ended_at") else f"{word} for {fmt_duration(secs)}"
     c.print(f"[dim]started {fmt_local(t['started_at'])}  {span}  context {t['context']}[/]")
     if t.get("launcher") not in (None, "local"):  # e.g. "slurm job 1234"
         held = " ".join(f"{k} {v}" for k, v in sorted((t.get("handle") or {}).items()))
@@ -514,9 +558,9 @@ def step_line(s: Step, full: bool) -> str:
         style = "green" if code == 0 else "red"
         out = _short(str(s.get("output") or ""), full)
         body = f"\n{esc(out)}" if out.strip() else ""
-        # no exit code: it never ran (declined) or never finished (in_progress)
-        ended = f"exit {code}" if code is not None else esc(s.get("status") or "no exit code")
-        return f"[bold]$ {esc(s.get('command'))}[/] [{style}]({ended})[/]{body}"
+        # no exit code: it never ran (declined), runs (in_progress) or never finished
+        ended = f"exit {code}" if code is not None else esc(_no_exit(s.get("status")))
+        return f"[bold]$ {esc(command_text(s.get('command')))}[/] [{style}]({ended})[/]{body}"
     if kind == "file_change":
         return f"[blue]files[/] {esc(_changes(s))}"
     if kind == "tool_call":
@@ -535,6 +579,38 @@ def step_line(s: Step, full: bool) -> str:
     return f"{esc(kind)} {esc(as_json(s))}"
 
 
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
+
+
+def command_text(command: Any) -> str:
+    """A command step's text as people read it (trajectory, top): the command inside a
+    shell wrapper (``/bin/bash -lc 'pytest -q'``, ``sh -c X``, ``zsh -lc X`` -> ``pytest -q``),
+    as codex runs every command; anything else as it is."""
+    text = str(command or "")
+    head = text.split(" ", 2)
+    if len(head) < 3 or head[0].rsplit("/", 1)[-1] not in _SHELLS:
+        return text
+    flag = head[1]
+    if not (flag.startswith("-") and "c" in flag and flag[1:].isalpha()):
+        return text
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError:  # unbalanced quotes: shown as it is
+        return text
+    return words[2] if len(words) == 3 and words[2].strip() else text
+
+
+def _no_exit(status: Any) -> str:
+    """What a command without an exit code says instead."""
+    if status == "in_progress":
+        return "running"
+    if status == UNFINISHED:
+        return "did not finish"
+    return str(status or "no exit code")
+
+
 def activity(s: Step | None, width: int = 80) -> str:
     """A step as one plain line (live views): ``$ pytest -q (exit 1)``, ``message Done…``."""
     if s is None:
@@ -544,8 +620,8 @@ def activity(s: Step | None, width: int = 80) -> str:
         text = f"{'' if kind == 'message' else 'thinking: '}{s.get('text', '')}"
     elif kind == "command":
         code = s.get("exit_code")
-        ended = f"exit {code}" if code is not None else (s.get("status") or "running")
-        text = f"$ {s.get('command')} ({'running' if ended == 'in_progress' else ended})"
+        ended = f"exit {code}" if code is not None else _no_exit(s.get("status") or "running")
+        text = f"$ {command_text(s.get('command'))} ({ended})"
     elif kind == "file_change":
         text = f"files: {_changes(s)}"
     elif kind == "tool_call":

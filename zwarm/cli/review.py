@@ -151,9 +151,11 @@ def merge_command(
 ) -> None:
     """Merge a worktree SESSION's branch (after committing what its agent left uncommitted).
 
-    Refused while the session runs, and when the target checkout has uncommitted changes
-    in files the merge touches; a conflict aborts the merge (nothing changes) and names the
-    conflicting files. SESSION is a session id, a unique prefix of it (4+ characters), or its name.
+    Refused while the session runs, and when the merge would write a file of the target
+    checkout that has uncommitted changes or that git does not track (ignored ones too); a
+    conflict is refused (nothing merged) naming the files, what was committed and what to do
+    next. No hook or filter runs. SESSION is a session id, a unique prefix of it (4+
+    characters), or its name.
 
     \b
     Examples:

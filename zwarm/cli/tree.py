@@ -4,22 +4,39 @@
 Owns how a forest of sessions looks (``engine.tree`` owns what it is): each root (a session
 without a parent in the listing, or an orchestrator run, drawn as a header) and under it its
 children, indented with box-drawing guides, each line with the session's own tokens and cost
-and its whole subtree's. Must stay true:
+and its whole subtree's; ``ls --tree --json`` is the same forest, row by row. An orchestrator
+run's row is the run's: its status, the orchestrator's own tokens and cost (from the run
+store, ``run_parts``) and totals that add every session under it to them. Must stay true:
 - plain text, no rich (``ls`` must stay fast): every text zwarm did not write goes through
   ``zwarm.cli.text`` (``oneline``), so no agent drives the terminal;
 - a subtree's cost with unknown parts is shown as a lower bound (``≥ $0.0600``, ``1 ?``),
   never as if it were the whole; with no known part it is ``?``, never zero;
+- a run the run store cannot tell about (no store, no such run, a damaged one) is an unknown
+  part of its total, never a zero; the store is opened (``sqlite3`` imported) only when a
+  listed session belongs to a run;
 - every row stays on one line, cut to the terminal width when there is one.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from zwarm.cli.render import COLORS, fleet_note, fmt_cost, fmt_tokens, short_reason
+from zwarm.cli.render import (
+    COLORS,
+    fleet_note,
+    fmt_cost,
+    fmt_tokens,
+    launcher_status,
+    row_cost,
+    short_reason,
+)
 from zwarm.cli.text import cut, oneline, pad
+
+if TYPE_CHECKING:
+    from zwarm.orchestrator.runstore import Run
 
 _TASK_MAX = 60
 _GAP = "  "
@@ -39,22 +56,51 @@ def _tokens(usage: dict[str, Any] | None) -> str:
 
 
 # ---------------------------------------------------------------------- the forest
-def forest(rows: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+def run_parts(state_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Run | None]:
+    """Each orchestrator run the rows belong to, as its store has it (None where it cannot
+    tell); empty, without opening the store, when no row belongs to a run."""
+    ids = {r["parent_run_id"] for r in rows if isinstance(r.get("parent_run_id"), str)}
+    found: dict[str, Run | None] = dict.fromkeys(ids)
+    if not ids:
+        return found
+    from zwarm.errors import ZwarmError
+    from zwarm.orchestrator.runstore import RunStore
+
+    try:
+        rs = RunStore.open(state_dir, create=False)
+    except (ZwarmError, OSError):
+        return found
+    if rs is None:
+        return found
+    with rs:
+        for rid in ids:
+            try:
+                found[rid] = rs.load(rid)
+            except (ZwarmError, OSError):
+                pass
+    return found
+
+
+def forest(
+    rows: list[dict[str, Any]], runs: Mapping[str, Run | None] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """(guide prefix, row) in drawing order: roots oldest first, each followed by its
     subtree; the sessions of an orchestrator run under a header row for the run (its
-    ``kind`` is "run", its totals its sessions' subtrees')."""
+    ``kind`` is "run"; its totals the orchestrator's own, from ``runs``, plus its sessions'
+    subtrees')."""
     by_id = {r["id"]: r for r in rows}
     kids: dict[str, list[dict[str, Any]]] = {}
     roots: list[dict[str, Any]] = []
-    runs: dict[str, dict[str, Any]] = {}
+    run_rows: dict[str, dict[str, Any]] = {}
     for r in rows:
         parent = r.get("parent_session_id")
         if isinstance(parent, str) and parent in by_id and parent != r["id"]:
             kids.setdefault(parent, []).append(r)
         elif r.get("parent_run_id"):
-            run = runs.get(r["parent_run_id"])
+            rid = r["parent_run_id"]
+            run = run_rows.get(rid)
             if run is None:
-                run = runs[r["parent_run_id"]] = _run_row(r)
+                run = run_rows[rid] = _run_row(r, (runs or {}).get(rid))
                 roots.append(run)
             run["_kids"].append(r)
             _add_totals(run, r)
@@ -81,16 +127,26 @@ def _walk(
                          rest + ("   " if last else "│  "), seen)  # fmt: skip
 
 
-def _run_row(first: dict[str, Any]) -> dict[str, Any]:
+def _run_row(first: dict[str, Any], run: Run | None) -> dict[str, Any]:
+    """A run's header row, its totals so far the orchestrator's own (an unknown part when
+    ``run`` is None or its model has no price)."""
     rid = str(first["parent_run_id"])
+    usage = None
+    if run is not None:
+        usage = {"input_tokens": run.prompt_tokens, "output_tokens": run.completion_tokens,
+                 "total_tokens": run.tokens}  # fmt: skip
+    cost = run.cost_usd if run is not None else None
     return {
         "kind": "run",
         "id": f"run:{rid}",
         "run_id": rid,
-        "created_at": first.get("created_at"),
-        "tree_usage": {},
-        "tree_cost_usd": None,
-        "tree_unpriced": 0,
+        "created_at": run.created_at if run is not None else first.get("created_at"),
+        "status": run.status if run is not None else None,
+        "usage": usage,
+        "cost_usd": cost,
+        "tree_usage": dict(usage or {}),
+        "tree_cost_usd": cost,
+        "tree_unpriced": 0 if cost is not None else 1,
         "tree_sessions": 0,
         "_kids": [],
     }
@@ -111,15 +167,28 @@ def _add_totals(run: dict[str, Any], r: dict[str, Any]) -> None:
 _HEADER = ("SESSION", "STATUS", "TOKENS", "COST", "TREE TOKENS", "TREE COST", "TASK")
 
 
+def tree_json(rows: list[dict[str, Any]], runs: Mapping[str, Run | None]) -> list[dict[str, Any]]:
+    """``ls --tree --json``: the forest's rows in drawing order, each run's header row before
+    its sessions (the session rows are ``ls --json``'s)."""
+    return [
+        {k: v for k, v in r.items() if k != "_kids"} if r.get("kind") == "run" else r
+        for _, r in forest(rows, runs)
+    ]
+
+
 def tree_table(
-    rows: list[dict[str, Any]], now: float, color: bool, width: int | None = None
+    rows: list[dict[str, Any]],
+    now: float,
+    color: bool,
+    width: int | None = None,
+    runs: Mapping[str, Run | None] | None = None,
 ) -> None:
     """``ls --tree``: the forest, one line per session, its own figures and its subtree's."""
     out = sys.stdout
     if not rows:
         out.write("no sessions\n")
         return
-    table = [list(_HEADER)] + [_cells(lead, r, now) for lead, r in forest(rows)]
+    table = [list(_HEADER)] + [_cells(lead, r, now) for lead, r in forest(rows, runs)]
     widths = [max(len(row[i]) for row in table) for i in range(len(_HEADER) - 1)]
     lines = []
     for k, row in enumerate(table):
@@ -136,9 +205,10 @@ def _cells(lead: str, r: dict[str, Any], now: float) -> list[str]:
     if r.get("kind") == "run":
         n = r["tree_sessions"]
         what = f"orchestrator run, {n} session{'' if n == 1 else 's'}"
-        return [f"{lead}run {r['run_id']}", "", "", "", _tokens(r["tree_usage"]), tree_cost(r),
-                what]  # fmt: skip
-    status = r["status"]
+        return [f"{lead}run {r['run_id']}", r["status"] or "?", _tokens(r["usage"]),
+                fmt_cost(r["cost_usd"], None) if r["usage"] else "?",
+                _tokens(r["tree_usage"]), tree_cost(r), what]  # fmt: skip
+    status = launcher_status(r) or r["status"]
     if status == "failed":
         status += f" ({short_reason(r)})"
     status += fleet_note(r, now)
@@ -151,7 +221,7 @@ def _cells(lead: str, r: dict[str, Any], now: float) -> list[str]:
         f"{lead}{r['id'][:8]}{name}{detached}",
         status,
         _tokens(r.get("usage")),
-        fmt_cost(r.get("cost_usd"), r.get("cost_source")),
+        row_cost(r),
         _tokens(r.get("tree_usage")) if has_kids else "",
         tree_cost(r) if has_kids else "",
         oneline(task, 400),
@@ -192,7 +262,8 @@ def children_lines(d: dict[str, Any]) -> list[str]:
 def kill_line(r: dict[str, Any]) -> str:
     """``zwarm kill``'s line for one session, with what it did to its children."""
     extra = f" (dropped {r['dropped_queued']} queued)" if r.get("dropped_queued") else ""
-    line = f"{r['id']} killed{extra}"
+    done = "killed" if r.get("stopped", True) else f"had already {oneline(r.get('status'), 20)}"
+    line = f"{r['id']} {done}{extra}"
     if r.get("children_killed"):
         line += f"; its linked children killed: {', '.join(r['children_killed'])}"
     if r.get("children_left"):

@@ -3,8 +3,9 @@
 Owns turning ``git diff A B`` into what zwarm shows: a unified diff (coloured on request), the
 change stats kept on turns and sessions (files, lines added, lines removed), and the JSON form
 (per file: path, old path, status, added/removed lines, binary, hunks). Must stay true:
-- git runs ``hardened`` with ``--no-ext-diff --no-textconv`` and renames detected (``-M``);
-  both ends are validated object ids, so nothing here reads a path or ref an agent chose;
+- git runs hardened (``engine.git``) with ``--no-ext-diff --no-textconv``, renames detected
+  (``-M``), submodules never entered; both ends are validated object ids, so nothing here
+  reads a path or ref an agent chose;
 - files are matched to their patch text by the exact header git prints for them (computed
   from ``--raw -z``, which names paths unambiguously), never by guessing at spaces or quotes;
 - stats come from ``--numstat -z``: a binary file counts as a file with no lines.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from zwarm.engine import git
@@ -36,9 +36,9 @@ def _ends(a: str, b: str) -> list[str]:
     return [git.check_sha(a), git.check_sha(b)]
 
 
-def stats(tree: str | Path, env: Mapping[str, str], a: str, b: str) -> Changes:
+def stats(tree: git.Where, env: Mapping[str, str], a: str, b: str) -> Changes:
     """Files changed and lines added/removed from ``a`` to ``b``."""
-    raw = git.run([*DIFF, "--numstat", "-z", *_ends(a, b), "--"], tree, env, hardened=True)
+    raw = git.run([*DIFF, "--numstat", "-z", *_ends(a, b), "--"], tree, env)
     files = added = removed = 0
     fields = raw.stdout.split(b"\0")
     i = 0
@@ -59,7 +59,7 @@ def stats(tree: str | Path, env: Mapping[str, str], a: str, b: str) -> Changes:
 
 
 def text(
-    tree: str | Path,
+    tree: git.Where,
     env: Mapping[str, str],
     a: str,
     b: str,
@@ -72,7 +72,7 @@ def text(
     opts = ["--color=always" if color else "--no-color"]
     opts += ["--stat=200"] if stat else []
     opts += ["--binary", "--full-index"] if binary else []
-    return git.run([*DIFF, *opts, *_ends(a, b), "--"], tree, env, hardened=True).stdout
+    return git.run([*DIFF, *opts, *_ends(a, b), "--"], tree, env).stdout
 
 
 @dataclass
@@ -124,9 +124,9 @@ class FileDiff:
         return d
 
 
-def files(tree: str | Path, env: Mapping[str, str], a: str, b: str) -> list[FileDiff]:
+def files(tree: git.Where, env: Mapping[str, str], a: str, b: str) -> list[FileDiff]:
     """Every changed file from ``a`` to ``b``, with its hunks."""
-    raw = git.run([*DIFF, "--raw", "-z", *_ends(a, b), "--"], tree, env, hardened=True).stdout
+    raw = git.run([*DIFF, "--raw", "-z", *_ends(a, b), "--"], tree, env).stdout
     out = _parse_raw(raw)
     by_header: dict[bytes, list[FileDiff]] = {}
     for f in out:

@@ -7,9 +7,18 @@ Owns how zwarm talks to git for workspaces, snapshots, diffs and merges. Must st
   ``GIT_INDEX_FILE`` or ``GIT_CONFIG_PARAMETERS`` must not redirect zwarm's git), plus what
   zwarm sets itself (no prompts, no optional locks: a ``status`` never rewrites the user's
   index); git's output is never paged or coloured unless asked for;
-- ``hardened`` calls (the ones zwarm makes on its own, after every turn, in a tree an agent
-  wrote) disable what a repository's config could make git execute: hooks, fsmonitor, clean/
-  smudge filters (``neutral_filters``), external diff and textconv drivers, automatic gc;
+- every call is hardened (the user's checkout included: an agent working in a worktree of
+  it, or in it, can write its ``.git/config`` and hooks): nothing a repository's config, an
+  include, a nested repository or an agent's ``.gitattributes`` says makes zwarm's git run a
+  program. ``HARDENED`` turns off hooks, fsmonitor, signing and signature checks, editors,
+  pagers, credential helpers, every transport (so no ``sshCommand``/``uploadpack``/lazy
+  fetch), submodule recursion and automatic gc; ``neutral`` turns off each named driver the
+  config defines (``filter.*``, ``diff.*``, ``merge.*``), read once per call or per
+  ``Tree``. Files are therefore staged, committed and checked out as their bytes are;
+- a working tree zwarm acts on for a session is a ``Tree`` (``checked``): its ``.git`` was
+  checked to point at the pinned repository (a linked worktree's ``gitdir`` file naming
+  ``<repo>/.git/worktrees/<n>``, whose record names the tree back), and git then gets
+  ``--git-dir``/``--work-tree`` explicitly, so a ``.git`` changed afterwards is not read;
 - a failure is a ``GitError`` with git's own last line; a lock another git process holds
   (``index.lock``, ``packed-refs.lock`` ...) is retried a few times before it is reported;
 - this module imports only the standard library and ``zwarm.errors`` (``subprocess`` when git
@@ -23,7 +32,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from zwarm.errors import GitError
 
@@ -36,22 +45,39 @@ SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")
 TIMEOUT_S = 600.0
 LOCK_RETRIES = 20
 _LOCKED = re.compile(rb"Unable to create '[^']*\.lock'|cannot lock ref|\.lock': File exists")
-HARDENED = (
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
+# ``-c`` settings on every call (command-line scope: they win over every config file)
+SETTINGS = (
+    "core.hooksPath=/dev/null",  # no hook of the repository's, nor of $GIT_DIR/hooks
     "core.fsmonitor=false",
-    "-c",
     "core.untrackedCache=false",
-    "-c",
-    "gc.auto=0",
-    "-c",
-    "maintenance.auto=false",
-    "-c",
     "core.quotePath=false",
-    "-c",
+    "core.editor=:",
+    "sequence.editor=:",
+    "core.pager=cat",
+    "core.askPass=",
+    "credential.helper=",  # (empty: resets the list)
+    "protocol.allow=never",  # no transport: no sshCommand, uploadpack, proxy, lazy fetch
     "diff.external=",
+    "diff.submodule=short",
+    "status.submoduleSummary=false",
+    "submodule.recurse=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "tag.forceSignAnnotated=false",
+    "merge.verifySignatures=false",
+    "log.showSignature=false",
+    "gpg.program=",
+    "gpg.openpgp.program=",
+    "gpg.x509.program=",
+    "gpg.ssh.program=",
+    "gpg.ssh.defaultKeyCommand=",
+    "merge.renormalize=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
 )
+HARDENED = tuple(a for kv in SETTINGS for a in ("-c", kv))
+# the named drivers a config can define, each of which runs a command
+DRIVERS = r"^(filter\..*\.(clean|smudge|process)|diff\..*\.(textconv|command)|merge\..*\.driver)$"
 IDENTITY = {
     "GIT_AUTHOR_NAME": "zwarm",
     "GIT_AUTHOR_EMAIL": "zwarm@localhost",
@@ -64,34 +90,60 @@ def environ(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> 
     """``base`` without any ``GIT_*`` variable, with zwarm's own settings and ``extra``."""
     env = {k: v for k, v in base.items() if not k.startswith("GIT_")}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_PAGER="cat", PAGER="cat")
+    env.update(GIT_EDITOR=":", GIT_SEQUENCE_EDITOR=":", GIT_NO_LAZY_FETCH="1")
+    env["GIT_PROTOCOL_FROM_USER"] = "0"
     env["LC_ALL"] = "C"  # git's messages as zwarm parses and shows them
     if extra:
         env.update(extra)
     return env
 
 
+class Tree(NamedTuple):
+    """A working tree whose ``.git`` was checked (``checked``): git runs in ``top`` with
+    ``--git-dir``/``--work-tree`` given, and with the drivers its config defined (``off``,
+    as ``GIT_CONFIG_*`` pairs) turned off."""
+
+    top: str
+    git_dir: str
+    off: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        return self.top
+
+
+Where = str | Path | Tree
+
+
 def run(
     args: Sequence[str],
-    cwd: str | Path,
+    cwd: Where,
     env: Mapping[str, str],
     *,
-    hardened: bool = False,
     config: Sequence[str] = (),
     input: bytes | None = None,
     check: bool = True,
     timeout: float = TIMEOUT_S,
     extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """``git ARGS`` in ``cwd`` (``env`` sanitized here). ``GitError`` if it fails and ``check``."""
+    """``git ARGS`` in ``cwd`` (a path, or a checked ``Tree``), hardened (``HARDENED`` and
+    every driver turned off), ``env`` sanitized here. ``GitError`` if it fails and ``check``."""
     import subprocess  # here: a command that only reads (trajectory, show) never loads it
 
-    argv = ["git", "--no-pager", *(HARDENED if hardened else ()), *config, *args]
-    full_env = environ(env, extra_env)
+    if isinstance(cwd, Tree):
+        where = ["--git-dir", cwd.git_dir, "--work-tree", cwd.top]
+        off = cwd.off
+        folder = cwd.top
+    else:
+        where = []
+        off = () if args[:1] == ["config"] else neutral(cwd, env)
+        folder = str(cwd)
+    argv = ["git", "--no-pager", *where, *HARDENED, *config, *args]
+    full_env = environ(env, {**_pairs(off), **(extra_env or {})})
     for attempt in range(LOCK_RETRIES + 1):
         try:
             proc = subprocess.run(
                 argv,
-                cwd=str(cwd),
+                cwd=folder,
                 env=full_env,
                 input=input,
                 capture_output=True,
@@ -117,6 +169,91 @@ def run(
     )
 
 
+def _pairs(off: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``GIT_CONFIG_KEY_n``/``GIT_CONFIG_VALUE_n`` pairs: no key (a driver name may hold an
+    ``=``) can be misread as ``-c``'s ``name=value``."""
+    out = {"GIT_CONFIG_COUNT": str(len(off))}
+    for i, (key, value) in enumerate(off):
+        out[f"GIT_CONFIG_KEY_{i}"], out[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return out
+
+
+def neutral(cwd: Where, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Settings that turn off every filter, diff and merge driver the config seen from
+    ``cwd`` defines (includes followed): a ``.gitattributes`` an agent wrote must not make
+    zwarm's git run a command (files are then read as they are on disk; a merge driver is
+    replaced by one that reports a conflict, so nothing is merged silently)."""
+    proc = run(["config", "-z", "--name-only", "--get-regexp", DRIVERS], cwd, env, check=False)
+    pairs: list[tuple[str, str]] = []
+    for name in sorted(set(proc.stdout.decode("utf-8", "surrogateescape").split("\0"))):
+        if name.startswith("filter."):
+            pairs += [(name, ""), (f"{name.rsplit('.', 1)[0]}.required", "false")]
+        elif name.startswith("diff."):
+            pairs.append((name, ""))
+        elif name.startswith("merge."):
+            pairs.append((name, "false"))  # the shell's builtin: "conflict", no program
+    return tuple(pairs)
+
+
+def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:
+    """``top``, a working tree of the repository whose main working tree is ``repo``, as a
+    ``Tree``; ``GitError`` (one line) if its ``.git`` does not point into ``repo``'s git
+    dir: ``repo``'s own ``.git`` directory for ``repo`` itself, else a ``gitdir:`` file
+    naming ``<repo's git dir>/worktrees/<n>``, whose ``gitdir`` record names ``top`` back.
+    An agent that made its worktree's ``.git`` point at a repository of its own (whose
+    config would choose what git runs) is refused here."""
+    top, repo = os.path.realpath(top), os.path.realpath(repo)
+    common = _main_git_dir(repo)
+    if common is None:
+        raise GitError(f"{repo}/.git is not a git repository's own folder: refused")
+    git_dir = common
+    if top != repo:
+        named = _gitdir_file(Path(top) / ".git")
+        back = _gitdir_file(Path(named) / "gitdir", prefix="") if named else None
+        ok = named is not None and os.path.dirname(named) == os.path.join(common, "worktrees")
+        if not ok or back is None or back != os.path.join(top, ".git"):
+            raise GitError(f"{top}/.git no longer points at the repository {repo}: refused")
+        git_dir = named or ""
+    draft = Tree(top, git_dir)
+    return Tree(top, git_dir, neutral(draft, env))
+
+
+def _main_git_dir(repo: str) -> str | None:
+    """The git dir of the main working tree ``repo``: its ``.git`` directory (or the one a
+    ``gitdir:`` file there names, as ``git init --separate-git-dir`` makes); None if
+    there is none."""
+    import stat
+
+    dot = Path(repo) / ".git"
+    try:
+        st = os.lstat(dot)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return str(dot)
+    named = _gitdir_file(dot) if stat.S_ISREG(st.st_mode) else None
+    if named and os.path.isdir(named) and not os.path.lexists(os.path.join(named, "commondir")):
+        return named
+    return None
+
+
+def _gitdir_file(path: Path, prefix: str = "gitdir: ") -> str | None:
+    """The directory a small one-line ``gitdir: DIR`` file names (resolved, relative to the
+    file's folder), or None (no such file, a link, too large, another content)."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 8192:
+            return None
+        text = path.read_bytes().decode("utf-8", "surrogateescape").rstrip("\r\n")
+    except OSError:
+        return None
+    if not text.startswith(prefix) or len(text) == len(prefix) or "\n" in text:
+        return None
+    return os.path.realpath(os.path.join(path.parent, text[len(prefix) :]))
+
+
 def last_line(data: bytes) -> str:
     """The last meaningful line of git's stderr (hints and blank lines skipped)."""
     lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines()]
@@ -126,15 +263,14 @@ def last_line(data: bytes) -> str:
 
 def out(
     args: Sequence[str],
-    cwd: str | Path,
+    cwd: Where,
     env: Mapping[str, str],
     *,
-    hardened: bool = False,
     config: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
 ) -> str:
     """Stdout of ``git ARGS`` as text, stripped of its final newline."""
-    proc = run(args, cwd, env, hardened=hardened, config=config, extra_env=extra_env)
+    proc = run(args, cwd, env, config=config, extra_env=extra_env)
     return proc.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
 
 
@@ -149,10 +285,10 @@ def find_repo(start: Path) -> bool:
     return any(os.path.lexists(d / ".git") for d in (start, *start.parents))
 
 
-def toplevel(cwd: str | Path, env: Mapping[str, str]) -> Path | None:
+def toplevel(cwd: Where, env: Mapping[str, str]) -> Path | None:
     """The top of the working tree ``cwd`` is in, or None (not in a work tree, or no git)."""
     try:
-        proc = run(["rev-parse", "--show-toplevel"], cwd, env, check=False, hardened=True)
+        proc = run(["rev-parse", "--show-toplevel"], cwd, env, check=False)
     except GitError:
         return None
     if proc.returncode != 0:
@@ -161,16 +297,16 @@ def toplevel(cwd: str | Path, env: Mapping[str, str]) -> Path | None:
     return Path(os.path.realpath(top)) if top else None
 
 
-def main_worktree(tree: str | Path, env: Mapping[str, str]) -> Path:
+def main_worktree(tree: Where, env: Mapping[str, str]) -> Path:
     """The main working tree of the repository ``tree`` belongs to (``tree`` itself unless it
     is a linked worktree): the first entry of ``git worktree list``."""
     listed = worktrees(tree, env)
-    return Path(listed[0]["worktree"]) if listed else Path(tree)
+    return Path(listed[0]["worktree"]) if listed else Path(str(tree))
 
 
-def worktrees(tree: str | Path, env: Mapping[str, str]) -> list[dict[str, str]]:
+def worktrees(tree: Where, env: Mapping[str, str]) -> list[dict[str, str]]:
     """``git worktree list --porcelain -z``: one dict per worktree (worktree, HEAD, branch ...)."""
-    raw = run(["worktree", "list", "--porcelain", "-z"], tree, env, hardened=True).stdout
+    raw = run(["worktree", "list", "--porcelain", "-z"], tree, env).stdout
     items: list[dict[str, str]] = []
     cur: dict[str, str] = {}
     for field in raw.decode("utf-8", "surrogateescape").split("\0"):
@@ -186,14 +322,13 @@ def worktrees(tree: str | Path, env: Mapping[str, str]) -> list[dict[str, str]]:
     return items
 
 
-def resolve_commit(ref: str, cwd: str | Path, env: Mapping[str, str]) -> str:
+def resolve_commit(ref: str, cwd: Where, env: Mapping[str, str]) -> str:
     """The commit id ``ref`` names in the repository at ``cwd``; ``GitError`` if none."""
     proc = run(
         ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
         cwd,
         env,
         check=False,
-        hardened=True,
     )
     sha = proc.stdout.decode("ascii", "replace").strip()
     if proc.returncode != 0 or not SHA.match(sha):
@@ -201,48 +336,24 @@ def resolve_commit(ref: str, cwd: str | Path, env: Mapping[str, str]) -> str:
     return sha
 
 
-def check_branch(name: str, cwd: str | Path, env: Mapping[str, str]) -> str:
+def check_branch(name: str, cwd: Where, env: Mapping[str, str]) -> str:
     """``name`` if git accepts it as a new branch name; ``GitError`` otherwise."""
     if not name or name.startswith("-") or len(name) > 200 or "@{" in name or name == "@":
         raise GitError(f"invalid branch name {name!r}")
-    proc = run(["check-ref-format", "--branch", name], cwd, env, check=False, hardened=True)
+    proc = run(["check-ref-format", "--branch", name], cwd, env, check=False)
     if proc.returncode != 0 or name.startswith("refs/"):
         raise GitError(f"invalid branch name {name!r}")
     return name
 
 
-def branch_exists(name: str, cwd: str | Path, env: Mapping[str, str]) -> bool:
+def branch_exists(name: str, cwd: Where, env: Mapping[str, str]) -> bool:
     proc = run(
         ["show-ref", "--verify", "--quiet", f"refs/heads/{name}"],
         cwd,
         env,
         check=False,
-        hardened=True,
     )
     return proc.returncode == 0
-
-
-def neutral_filters(cwd: str | Path, env: Mapping[str, str]) -> dict[str, str]:
-    """Environment settings that turn off every clean/smudge/process filter driver the
-    repository's config defines: a ``.gitattributes`` an agent wrote must not make zwarm's
-    ``git add`` run a command (snapshots then store files as they are on disk). Given as
-    ``GIT_CONFIG_KEY_n``/``GIT_CONFIG_VALUE_n`` pairs, so no driver name (which may hold an
-    ``=``) can be misread as ``-c``'s ``name=value``."""
-    proc = run(
-        ["config", "-z", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"],
-        cwd,
-        env,
-        check=False,
-        hardened=True,
-    )
-    pairs: list[tuple[str, str]] = []
-    for name in proc.stdout.decode("utf-8", "surrogateescape").split("\0"):
-        if name.startswith("filter."):
-            pairs += [(name, ""), (f"{name.rsplit('.', 1)[0]}.required", "false")]
-    out = {"GIT_CONFIG_COUNT": str(len(pairs))}
-    for i, (key, value) in enumerate(pairs):
-        out[f"GIT_CONFIG_KEY_{i}"], out[f"GIT_CONFIG_VALUE_{i}"] = key, value
-    return out
 
 
 _ESCAPES = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}

@@ -15,14 +15,18 @@ or signals a process itself. Must stay true:
   (``supervisor_lost``, or the launcher's reason: ``Launcher.lost``) on the next read, and
   whatever still carries its marker is stopped; every turn runs on the launcher its
   session's launch pin names (``zwarm.store.pins``);
-- per-turn usage and cost are deltas; session totals are sums of turn figures;
+- per-turn usage and cost are deltas; session totals are sums of turn figures; a turn that
+  used no tokens (reported zero, or failed as the agent says before the model answered) costs
+  0 whatever the model's price, and any other turn without a known cost stays unknown;
 - a turn that would make a session run while caps are configured (or that waits for other
   sessions) is made ``queued`` and started only by the scheduler (``engine.scheduler``), under
   its lock; a turn that ends past the session's budget ends ``budget_exceeded`` and nothing
   queued after it starts (``engine.limits``); a budget covers the session's subtree of
   delegated sessions, and an ancestor's budget covers it (``engine.tree``);
 - every agent runs with its session's id as ``ZWARM_PARENT_SESSION`` and the state dir as
-  ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``).
+  ``ZWARM_DIR``, so what it spawns becomes its child (verified then, ``engine.tree``), and
+  with ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory first on
+  ``PATH``), so it reaches zwarm however zwarm was installed and whatever its shell does.
 """
 
 import abc
@@ -40,7 +44,7 @@ from zwarm.config import Config
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, parse_iso
+from zwarm.env import Env, launcher, parse_iso
 from zwarm.errors import InvalidInput, SessionStateError, StoreError, WriteFailed, ZwarmError
 from zwarm.model import (
     ACTIVE,
@@ -425,6 +429,10 @@ class BaseSessionManager(abc.ABC):
         # what the agent spawns is a child of this session, in this state dir (engine.tree)
         env[tree.PARENT_VAR] = s.id
         env[tree.DIR_VAR] = os.path.realpath(self.store.root)
+        zwarm = launcher(self.env.python, env)  # "$ZWARM" survives a login shell; PATH not
+        if zwarm is not None:
+            env[tree.ZWARM_VAR] = str(zwarm)
+            env["PATH"] = os.pathsep.join([str(zwarm.parent), env.get("PATH") or os.defpath])
         return AgentLaunch(self.build_argv(opts, resume), pin.cwd, env)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
@@ -503,7 +511,7 @@ class BaseSessionManager(abc.ABC):
         """A snapshot of the session's tree, or None if it could not be taken (said on
         stderr: the supervisor's log). A snapshot never decides a turn's outcome."""
         try:
-            return ws_mod.snapshot(ws, self.env.environ, sid, n, which)
+            return ws_mod.snapshot(ws, self.env.environ, sid, n, which, self.store.root)
         except ZwarmError as e:
             print(f"zwarm: no {which} snapshot of turn {n}: {e}", file=sys.stderr)
             return None
@@ -523,8 +531,9 @@ class BaseSessionManager(abc.ABC):
         try:
             from zwarm.engine import diffs
 
-            turn = diffs.stats(ws.tree, self.env.environ, before, after) if before else None
-            whole = diffs.stats(ws.tree, self.env.environ, start, after) if start else None
+            tree = ws_mod.git_dir_tree(ws, self.env.environ)
+            turn = diffs.stats(tree, self.env.environ, before, after) if before else None
+            whole = diffs.stats(tree, self.env.environ, start, after) if start else None
         except ZwarmError as e:
             print(f"zwarm: no change stats for turn {n}: {e}", file=sys.stderr)
             return after, None, None
@@ -637,6 +646,10 @@ class BaseSessionManager(abc.ABC):
                 t.cost_usd = round(max(0.0, o.cost_usd - (base_cost or 0.0)), 8)
         else:
             t.cost_usd = self.estimate_cost(t.usage, s.model) if o.usage else None
+        if t.cost_usd is None and not t.usage.total_tokens and _nothing_billed(o):
+            t.cost_usd = 0.0
+        if o.model:
+            s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ reconcile and kill
     def reconcile(self, s: Session) -> Session:
@@ -874,7 +887,10 @@ def _closing_iter(f: Any, it: Iterator[Step]) -> Iterator[Step]:
         f.close()
 
 
-def check_cwd(path: Path) -> Path:
+def check_cwd(path: Path, state_dir: Path | None = None) -> Path:
+    """The real directory ``path`` names (symlinks followed), where an agent may run: it exists,
+    is valid UTF-8, and is neither ``state_dir`` nor inside it (an agent there would write over
+    zwarm's own records)."""
     if not path.exists():
         raise InvalidInput(f"working directory {str(path)!r} does not exist")
     if not path.is_dir():
@@ -886,4 +902,18 @@ def check_cwd(path: Path) -> Path:
         raise InvalidInput(
             f"working directory {str(resolved)!r} is not valid UTF-8, which agents cannot use"
         ) from None
+    if state_dir is not None:
+        state = state_dir.resolve()
+        if resolved == state or resolved.is_relative_to(state):
+            raise InvalidInput(
+                f"working directory {str(path)!r} is inside zwarm's state dir ({state_dir}): "
+                "no agent runs there"
+            )
     return resolved
+
+
+def _nothing_billed(o: TurnOutcome) -> bool:
+    """Whether the turn's outcome shows nothing was billed (its usage is already zero): the
+    agent reported zero tokens, or it reported the failure before the model answered at all
+    (a 429 on the first request). A turn cut off without a report may have been billed."""
+    return o.usage is not None or (o.status is Status.FAILED and o.unanswered)

@@ -6,12 +6,17 @@ the agent (``render_comments``), committing and merging a worktree session's bra
 (``merge``) and applying a diff to another checkout (``apply``). Must stay true:
 - everything here acts on a workspace the caller took from the session's launch pin
   (``workspace.pinned``), never on paths or branches read from meta.json alone;
+- git acts on the session's worktree and the target checkout only as checked ``git.Tree``s
+  (``workspace.checked``, ``git.checked``): a ``.git`` pointed elsewhere is refused;
 - ``merge`` runs only while its caller holds the session lock on a session that is not
-  running; it refuses when the target checkout has uncommitted changes in files the merge
-  touches, and a conflict is aborted (``merge --abort`` / ``reset --merge``), so the target
-  is left exactly as it was, and the conflicting files are named;
-- ``apply`` is all or nothing (``git apply`` checks every hunk before writing) and never
-  commits or stages.
+  running; everything that can refuse it is checked against what the branch will hold
+  (the agent's leftovers as an unreferenced commit) before anything is committed: a path the
+  merge writes that has uncommitted changes or holds a file git does not track, ignored or
+  not (``in_the_way``), and a predicted conflict; a conflict the real merge still meets is
+  aborted (``merge --abort`` / ``reset --merge``), so the target is left exactly as it was;
+  every refusal names the files, what was committed on the session's branch, and what next;
+- ``apply`` is all or nothing (``git apply`` checks every hunk before writing), refuses the
+  same paths ``merge`` does, and never commits or stages.
 """
 
 from __future__ import annotations
@@ -44,8 +49,11 @@ class Span:
     turn: int | None
 
 
-def span(s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str]) -> Span:
-    """What turn ``turn`` (None: the whole session) changed, as two snapshots."""
+def span(
+    s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str], state_dir: Path
+) -> Span:
+    """What turn ``turn`` (None: the whole session) changed, as two snapshots (one taken now
+    if needed: ``state_dir`` is left out of it)."""
     if turn is not None:
         if not 1 <= turn <= len(s.turns):
             raise InvalidInput(f"session {s.id} has no turn {turn} (it has 1..{len(s.turns)})")
@@ -54,7 +62,7 @@ def span(s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str]
             raise WorkspaceError(f"turn {turn} of session {s.id} has no snapshot to compare")
         if t.after is not None:
             return Span(t.before, t.after, False, turn)
-        return Span(t.before, _live(s, ws, environ, t.status), True, turn)
+        return Span(t.before, _live(s, ws, environ, state_dir), True, turn)
     start = workspace.start_of(s, ws)
     if start is None:
         raise WorkspaceError(f"session {s.id} has no snapshot to compare yet")
@@ -62,15 +70,13 @@ def span(s: Session, ws: Workspace, turn: int | None, environ: Mapping[str, str]
     end = cur.after if cur is not None and cur.status is not Status.RUNNING else None
     if end is not None:
         return Span(start, end, False, None)
-    return Span(start, _live(s, ws, environ, cur.status if cur else None), True, None)
+    return Span(start, _live(s, ws, environ, state_dir), True, None)
 
 
-def _live(s: Session, ws: Workspace, environ: Mapping[str, str], status: Status | None) -> str:
+def _live(s: Session, ws: Workspace, environ: Mapping[str, str], state_dir: Path) -> str:
     """A snapshot of the tree as it is now (kept by no ref), or the latest one on record."""
-    from zwarm.engine import snapshots
-
     if not ws.removed and os.path.isdir(ws.tree):
-        return snapshots.take(ws.tree, environ, f"session {s.id} now")
+        return workspace.take(ws, environ, f"session {s.id} now", state_dir)
     done = [t.after for t in s.turns if t.after]
     if not done:
         raise WorkspaceError(f"session {s.id}'s tree is gone and no snapshot was taken")
@@ -113,7 +119,7 @@ def overlap_note(found: Sequence[Mapping[str, Any]]) -> str | None:
     )
 
 
-def diff_json(tree: str, environ: Mapping[str, str], sp: Span, hunks: bool) -> dict[str, Any]:
+def diff_json(tree: git.Where, environ: Mapping[str, str], sp: Span, hunks: bool) -> dict[str, Any]:
     files = diffs.files(tree, environ, sp.a, sp.b)
     totals = diffs.stats(tree, environ, sp.a, sp.b)
     return {
@@ -133,11 +139,12 @@ def make_comments(
     items: Sequence[tuple[str, int, str]],
     environ: Mapping[str, str],
     now: str,
+    state_dir: Path,
 ) -> list[Comment]:
     """Comments on the session's current diff, each with its diff context; a path the diff
     does not touch is refused (naming the files it does)."""
-    sp = span(s, ws, None, environ)
-    tree = workspace.git_dir_tree(ws)
+    sp = span(s, ws, None, environ, state_dir)
+    tree = workspace.git_dir_tree(ws, environ)
     changed = {f.path: f for f in diffs.files(tree, environ, sp.a, sp.b)}
     first = max((c.id for c in s.comments), default=0) + 1
     out = []
@@ -163,7 +170,7 @@ def _clean_path(path: str) -> str:
 
 
 def _file_lines(
-    tree: str, environ: Mapping[str, str], b: str, f: diffs.FileDiff, line: int
+    tree: git.Where, environ: Mapping[str, str], b: str, f: diffs.FileDiff, line: int
 ) -> list[str]:
     """A few lines of the file around ``line`` as the diff's end has it (no hunk shows it)."""
     if f.binary or f.status == "deleted":
@@ -173,7 +180,6 @@ def _file_lines(
         tree,
         environ,
         check=False,
-        hardened=True,
     )
     if proc.returncode != 0:
         return []
@@ -234,36 +240,68 @@ def merge(
     message: str | None,
 ) -> dict[str, Any]:
     """Commit what the agent left uncommitted in its worktree, then merge its branch into
-    ``into`` (default: the branch checked out in the main worktree). Caller holds the lock."""
+    ``into`` (default: the branch checked out in the main worktree). Caller holds the lock.
+    Everything that can refuse (changes in the way, a predicted conflict) is checked
+    against what the branch will hold before anything is committed."""
     if s.status is Status.RUNNING:
         raise WorkspaceError(f"session {s.id} is running: wait for it (or kill it) first")
     _check_worktree(s, ws)
     assert ws.branch is not None
-    committed = _commit_pending(s, ws, environ)
-    target, where = _target(ws, environ, into)
-    tip = git.resolve_commit(f"refs/heads/{ws.branch}", ws.repo, environ)
+    own = workspace.checked(ws, environ)  # its .git still the pinned repository's
+    repo = workspace.repo_tree(ws, environ)
+    target, where_path = _target(ws, repo, environ, into)
+    where = git.checked(where_path, ws.repo, environ)
+    pending = _pending(s, ws, own, environ)
+    tip = pending or git.resolve_commit(f"refs/heads/{ws.branch}", repo, environ)
     head = git.resolve_commit("HEAD", where, environ)
     out: dict[str, Any] = {
         "session_id": s.id,
         "branch": ws.branch,
         "into": target,
-        "worktree": where,
+        "worktree": where_path,
         "squash": squash,
-        "committed": committed,
+        "committed": None,
     }
     if _is_ancestor(tip, head, where, environ):
         return {**out, "merged": False, "commit": head, "note": f"{target} already has it"}
     _check_clean(ws, environ, where, head, tip)
     clash = _predict_conflicts(where, environ, head, tip)
     if clash:
-        raise MergeConflict(ws.branch, target, clash)
+        raise MergeConflict(ws.branch, target, clash, _next_step(s, ws, target, pending))
+    committed = _commit_pending(s, ws, own, environ) if pending else None
+    out["committed"] = committed
+    tip = git.resolve_commit(f"refs/heads/{ws.branch}", repo, environ)
+    after = _next_step(s, ws, target, committed, done=True)
     text = message or _message(s, ws, squash)
     if squash:
-        _squash(where, environ, tip, text, ws.branch, target)
+        _squash(where, environ, tip, text, ws.branch, target, after)
         ws.squashed_tip = tip
     else:
-        _merge(where, environ, ws.branch, text, target)
+        _merge(where, environ, ws.branch, text, target, after)
     return {**out, "merged": True, "commit": git.resolve_commit("HEAD", where, environ)}
+
+
+def _next_step(
+    s: Session, ws: Workspace, target: str, commit: str | None, done: bool = False
+) -> str:
+    """What a refused merge left behind on the session's side, and what to do next."""
+    who = s.name or s.id[:8]
+    if commit is None:
+        return (
+            f"nothing was committed; next: zwarm inject {who} 'rebase your branch on {target} "
+            f"and resolve the conflicts', or do it yourself: git -C {ws.tree} rebase {target}"
+        )
+    if done:
+        return (
+            f"the agent's uncommitted work was committed on {ws.branch} ({commit[:12]}); next: "
+            f"zwarm inject {who} 'rebase your branch on {target} and resolve the conflicts', "
+            f"or do it yourself: git -C {ws.tree} rebase {target}"
+        )
+    return (
+        f"nothing was committed (the agent's work is still uncommitted in {ws.tree}); next: "
+        f"zwarm inject {who} 'commit your work, rebase it on {target} and resolve the "
+        "conflicts', or do that yourself there"
+    )
 
 
 def _check_worktree(s: Session, ws: Workspace) -> None:
@@ -273,26 +311,38 @@ def _check_worktree(s: Session, ws: Workspace) -> None:
         raise WorkspaceError(f"session {s.id}'s worktree {ws.tree} is gone: nothing to merge")
 
 
-def _commit_pending(s: Session, ws: Workspace, environ: Mapping[str, str]) -> str | None:
-    """Commit everything changed in the worktree (its own index); the new commit or None."""
-    if not workspace.dirty(ws.tree, environ):
+def _pending(s: Session, ws: Workspace, own: git.Tree, environ: Mapping[str, str]) -> str | None:
+    """What the branch will hold once the agent's uncommitted work is committed (a commit
+    made in a private index, kept by no ref), or None if there is nothing uncommitted."""
+    from zwarm.engine import snapshots
+
+    if not workspace.dirty(own, environ):
         return None
-    # the repository's own filters (LFS ...) apply: this commit is the user's to merge
-    git.run(["add", "-A", "--", "."], ws.tree, environ, hardened=True)
+    return snapshots.take(own, environ, f"session {s.id} leftovers")
+
+
+def _commit_pending(
+    s: Session, ws: Workspace, own: git.Tree, environ: Mapping[str, str]
+) -> str | None:
+    """Commit everything changed in the worktree (its own index); the new commit or None.
+    Hardened as every call (``engine.git``): no hook, filter or signing program runs, so
+    files are committed as their bytes are on disk."""
+    if not workspace.dirty(own, environ):
+        return None
+    git.run(["add", "-A", "--", "."], own, environ)
     msg = _message(s, ws, squash=True)
     git.run(
-        ["commit", "--no-verify", "-q", "-m", msg],
-        ws.tree,
+        ["commit", "--no-verify", "--no-gpg-sign", "-q", "-m", msg],
+        own,
         environ,
-        hardened=True,
-        extra_env=_identity(ws.tree, environ),
+        extra_env=_identity(own, environ),
     )
-    return git.resolve_commit("HEAD", ws.tree, environ)
+    return git.resolve_commit("HEAD", own, environ)
 
 
-def _identity(tree: str, environ: Mapping[str, str]) -> dict[str, str]:
+def _identity(tree: git.Where, environ: Mapping[str, str]) -> dict[str, str]:
     """zwarm's commit identity, only when the repository has none configured."""
-    proc = git.run(["config", "--get", "user.email"], tree, environ, check=False, hardened=True)
+    proc = git.run(["config", "--get", "user.email"], tree, environ, check=False)
     return {} if proc.returncode == 0 and proc.stdout.strip() else dict(git.IDENTITY)
 
 
@@ -304,9 +354,11 @@ def _message(s: Session, ws: Workspace, squash: bool) -> str:
     return f"{'' if squash else 'Merge: '}{first}\n\n{body}"
 
 
-def _target(ws: Workspace, environ: Mapping[str, str], into: str | None) -> tuple[str, str]:
+def _target(
+    ws: Workspace, repo: git.Tree, environ: Mapping[str, str], into: str | None
+) -> tuple[str, str]:
     """(the target branch, the worktree where it is checked out)."""
-    listed = git.worktrees(ws.repo, environ)
+    listed = git.worktrees(repo, environ)
     if into is None:
         main = listed[0] if listed else {}
         ref = main.get("branch", "")
@@ -316,13 +368,13 @@ def _target(ws: Workspace, environ: Mapping[str, str], into: str | None) -> tupl
                 "pass --into BRANCH"
             )
         into = ref.removeprefix("refs/heads/")
-    git.check_branch(into, ws.repo, environ)
+    git.check_branch(into, repo, environ)
     if into == ws.branch:
         raise WorkspaceError(f"cannot merge {ws.branch} into itself")
     for w in listed:
         if w.get("branch") == f"refs/heads/{into}" and "prunable" not in w:
             return into, os.path.realpath(w["worktree"])
-    if not git.branch_exists(into, ws.repo, environ):
+    if not git.branch_exists(into, repo, environ):
         raise WorkspaceError(f"there is no branch {into!r} in {ws.repo}")
     raise WorkspaceError(
         f"branch {into!r} is not checked out in any worktree; check it out (git switch "
@@ -330,16 +382,17 @@ def _target(ws: Workspace, environ: Mapping[str, str], into: str | None) -> tupl
     )
 
 
-def _is_ancestor(a: str, b: str, cwd: str, environ: Mapping[str, str]) -> bool:
-    proc = git.run(["merge-base", "--is-ancestor", a, b], cwd, environ, check=False, hardened=True)
+def _is_ancestor(a: str, b: str, cwd: git.Where, environ: Mapping[str, str]) -> bool:
+    proc = git.run(["merge-base", "--is-ancestor", a, b], cwd, environ, check=False)
     return proc.returncode == 0
 
 
 def _check_clean(
-    ws: Workspace, environ: Mapping[str, str], where: str, head: str, tip: str
+    ws: Workspace, environ: Mapping[str, str], where: git.Tree, head: str, tip: str
 ) -> None:
-    """Refuse if the target checkout has uncommitted changes in files the merge touches."""
-    base = git.run(["merge-base", head, tip], where, environ, check=False, hardened=True)
+    """Refuse if the merge would write a path of the target checkout that holds something
+    git would lose (``in_the_way``)."""
+    base = git.run(["merge-base", head, tip], where, environ, check=False)
     mb = base.stdout.decode("ascii", "replace").strip()
     if base.returncode != 0 or not git.SHA.match(mb):
         raise WorkspaceError(f"{ws.branch} and the target share no history: not merged")
@@ -347,19 +400,64 @@ def _check_clean(
         ["diff", "--no-ext-diff", "--name-only", "-z", "--no-renames", mb, tip, "--"],
         where,
         environ,
-        hardened=True,
     ).stdout
-    touched = {p.decode("utf-8", "replace") for p in raw.split(b"\0") if p}
-    clash = sorted(touched.intersection(workspace.dirty(where, environ)))
-    if clash:
-        shown = ", ".join(clash[:10]) + (" ..." if len(clash) > 10 else "")
-        raise WorkspaceError(
-            f"{where} has uncommitted changes in files the merge touches ({shown}): commit or "
-            "stash them first; nothing was merged"
+    touched = {p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p}
+    why = in_the_way(where, where.top, environ, touched)
+    if why:
+        raise WorkspaceError(f"{where.top} has {why}; nothing was merged")
+
+
+def in_the_way(
+    where: git.Where | None,
+    top: str,
+    environ: Mapping[str, str],
+    paths: Iterable[str],
+    what: str = "the merge",
+) -> str | None:
+    """What writing ``paths`` into the checkout ``top`` (``where`` to run git there; None:
+    not a git checkout, nothing is tracked) would lose, said for an error (None: nothing):
+    uncommitted changes in them, or files git does not track there (ignored or not: git
+    itself overwrites an ignored file), at a path or in place of a folder above it. A merge
+    or apply is refused before anything is written."""
+    paths = set(paths)
+    tracked: set[str] = set()
+    if where is not None:
+        dirty = sorted(paths.intersection(workspace.dirty(where, environ)))
+        if dirty:
+            return (
+                f"uncommitted changes in files {what} touches ({_few(dirty)}): commit or "
+                "stash them first"
+            )
+        raw = git.run(["ls-files", "-z", "--full-name"], where, environ).stdout
+        tracked = {p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p}
+    found: set[str] = set()
+    for path in paths:
+        parts = path.split("/")
+        for k in range(1, len(parts) + 1):
+            sub = "/".join(parts[:k])
+            full = os.path.join(top, sub)
+            if not os.path.lexists(full):
+                break
+            if k < len(parts) and os.path.isdir(full) and not os.path.islink(full):
+                continue  # a real folder: what matters is further down
+            if sub not in tracked:
+                found.add(sub)
+            break
+    if found:
+        return (
+            f"files git does not track where {what} writes ({_few(sorted(found))}): move "
+            "them away first, they would be overwritten"
         )
+    return None
 
 
-def _predict_conflicts(where: str, environ: Mapping[str, str], head: str, tip: str) -> list[str]:
+def _few(paths: Sequence[str]) -> str:
+    return ", ".join(paths[:10]) + (" ..." if len(paths) > 10 else "")
+
+
+def _predict_conflicts(
+    where: git.Where, environ: Mapping[str, str], head: str, tip: str
+) -> list[str]:
     """The files merging ``tip`` into ``head`` would conflict in, found without touching any
     checkout (``merge-tree --write-tree``); [] when it merges cleanly or git cannot tell (then
     a conflict in the real merge is still aborted)."""
@@ -368,7 +466,6 @@ def _predict_conflicts(where: str, environ: Mapping[str, str], head: str, tip: s
         where,
         environ,
         check=False,
-        hardened=True,
     )
     if proc.returncode != 1:
         return []
@@ -376,9 +473,11 @@ def _predict_conflicts(where: str, environ: Mapping[str, str], head: str, tip: s
     return sorted({n.decode("utf-8", "replace") for n in names if n})
 
 
-def _merge(where: str, environ: Mapping[str, str], branch: str, text: str, into: str) -> None:
+def _merge(
+    where: git.Tree, environ: Mapping[str, str], branch: str, text: str, into: str, after: str
+) -> None:
     proc = git.run(
-        ["merge", "--no-edit", "-m", text, f"refs/heads/{branch}"],
+        ["merge", "--no-edit", "--no-verify", "-m", text, f"refs/heads/{branch}"],
         where,
         environ,
         check=False,
@@ -387,68 +486,80 @@ def _merge(where: str, environ: Mapping[str, str], branch: str, text: str, into:
     if proc.returncode != 0:
         files = _conflicts(where, environ)
         git.run(["merge", "--abort"], where, environ, check=False)
-        _raise_failed(proc, branch, into, files)
+        _raise_failed(proc, branch, into, files, after)
 
 
 def _squash(
-    where: str, environ: Mapping[str, str], tip: str, text: str, branch: str, into: str
+    where: git.Tree,
+    environ: Mapping[str, str],
+    tip: str,
+    text: str,
+    branch: str,
+    into: str,
+    after: str,
 ) -> None:
     who = _identity(where, environ)
     proc = git.run(["merge", "--squash", tip], where, environ, check=False, extra_env=who)
     if proc.returncode != 0:
         files = _conflicts(where, environ)
         git.run(["reset", "--merge"], where, environ, check=False)
-        _raise_failed(proc, branch, into, files)
-    staged = git.run(["diff", "--cached", "--quiet"], where, environ, check=False, hardened=True)
+        _raise_failed(proc, branch, into, files, after)
+    staged = git.run(["diff", "--cached", "--quiet"], where, environ, check=False)
     if staged.returncode == 0:
         return  # nothing to commit: the target already had every change
     commit = git.run(
-        ["commit", "-q", "-m", text],
+        ["commit", "--no-verify", "--no-gpg-sign", "-q", "-m", text],
         where,
         environ,
         check=False,
-        extra_env=_identity(where, environ),
+        extra_env=who,
     )
     if commit.returncode != 0:
         git.run(["reset", "--merge"], where, environ, check=False)
-        raise GitError(f"git commit failed: {git.last_line(commit.stderr)}; nothing was merged")
+        raise GitError(
+            f"git commit failed: {git.last_line(commit.stderr)}; nothing was merged, {after}"
+        )
 
 
-def _conflicts(where: str, environ: Mapping[str, str]) -> list[str]:
+def _conflicts(where: git.Where, environ: Mapping[str, str]) -> list[str]:
     raw = git.run(
         ["diff", "--name-only", "-z", "--diff-filter=U", "--"],
         where,
         environ,
         check=False,
-        hardened=True,
     ).stdout
     return sorted({p.decode("utf-8", "replace") for p in raw.split(b"\0") if p})
 
 
-def _raise_failed(proc: Any, branch: str, into: str, files: list[str]) -> None:
+def _raise_failed(proc: Any, branch: str, into: str, files: list[str], after: str) -> None:
     if files:
-        raise MergeConflict(branch, into, files)
-    raise GitError(f"git merge failed: {git.last_line(proc.stderr)}; nothing was merged")
+        raise MergeConflict(branch, into, files, after)
+    raise GitError(f"git merge failed: {git.last_line(proc.stderr)}; nothing was merged, {after}")
 
 
 # ---------------------------------------------------------------------------- apply
 def apply(ws: Workspace, sp: Span, environ: Mapping[str, str], cwd: Path) -> dict[str, Any]:
     """Apply the diff ``sp`` to the checkout ``cwd`` is in (or to ``cwd``), uncommitted."""
-    tree = workspace.git_dir_tree(ws)
+    tree = workspace.git_dir_tree(ws, environ)
     patch = diffs.text(tree, environ, sp.a, sp.b, binary=True)
-    changed = [f.to_dict(hunks=False) for f in diffs.files(tree, environ, sp.a, sp.b)]
+    found = diffs.files(tree, environ, sp.a, sp.b)
+    changed = [f.to_dict(hunks=False) for f in found]
     if not patch.strip():
         return {"applied": False, "files": [], "into": str(cwd), "note": "nothing to apply"}
-    top = git.toplevel(cwd, environ) or cwd
+    repo = git.toplevel(cwd, environ)
+    top = repo or cwd
     if os.path.realpath(top) == os.path.realpath(ws.tree) and ws.mode == "worktree":
         raise WorkspaceError("that is the session's own worktree: it already has these changes")
+    touched = {f.path for f in found} | {f.old_path for f in found if f.old_path}
+    why = in_the_way(repo, str(top), environ, touched, "the diff")
+    if why:
+        raise WorkspaceError(f"the diff does not apply to {top}: it has {why}; nothing changed")
     proc = git.run(
         ["apply", "--binary", "--whitespace=nowarn", "-"],
         top,
         environ,
         input=patch,
         check=False,
-        hardened=True,
     )
     if proc.returncode != 0:
         raise WorkspaceError(

@@ -2,10 +2,12 @@
 subtree used, and what a kill or rm of a parent reaches.
 
 Owns the variables the engine puts in every agent's environment (``PARENT_VAR``: the
-session whose agent runs; ``DIR_VAR``: its state dir), the rule that gives a new session its
-place in a tree (``lineage``), the children and descendants of a session over a listing, the
-roll-up of a subtree's usage and cost (``roll_up``), which sessions go with a parent
-(``cascade``) and a parent's budget over its whole subtree (``over_budget``). Must stay true:
+session whose agent runs; ``DIR_VAR``: its state dir; ``ZWARM_VAR``: the absolute path of
+a ``zwarm`` that runs this zwarm, whose directory also comes first on ``PATH``), the rule
+that gives a new session its place in a tree (``lineage``), the children and descendants of a
+session over a listing, the roll-up of a subtree's usage and cost (``roll_up``), which
+sessions go with a parent (``cascade``) and a parent's budget over its whole subtree
+(``over_budget``). Must stay true:
 - a parent comes from the environment of the process that spawns, which an agent can change:
   it is believed only if it names, in full, a session of this state dir whose latest turn runs
   (its agent is the one spawning); the depth is that record's ``spawn_depth`` + 1, never read
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 PARENT_VAR = "ZWARM_PARENT_SESSION"  # the session whose agent runs (set by the engine)
 DIR_VAR = "ZWARM_DIR"  # its state dir: a spawn from inside the agent lands in the same one
+ZWARM_VAR = "ZWARM"  # how the agent runs zwarm: "$ZWARM" spawn ... (``env.launcher``)
 _ID = re.compile(SESSION_ID)
 
 
@@ -151,7 +154,7 @@ def _own(r: Mapping[str, Any]) -> list[float]:
     out: list[float] = [v if isinstance(v := usage.get(k), int) else 0 for k in USAGE_KEYS]
     cost = r.get("cost_usd")
     if isinstance(cost, (int, float)) and not isinstance(cost, bool):
-        out += [cost, 1, 0, 1]
+        out += [cost, 1, 0 if r.get("cost_complete") is not False else 1, 1]
     else:
         out += [0.0, 0, 1, 1]
     return out

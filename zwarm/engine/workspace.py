@@ -14,7 +14,9 @@ one worktree per session. Must stay true:
   new, and worktree changes in one repository are serialized by a lock (git's own locks also
   collide, and are retried: ``engine.git``);
 - what ``merge``, ``rm`` and turns act on comes from the session's launch pin (``pinned``):
-  a ``meta.json`` naming another folder or branch is refused, never followed;
+  a ``meta.json`` naming another folder or branch is refused, never followed; and git acts
+  on a session's tree only as a ``git.Tree`` (``checked``): a worktree whose ``.git`` no
+  longer points at the pinned repository is refused, never followed;
 - a failed creation or preparation leaves nothing behind (worktree and branch removed).
 """
 
@@ -214,7 +216,7 @@ def create(p: Plan, sid: str, name: str | None, environ: Mapping[str, str]) -> W
             tree = folder / f"{label}-{sid[:8]}"
         args = ["worktree", "add", "--no-track", "-b", branch, "--", str(tree), p.base]
         try:
-            git.run(args, p.found.repo, environ, hardened=True)
+            git.run(args, p.found.repo, environ)
         except GitError:
             _undo(p.found.repo, tree, branch, environ)
             raise
@@ -241,30 +243,36 @@ def _undo(repo: Path | str, tree: Path, branch: str, environ: Mapping[str, str])
                 ["worktree", "remove", "--force", "--force", "--", str(tree)],
                 repo,
                 environ,
-                hardened=True,
             )
-        git.run(["worktree", "prune"], repo, environ, hardened=True)
+        git.run(["worktree", "prune"], repo, environ)
     with contextlib.suppress(GitError):
         if git.branch_exists(branch, repo, environ):
-            git.run(["branch", "-D", "--", branch], repo, environ, hardened=True)
+            git.run(["branch", "-D", "--", branch], repo, environ)
 
 
-def remove(ws: Workspace, environ: Mapping[str, str]) -> None:
-    """Remove the worktree (tolerating a folder deleted by hand) and its branch."""
+def remove(ws: Workspace, environ: Mapping[str, str], force: bool = False) -> None:
+    """Remove the worktree (tolerating a folder deleted by hand) and its branch. A worktree
+    whose ``.git`` was pointed elsewhere is refused (``GitError``), or with ``force`` deleted
+    as a plain folder (no git runs in it)."""
     assert ws.mode == "worktree" and ws.branch is not None
     if not os.path.isdir(ws.repo):
         raise WorkspaceError(f"the repository {ws.repo} is gone; cannot remove the worktree")
+    repo = repo_tree(ws, environ)
     with _repo_lock(Path(ws.tree).parent):
         if os.path.isdir(ws.tree):
-            git.run(
-                ["worktree", "remove", "--force", "--force", "--", ws.tree],
-                ws.repo,
-                environ,
-                hardened=True,
-            )
-        git.run(["worktree", "prune"], ws.repo, environ, hardened=True)
-        if git.branch_exists(ws.branch, ws.repo, environ):
-            git.run(["branch", "-D", "--", ws.branch], ws.repo, environ, hardened=True)
+            try:
+                checked(ws, environ)
+            except GitError:
+                if not force:
+                    raise
+                import shutil
+
+                shutil.rmtree(ws.tree, ignore_errors=True)
+            else:
+                git.run(["worktree", "remove", "--force", "--force", "--", ws.tree], repo, environ)
+        git.run(["worktree", "prune"], repo, environ)
+        if git.branch_exists(ws.branch, repo, environ):
+            git.run(["branch", "-D", "--", ws.branch], repo, environ)
 
 
 def session_cwd(ws: Workspace, rel: str) -> Path:
@@ -340,11 +348,11 @@ def release(ws: Workspace, environ: Mapping[str, str], sid: str, force: bool) ->
         lost = None if force else losses(ws, environ, sid)
         if lost is not None:
             raise lost
-        remove(ws, environ)
+        remove(ws, environ, force)
     from zwarm.engine import snapshots
 
     with contextlib.suppress(GitError):
-        snapshots.drop(ws.repo, environ, sid)
+        snapshots.drop(repo_tree(ws, environ), environ, sid)
 
 
 # ---------------------------------------------------------------------------- prepare
@@ -388,10 +396,7 @@ def _bring(ws: Workspace, path: str, environ: Mapping[str, str], fd: int, link: 
         _note(fd, f"{path}: not in {repo}, not {'linked' if link else 'copied'}")
         return
     ignored = (
-        git.run(
-            ["check-ignore", "-q", "--", path], repo, environ, check=False, hardened=True
-        ).returncode
-        == 0
+        git.run(["check-ignore", "-q", "--", path], repo, environ, check=False).returncode == 0
     )
     if not ignored:
         _note(fd, f"{path}: not ignored by git, not {'linked' if link else 'copied'}")
@@ -448,14 +453,36 @@ def _run_setup(
 
 
 # ---------------------------------------------------------------------------- snapshots
-def snapshot(ws: Workspace, environ: Mapping[str, str], sid: str, n: int, which: str) -> str:
+def snapshot(
+    ws: Workspace, environ: Mapping[str, str], sid: str, n: int, which: str, state_dir: Path
+) -> str:
     """Snapshot ``ws``'s tree for turn ``n`` (kept under ``refs/zwarm/<sid>/<n>/<which>``)."""
+    return take(ws, environ, f"session {sid} turn {n} {which}", state_dir, keep=(sid, n, which))
+
+
+def take(
+    ws: Workspace,
+    environ: Mapping[str, str],
+    label: str,
+    state_dir: Path,
+    keep: tuple[str, int, str] | None = None,
+) -> str:
+    """A snapshot of ``ws``'s tree now (see ``snapshot``): never of zwarm's state dir."""
     from zwarm.engine import snapshots
 
     if not os.path.isdir(ws.tree):
         raise WorkspaceError(f"the working tree {ws.tree} is gone")
-    label = f"session {sid} turn {n} {which}"
-    return snapshots.take(ws.tree, environ, label, keep=snapshots.ref(sid, n, which))
+    tree = checked(ws, environ)
+    ref = snapshots.ref(*keep) if keep else None
+    return snapshots.take(tree, environ, label, keep=ref, exclude=state_within(tree, state_dir))
+
+
+def state_within(tree: git.Tree, state_dir: Path) -> list[str]:
+    """The state dir's path relative to ``tree``'s top, if it lies in it ([] if not)."""
+    top, state = Path(tree.top), _real(state_dir)
+    if state == top or not _inside(state, top):
+        return []
+    return [state.relative_to(top).as_posix()]
 
 
 def start_of(s: Session, ws: Workspace) -> str | None:
@@ -471,9 +498,22 @@ def start_of(s: Session, ws: Workspace) -> str | None:
     return next((t.before for t in turns[1:] if t.before), None)
 
 
-def git_dir_tree(ws: Workspace) -> str:
-    """Where to run git to read ``ws``'s objects: its tree, or the repository if it is gone."""
-    return ws.tree if os.path.isdir(ws.tree) else ws.repo
+def checked(ws: Workspace, environ: Mapping[str, str]) -> git.Tree:
+    """``ws``'s working tree, checked to still belong to the pinned repository
+    (``git.checked``): what every git call on a tree the agent wrote runs on."""
+    return git.checked(ws.tree, ws.repo, environ)
+
+
+def repo_tree(ws: Workspace, environ: Mapping[str, str]) -> git.Tree:
+    """``ws``'s repository (its main working tree), checked the same way."""
+    return git.checked(ws.repo, ws.repo, environ)
+
+
+def git_dir_tree(ws: Workspace, environ: Mapping[str, str]) -> git.Tree:
+    """Where to run git to read ``ws``'s objects (snapshots live in the repository's)."""
+    if not os.path.isdir(ws.repo):
+        raise WorkspaceError(f"the repository {ws.repo} is gone")
+    return repo_tree(ws, environ)
 
 
 # ---------------------------------------------------------------------------- removal
@@ -482,41 +522,46 @@ def losses(ws: Workspace, environ: Mapping[str, str], sid: str) -> WouldLoseWork
     but not committed, and commits on the branch that no other branch contains (a squash
     merge zwarm made counts as merged)."""
     assert ws.branch is not None
-    files = sorted(dirty(ws.tree, environ)) if os.path.isdir(ws.tree) else []
+    files = sorted(dirty(checked(ws, environ), environ)) if os.path.isdir(ws.tree) else []
     commits: list[str] = []
     ref = f"refs/heads/{ws.branch}"
-    proc = git.run(
-        ["rev-parse", "--verify", "--quiet", ref], ws.repo, environ, check=False, hardened=True
-    )
+    repo = repo_tree(ws, environ)
+    proc = git.run(["rev-parse", "--verify", "--quiet", ref], repo, environ, check=False)
     tip = proc.stdout.decode("ascii", "replace").strip()
     if proc.returncode == 0 and git.SHA.match(tip) and tip not in (ws.base, ws.squashed_tip):
         holders = git.out(
             ["for-each-ref", "--format=%(refname)", "--contains", tip, "refs/heads/"],
-            ws.repo,
+            repo,
             environ,
-            hardened=True,
         ).splitlines()
         if not [h for h in holders if h != ref]:
             since = [f"^{ws.base}"] if ws.base else []
             log = git.out(
                 ["log", "--no-decorate", "--format=%h %s", "-n", "20", tip, *since, "--"],
-                ws.repo,
+                repo,
                 environ,
-                hardened=True,
             )
             commits = log.splitlines() or [tip[:12]]
     return WouldLoseWork(sid, commits, files) if commits or files else None
 
 
-def dirty(tree: str | Path, environ: Mapping[str, str]) -> list[str]:
-    """Files of ``tree`` that differ from its HEAD: staged, unstaged or untracked (not
-    ignored); both names of a rename. Never writes the index (no optional locks)."""
+def dirty(tree: git.Where, environ: Mapping[str, str], ignored: bool = False) -> list[str]:
+    """Files of ``tree`` that differ from its HEAD: staged, unstaged or untracked (and with
+    ``ignored``, ignored ones); both names of a rename. Never writes the index (no optional
+    locks), never looks inside a nested repository."""
+    more = ["--ignored=traditional"] if ignored else []
     raw = git.run(
-        ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--"],
+        [
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--ignore-submodules=all",
+            *more,
+            "--",
+        ],
         tree,
         environ,
-        hardened=True,
-        extra_env=git.neutral_filters(tree, environ),  # status re-reads files through them
     ).stdout
     out: list[str] = []
     fields = raw.split(b"\0")

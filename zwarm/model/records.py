@@ -7,10 +7,10 @@ Must stay true:
 - every field has a type and, where it matters, bounds (lengths, ranges, patterns): numbers are
   finite, ids and agent session ids match strict patterns (they reach argv and paths), times are
   ISO 8601, paths are absolute, so nothing a file says can crash or mislead a reader;
-- derived fields (``status``, ``usage``, ``cost_usd``, ``last_message``, ``error``, ``reason``)
-  are recomputed from ``turns`` (and, for turns moved to the session's history file, from the
-  ``archive`` summary kept with them) by ``refresh()`` on every load: what a file claims for
-  them is never believed;
+- derived fields (``status``, ``usage``, ``cost_usd``, ``cost_complete``, ``last_message``,
+  ``error``, ``reason``) are recomputed from ``turns`` (and, for turns moved to the session's
+  history file, from the ``archive`` summary kept with them) by ``refresh()`` on every load:
+  what a file claims for them is never believed;
 - turn ``n`` is found by ``Session.turn(n)`` and the number of turns is ``Session.count``, never
   by list position: a session loaded without its history (``head``) holds turn 1 and the turns
   after the archived ones only (``Archive``);
@@ -280,8 +280,11 @@ class Turn(Struct):
 class Session(Struct):
     """A session's whole state, as kept in ``meta.json``.
 
-    ``status``, ``usage``, ``cost_usd``, ``last_message``, ``error`` and ``reason`` are derived
-    from ``turns`` by ``refresh()``; they are stored so that a listing reads one small file.
+    ``status``, ``usage``, ``cost_usd``, ``cost_complete``, ``last_message``, ``error`` and
+    ``reason`` are derived from ``turns`` by ``refresh()``; they are stored so that a listing
+    reads one small file. ``cost_usd`` is the sum of the finished turns' known costs (None
+    when none is known) and ``cost_complete`` whether every finished turn's cost is known:
+    when it is not, ``cost_usd`` is a lower bound (shown ``≥ $X``), never the whole cost.
     """
 
     id: Annotated[str, Meta(pattern=SESSION_ID)]
@@ -331,6 +334,7 @@ class Session(Struct):
     status: Status = Status.RUNNING
     usage: Usage = msgspec.field(default_factory=Usage)
     cost_usd: Money | None = None
+    cost_complete: bool = True  # every finished turn's cost is known (else cost_usd: a part)
     cost_source: Literal["reported", "estimated", "unknown"] = "unknown"
     last_message: Text | None = None
     error: Text | None = None
@@ -457,8 +461,10 @@ class Session(Struct):
             if t.final_message and (t.n > 1 or msg is None):
                 msg = t.final_message
         self.usage = Usage(i, c, o, r)
-        # unknown (None) unless every finished turn is priced: never shown as zero
-        self.cost_usd = round(sum(costs), 8) if costs and priced else None
+        # the known parts add up; None when no part is known (never shown as zero), and a
+        # lower bound (``cost_complete`` False) while some finished turn's cost is unknown
+        self.cost_usd = round(sum(costs), 8) if costs else None
+        self.cost_complete = priced
         self.last_message = msg
         failed = last is not None and last.status is not Status.COMPLETED
         self.error = last.error if failed and last else None
@@ -491,3 +497,6 @@ class TurnOutcome(Struct):
     reason: Reason | None = None
     retry_after_s: float | None = None
     reset_at: float | None = None
+    # the stream shows the model never answered: the agent reported the failure before any
+    # output of the model (no message, reasoning or tool call), so nothing was billed
+    unanswered: bool = False

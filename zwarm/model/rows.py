@@ -55,6 +55,7 @@ class Row(Struct, forbid_unknown_fields=True):
     turns: Count
     usage: Usage
     cost_usd: Money | None
+    cost_complete: bool
     cost_source: Literal["reported", "estimated", "unknown"]
     agent_session_id: AgentSessionId | None
     last_message: Text | None
@@ -90,6 +91,7 @@ class Row(Struct, forbid_unknown_fields=True):
     tree_unpriced: Count
     launcher: Annotated[str, Meta(pattern=AGENT_NAME)] | None
     launcher_state: None
+    shown_status: None
     damaged: Literal[False]
 
 

@@ -21,6 +21,10 @@ its retries are ``chat``'s. Must stay true:
   memory (``Settings.api_key``, never in a repr or a file), and ``ZWARM_ORCH_API_KEY`` is then
   removed from the API's environment, so no session or bash command started by the run gets
   it (``guard`` says why and what happens to a shared ``OPENAI_API_KEY``);
+- every value zwarm knows to be secret (``guard.Secrets``: the key, the ``api_key_env``
+  variable's, secret-looking variables and agents' configured ``env``) is redacted from each
+  message before it is sent or stored, from failed requests' errors and the run's stop reason
+  and summary;
 - it reaches the API through ``Zwarm``'s public methods only (never its store or config);
 - ``openai`` and ``rich`` are imported only when a run starts (``zwarm --help`` and the other
   commands never import them).
@@ -41,12 +45,13 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from zwarm import agents
 from zwarm.agents import list_price
 from zwarm.errors import InvalidInput, OrchestratorError, ZwarmError
 from zwarm.orchestrator import compaction
 from zwarm.orchestrator.bash import BASH_TOOL
 from zwarm.orchestrator.chat import ChatLLM, Completion, OpenAIChat, Retry, Retrying
-from zwarm.orchestrator.guard import ORCH_KEY_VAR, without_key
+from zwarm.orchestrator.guard import ORCH_KEY_VAR, Secrets, without_key
 from zwarm.orchestrator.runstore import Run, RunStore
 from zwarm.orchestrator.tools import Result, Toolbox, allowed_roots, schemas, short, to_json
 
@@ -79,6 +84,7 @@ class Settings:
     compact_price: dict[str, float] | None = None
     max_attempts: int = 5
     retry_backoff_s: float = 1.0
+    api_key_name: str = ""  # the variable the key came from ("" when there is no key)
 
     def policy(self) -> compaction.Policy:
         model = self.compact_model or self.model
@@ -106,7 +112,8 @@ def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = Non
         cfg("base_url"),
     )
     key_var = cfg("api_key_env")
-    key = env.get(ORCH_KEY_VAR) or env.get(key_var) or ""
+    key_name = ORCH_KEY_VAR if env.get(ORCH_KEY_VAR) else key_var if env.get(key_var) else ""
+    key = env.get(key_name, "") if key_name else ""
     if not key and not base_url:
         raise OrchestratorError(
             f"no API key: set {key_var} (or {ORCH_KEY_VAR}), or point "
@@ -128,7 +135,23 @@ def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = Non
         compact_price=_price(cfg, compact_model),
         max_attempts=int(cfg("max_attempts")),
         retry_backoff_s=float(cfg("retry_backoff_s")),
+        api_key_name=key_name,
     )
+
+
+def known_secrets(api: Zwarm, s: Settings) -> Secrets:
+    """What a run redacts: its key, the ``api_key_env`` variable's value, the secret-looking
+    variables of the API's environment and of each agent's configured ``env`` (a table that is
+    not trusted is skipped: no agent gets it)."""
+    key_var = str(api.setting("orchestrator", "api_key_env"))
+    keys = [(s.api_key_name, s.api_key)] if s.api_key_name else []
+    if api.env.environ.get(key_var):
+        keys.append((key_var, api.env.environ[key_var]))
+    configured: list[tuple[str, str]] = []
+    for name in agents.names():
+        with contextlib.suppress(ZwarmError, KeyError):
+            configured += dict(api.setting(name, "env") or {}).items()
+    return Secrets.known(api.env.environ, keys, configured)
 
 
 def _price(cfg: Callable[[str], Any], model: str) -> dict[str, float] | None:
@@ -357,6 +380,8 @@ class Orchestrator:
         self.policy = settings.policy()
         self.llm = Retrying(llm, settings.max_attempts, settings.retry_backoff_s, self._retried)
         self.toolbox = Toolbox(api, run.source, extra=[BASH_TOOL], run=run.id)
+        self.secrets = known_secrets(api, settings)
+        messages[:] = self.secrets.redact(messages)  # a run stored before redaction existed
         self.tool_defs = schemas("openai", self.toolbox.tools.values())
         self._calling = ("step", settings.model)
         self._said_no_compaction = False
@@ -405,14 +430,14 @@ class Orchestrator:
             return False
         if self._nudge():
             return False
-        self.run.summary = str(c.message.get("content") or "")
+        self.run.summary = self.secrets.redact(str(c.message.get("content") or ""))
         return True
 
     def _call(self, call: Mapping[str, Any]) -> None:
         fn = call.get("function") or {}
         name, args = str(fn.get("name")), fn.get("arguments")
         with self.progress.busy(f"{name} running…"):
-            result = self.toolbox.dispatch(name, args)
+            result = self.secrets.redact(self.toolbox.dispatch(name, args))
         self._append({"role": "tool", "tool_call_id": call.get("id"), "content": to_json(result)})
         self.progress.tool(name, str(args or ""), result)
 
@@ -434,7 +459,7 @@ class Orchestrator:
                 self.rs, self.run, self.llm, self.policy, trigger, self.api.env.now_iso()
             )
         if out.compacted:
-            self.messages[:] = self.rs.transcript(self.run.id)
+            self.messages[:] = self.secrets.redact(self.rs.transcript(self.run.id))
             self.progress.note(compacted_text(out))
         elif not self._said_no_compaction:
             self._said_no_compaction = True  # said once; checked again each step
@@ -481,7 +506,8 @@ class Orchestrator:
         """A failed model request: recorded (with any text a cut stream had sent), and said."""
         kind, model = self._calling
         row = {"kind": f"{kind} failed", "model": model, "attempt": r.attempt,
-               "error": r.error[:4000], "partial": r.partial}  # fmt: skip
+               "error": self.secrets.redact(r.error[:4000]),
+               "partial": self.secrets.redact(r.partial)}  # fmt: skip
         self.rs.add_round(self.run.id, row, self.api.env.now_iso())
         self.progress.retry(r)
 
@@ -505,7 +531,8 @@ class Orchestrator:
         costs = [self.run.cost_usd] + [r.get("cost_usd") for r in rows]
         known = [c for c in costs if isinstance(c, (int, float))]
         total = round(sum(known), 8) if known else None
-        return total, len(costs) - len(known)
+        partial = sum(1 for r in rows if r.get("cost_complete") is False and r.get("cost_usd"))
+        return total, len(costs) - len(known) + partial
 
     def own_sessions(self, status: str | None = None) -> list[dict[str, Any]]:
         if not self.api.has_sessions():
@@ -513,7 +540,7 @@ class Orchestrator:
         return [r for r in self.api.sessions(status) if r.get("source") == self.run.source]
 
     def _stop(self, status: str, reason: str | None) -> str:
-        self.run.status, self.run.stop_reason = status, reason
+        self.run.status, self.run.stop_reason = status, self.secrets.redact(reason)
         rows = self.own_sessions()
         self.run.sessions = [
             {
@@ -530,7 +557,9 @@ class Orchestrator:
         return status
 
     def _append(self, message: dict[str, Any]) -> None:
-        """One message onto the transcript: in memory and, in one insert, in the store."""
+        """One message onto the transcript (secrets redacted): in memory and, in one insert,
+        in the store."""
+        message = self.secrets.redact(message)
         self.messages.append(message)
         self.run.updated_at = self.api.env.now_iso()
         self.rs.append(self.run, message)

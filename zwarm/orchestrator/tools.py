@@ -445,6 +445,7 @@ def session_view(s: Session, new: bool) -> Result:
         "error": s.error,
         "usage": _usage(s.usage.to_dict()),
         "cost_usd": s.cost_usd,
+        "cost_complete": s.cost_complete,
         "cost_source": s.cost_source,
         "queued": [short(q.message, 200) for q in s.queue],
         "created_at": s.created_at,

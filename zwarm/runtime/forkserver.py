@@ -330,9 +330,12 @@ def _retitle(state: str | Path, sid: str) -> None:
     /proc/PID/cmdline (``ps``, ``top``): written over the server's own command line, which
     it always fits when the server was started ``--detach`` (as ``LocalLauncher`` does)."""
 
+    from zwarm.env import isolated
+
     def title(region: bytes) -> bytes | None:
         argv0 = region.split(b"\0", 1)[0]
-        args = [argv0, b"-I", b"-m", b"zwarm.runtime.supervisor", os.fsencode(state), sid.encode()]
+        flags = [os.fsencode(f) for f in isolated(sys.executable)]  # as the server was started
+        args = [argv0, *flags, b"-m", b"zwarm.runtime.supervisor", os.fsencode(state), sid.encode()]
         new = b"\0".join(args) + b"\0"
         return new.ljust(len(region), b"\0") if len(new) <= len(region) else None
 

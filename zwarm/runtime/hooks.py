@@ -61,16 +61,17 @@ def session_ended(store: Store, config: Config, sid: str) -> None:
 
 def launch(root: Path, sid: str) -> None:
     """Start the runner detached, its stderr appended to the session's hooks.log."""
+    from zwarm.env import NEUTRAL_CWD, python_argv
     from zwarm.store.files import open_append
 
     log = open_append(root / "sessions" / sid / LOG_NAME)
     try:
         subprocess.Popen(
-            [sys.executable, "-I", "-m", "zwarm.runtime.hooks", str(root), sid],
+            python_argv(sys.executable, "zwarm.runtime.hooks", str(root), sid),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
-            cwd="/",
+            cwd=NEUTRAL_CWD,
             env=unmarked(os.environ),
             start_new_session=True,
             close_fds=True,

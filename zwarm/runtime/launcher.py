@@ -42,6 +42,13 @@ class Probe(msgspec.Struct, frozen=True):
     detail: str | None = None
     state: str | None = None
 
+    def label(self) -> str | None:
+        """What zwarm shows as the status of a turn that runs (``queued (slurm:
+        Resources)``, ``unknown (slurm unreachable)``), None when ``running`` says it."""
+        if not self.shown:
+            return None
+        return f"{self.shown} ({self.detail})" if self.detail else self.shown
+
 
 class Launcher(abc.ABC):
     name: ClassVar[str]

@@ -4,10 +4,10 @@ Owns starting the supervisor (``runtime.supervisor``), telling whether it lives,
 a turn's processes (many turns' at once for ``kill --all``). A supervisor is forked by the
 state dir's fork server (``runtime.forkserver``) when one serves this environment, else it is
 a new interpreter (and a server is started for the turns after). Must stay true:
-- the supervisor is started isolated (``python -I``: no ``PYTHON*`` variables, no user site,
-  no script dir on ``sys.path``; a forked one inherits this from its server, started the same
-  way) with ``/`` as its working directory, so nothing an agent planted in the state dir or
-  its working directory is ever imported by it;
+- the supervisor is started isolated (``env.python_argv``: ``python -I``, no ``PYTHON*``
+  variables, no user site, no script dir on ``sys.path``; a forked one inherits this from its
+  server, started the same way) with ``/`` as its working directory (``env.NEUTRAL_CWD``),
+  so nothing an agent planted in the state dir or its working directory is ever imported;
 - a forked supervisor runs exactly what a new interpreter would, with the environment this
   command would have given it (sent with the request); anything the server's answer does not
   prove (``forking.fork``) costs a new interpreter, never a turn;
@@ -27,6 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from zwarm.env import NEUTRAL_CWD, python_argv
 from zwarm.model import Turn
 from zwarm.runtime import procs
 from zwarm.runtime.launcher import Launcher
@@ -97,7 +98,7 @@ class LocalLauncher(Launcher):
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
-                cwd="/",
+                cwd=NEUTRAL_CWD,
                 env=environ,
                 start_new_session=True,
                 close_fds=True,
@@ -115,11 +116,11 @@ class LocalLauncher(Launcher):
         import subprocess
 
         proc = subprocess.Popen(
-            [self.env.python, "-I", "-m", SUPERVISOR, str(self.store.root), sid],
+            python_argv(self.env.python, SUPERVISOR, str(self.store.root), sid),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
-            cwd="/",
+            cwd=NEUTRAL_CWD,
             env=supervisor_env(self.env.environ, sid),
             start_new_session=True,
             close_fds=True,

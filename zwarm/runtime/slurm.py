@@ -13,10 +13,15 @@ one turn and has the next queued one submitted as a job of its own. Must stay tr
   ``--export`` names the variables and ``sbatch`` reads their values from its own
   environment (Slurm's controller keeps a batch job's environment while it knows the job);
 - a job id read back from ``meta.json`` is untrusted: used only if it is digits (``JOB_ID``)
-  and only ever as one argv element;
+  and only ever as one argv element; it is never signalled: ``stop`` cancels only the job
+  zwarm recorded submitting for that turn (``store.pins``: the handle record, written by
+  ``start`` where the agent cannot write, before the turn naming it is saved) and only if
+  Slurm reports it as the session's (its name is ``job_name``, its owner this user), with
+  the name as ``scancel``'s own filter; anything else is refused and said;
 - every Slurm command runs under a short timeout: a slow or dead controller answers
   ``unknown`` (``Probe.shown``), never hangs a listing, and never ends a turn;
-- a compute node runs a turn only if its job is the one recorded on the turn (``runs_here``);
+- a compute node runs a turn only if its job is the one zwarm recorded submitting for the
+  turn (``runs_here``);
 - the state dir must be at the same path on every node (a shared filesystem): a state dir on
   a filesystem other nodes certainly cannot see (tmpfs, overlay) is refused when the
   partition has other nodes.
@@ -34,6 +39,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from zwarm.runtime.launcher import Launcher, Probe
@@ -128,6 +134,14 @@ class SlurmLauncher(Launcher):
         job = r.stdout.decode("utf-8", "replace").strip().split(";", 1)[0]
         if r.returncode != 0 or not JOB_ID.match(job):
             raise OSError(f"sbatch failed: {_said(r.stderr) or f'exit {r.returncode}'}")
+        from zwarm.errors import StoreError
+        from zwarm.store import pins
+
+        try:  # what kill may cancel: recorded where the agent cannot write
+            pins.record_handle(self.env.environ, sid, Path(root), turn.n, {"job": job})
+        except StoreError as e:
+            _run(["scancel", job], QUERY_TIMEOUT_S)  # just submitted: ours, not yet started
+            raise OSError(f"{e}; slurm job {job} cancelled") from None
         turn.launcher = self.name
         turn.handle = {"job": job}
 
@@ -166,8 +180,18 @@ class SlurmLauncher(Launcher):
         )
 
     def runs_here(self, sid: str, turn: Turn) -> bool:
-        job = job_of(turn)
-        return job is not None and self.env.environ.get("SLURM_JOB_ID") == job
+        job = self._recorded(sid, turn.n)
+        return (
+            job is not None and job == job_of(turn) and self.env.environ.get("SLURM_JOB_ID") == job
+        )
+
+    def _recorded(self, sid: str, n: int) -> str | None:
+        """The job zwarm recorded submitting for turn ``n`` of ``sid`` (``store.pins``)."""
+        from zwarm.store import pins
+
+        got = pins.handle(self.env.environ, sid, Path(os.path.realpath(self.store.root)), n)
+        job = (got or {}).get("job")
+        return job if job is not None and JOB_ID.match(job) else None
 
     # ------------------------------------------------------------------ watching
     def alive(self, sid: str, turn: Turn) -> bool:
@@ -199,22 +223,74 @@ class SlurmLauncher(Launcher):
 
     # ------------------------------------------------------------------ stopping
     def stop(self, sid: str, turn: Turn) -> None:
-        job = job_of(turn)
-        if job is None:
-            return
-        r = _run(["scancel", job], QUERY_TIMEOUT_S)
-        _forget(job)
-        if r is None or r.returncode != 0:
-            from zwarm.errors import SessionStateError
+        """Cancel the job zwarm submitted for ``turn``, verified (``cancel``); a job that
+        ``meta.json`` names instead is left alone, and said."""
+        from zwarm.errors import SessionStateError
 
-            why = "no answer" if r is None else _said(r.stderr) or f"exit {r.returncode}"
+        claimed = job_of(turn)  # meta.json's word: untrusted, never signalled
+        job = self._recorded(sid, turn.n)
+        if job is None:
+            if claimed is None:
+                return  # nothing was submitted
             raise SessionStateError(
-                f"session {sid} is recorded killed, but Slurm did not cancel job {job} "
-                f"({why}): run `scancel {job}`"
+                f"session {sid} is recorded killed, but zwarm has no record of submitting "
+                f"slurm job {claimed}, which its meta.json names for turn {turn.n}: not "
+                f"cancelled (if that job is this session's, run `scancel {claimed}`)"
+            )
+        try:
+            cancel(sid, turn.n, job)
+        finally:
+            _forget(job)
+        if claimed is not None and claimed != job:
+            raise SessionStateError(
+                f"session {sid} is killed (its slurm job {job} cancelled), but its meta.json "
+                f"named slurm job {claimed} for turn {turn.n}, which zwarm did not submit for "
+                "it: that job was left alone (meta.json was rewritten outside zwarm)"
             )
 
 
 # ---------------------------------------------------------------------- the job
+def job_name(sid: str, n: int) -> str:
+    """The name of turn ``n``'s job: what ``stop`` checks before it cancels one."""
+    return f"zwarm-{sid}-{n}"
+
+
+def cancel(sid: str, n: int, job: str) -> None:
+    """Cancel ``job`` if Slurm reports it as turn ``n`` of ``sid`` (named ``job_name``,
+    owned by this user; the name is also ``scancel``'s filter, so a job that changed
+    meanwhile is not touched). One already ended or forgotten needs nothing. Raises
+    ``SessionStateError`` for a job that is not the session's, or when Slurm did not cancel."""
+    from zwarm.errors import SessionStateError
+
+    want = job_name(sid, n)
+    fmt = "--format=%i|%T|%j|%U"
+    r = _run(["squeue", "--noheader", "--states=all", f"--jobs={job}", fmt], QUERY_TIMEOUT_S)
+    if r is not None and r.returncode != 0 and b"Invalid job id" in r.stderr:
+        return  # Slurm no longer knows it: it ended long ago
+    if r is not None and r.returncode == 0:
+        rows = [ln.split("|") for ln in r.stdout.decode("utf-8", "replace").splitlines()]
+        found = [p for p in rows if len(p) >= 4 and p[0].strip() == job]
+        if not found:
+            return
+        p = found[0]  # a name may hold "|": the id and state lead, the user ends
+        state, name, uid = _word(p[1]), _word("|".join(p[2:-1])), _word(p[-1])
+        if name != want or uid != str(os.getuid()):
+            raise SessionStateError(
+                f"session {sid} is recorded killed, but Slurm reports job {job} as not its "
+                f"own (named {name!r}, user {uid}; turn {n}'s job is named {want!r}, user "
+                f"{os.getuid()}): not cancelled"
+            )
+        if state.upper() in ENDED:
+            return
+        r = _run(["scancel", f"--name={want}", job], QUERY_TIMEOUT_S)
+    if r is None or r.returncode != 0:
+        why = "no answer" if r is None else _said(r.stderr) or f"exit {r.returncode}"
+        raise SessionStateError(
+            f"session {sid} is recorded killed, but Slurm did not cancel job {job} "
+            f"({why}): run `scancel {job}`"
+        )
+
+
 def job_of(turn: Turn) -> str | None:
     """The turn's job id, if its handle holds a valid one."""
     job = (turn.handle or {}).get("job")
@@ -255,7 +331,7 @@ def sbatch_argv(
     exports = [n for n in names if not n.startswith("ZWARM_")]
     argv += [
         "--parsable",
-        f"--job-name=zwarm-{sid[:8]}-{turn.n}",
+        f"--job-name={job_name(sid, turn.n)}",
         "--chdir=/",
         f"--output={log}",
         "--open-mode=append",
@@ -267,7 +343,9 @@ def sbatch_argv(
 
 def job_script(python: str, state_dir: str, sid: str, n: int) -> str:
     """The batch script: zwarm's own values only, shell-quoted; no prompt, no variable."""
-    cmd = [python, "-I", "-m", "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid]
+    from zwarm.env import python_argv
+
+    cmd = python_argv(python, "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid)
     return (
         "#!/bin/sh\n"
         f"# zwarm: turn {n} of session {sid} (its prompt is in the session's files)\n"

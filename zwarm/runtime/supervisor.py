@@ -185,7 +185,10 @@ def _start_agent(
             return None
         except OSError as e:
             argv0 = launch.argv[0] if "launch" in locals() else "?"
-            manager.fail_start(s, t, f"could not start agent {argv0!r}: {e.strerror or e}")
+            why = f"could not start agent {argv0!r}: {e.strerror or e}"
+            if "launch" in locals() and e.filename == launch.cwd:  # Popen could not enter it
+                why = f"could not enter the working directory {launch.cwd!r}: {e.strerror}"
+            manager.fail_start(s, t, why)
             return None
         t.agent = procs.identify(proc.pid)
         return proc, t.timeout

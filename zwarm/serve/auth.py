@@ -1,8 +1,14 @@
 """Who may talk to ``zwarm serve``: the access token, and the checks every request passes.
 
-Owns the token file (``<state dir>/serve.token``: made on first start, 0600, replaced with a
-new one when it is not a plain private file holding a token) and ``Guard``, the ASGI layer in
-front of every route. Must stay true:
+Owns the token file and ``Guard``, the ASGI layer in front of every route. The token file is
+kept where an agent's workspace is not: the state dir lies in the agent's working folder, so a
+token there could be read, or planted, by the agent. It is ``$XDG_RUNTIME_DIR/zwarm/`` when
+that is a private directory of this user, else ``$XDG_STATE_HOME/zwarm/serve/`` (default
+``~/.local/state``), one file per state dir (``serve-<project>-<hash of the state dir's
+path>.token``): made on first start, 0600 in a 0700 directory, replaced with a new one when
+it is not a plain private file of this user holding a token. A ``serve.token`` in the state
+dir (where older versions kept it) is never read: serve removes it and says so. Must stay
+true:
 - every request under ``/api`` and ``/mcp`` carries ``Authorization: Bearer <token>``,
   compared in constant time; the page and its files (``/``, ``/static/``) hold no data and
   need none (the page reads the token from the URL fragment, which browsers never send);
@@ -11,7 +17,8 @@ front of every route. Must stay true:
   ``--allow-host`` (DNS rebinding needs a name of the attacker's); a request with an
   ``Origin`` must come from this same origin or one given with ``--allow-origin``, and a
   browser's ``Sec-Fetch-Site: cross-site`` is refused: no other site's page can call the API;
-- refusals are JSON (``{"error": ...}``) with 401, 403; every response carries headers that
+- refusals are JSON (``{"error": ...}``) with 401, 403, and close their connection (a client
+  without the token cannot keep one open: ``conns``); every response carries headers that
   keep the page from loading anything from elsewhere or being framed.
 """
 
@@ -24,12 +31,12 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TOKEN_FILE = "serve.token"
+OLD_TOKEN_FILE = "serve.token"  # in the state dir: never read, removed by serve
 _TOKEN = re.compile(rb"[A-Za-z0-9_-]{32,256}")
 PROTECTED = ("/api", "/mcp")
 
@@ -52,37 +59,118 @@ SECURITY_HEADERS = [
 ]
 
 
-def load_token(state_dir: Path, new: bool = False) -> tuple[str, str | None]:
-    """The access token (made if there is none, or ``new``), and a note when an existing
-    file was replaced (why)."""
-    path = state_dir / TOKEN_FILE
-    why = None if new else _check(path)
-    if why is None and not new:
-        from zwarm.store.files import read_file
+def token_dir(environ: Mapping[str, str]) -> Path:
+    """Where token files are kept: ``$XDG_RUNTIME_DIR/zwarm`` if that variable names a
+    private (0700) directory of this user, as the XDG spec says it is, else zwarm's user state
+    dir (the launch pins' parent, ``$XDG_STATE_HOME/zwarm``) ``/serve``."""
+    run = environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(run) and _private_dir(run):
+        return Path(run) / "zwarm"
+    from zwarm.store.pins import pins_dir
 
-        return read_file(path, 4096)[0].strip().decode(), None
+    return pins_dir(environ).parent / "serve"
+
+
+def token_path(environ: Mapping[str, str], state_dir: Path) -> Path:
+    """The token file of the server of ``state_dir`` (named by its real path)."""
+    import hashlib
+
+    real = os.path.realpath(state_dir)
+    digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    project = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(os.path.dirname(real)))
+    return token_dir(environ) / f"serve-{project.strip('._')[:40] or 'root'}-{digest}.token"
+
+
+def load_token(
+    environ: Mapping[str, str], state_dir: Path, cwd: Path, new: bool = False
+) -> tuple[str, Path, list[str]]:
+    """The access token of ``state_dir``'s server (made if there is none, or ``new``), its
+    file, and notes for the user (an old token file removed, a bad one replaced: why; the
+    file lies inside ``cwd``, where the server's sessions run by default)."""
+    from zwarm.errors import StoreError
     from zwarm.store.files import write_private
 
+    notes = []
+    old = state_dir / OLD_TOKEN_FILE
+    if os.path.lexists(old):
+        try:
+            os.unlink(old)  # a link is removed, never followed
+            notes.append(
+                f"removed {old}: the token is no longer kept in the state dir, where an agent "
+                "could read or plant it"
+            )
+        except OSError as e:
+            notes.append(f"ignored {old} (it is never read): cannot remove it: {e.strerror}")
+    path = token_path(environ, state_dir)
+    _make_private_dir(path.parent)
+    work = Path(os.path.realpath(cwd))
+    if Path(os.path.realpath(path)).is_relative_to(work):
+        notes.append(
+            f"the token file lies inside {work}, where this server's agents work: set "
+            "XDG_RUNTIME_DIR or XDG_STATE_HOME to a directory outside it"
+        )
+    why, kept = ("new", None) if new else _check(path)
+    if kept is not None:
+        return kept, path, notes
     token = secrets.token_urlsafe(32)
-    write_private(path, token.encode() + b"\n")
-    return token, None if why in ("missing", None) else f"replaced {path}: {why}"
+    try:
+        write_private(path, token.encode() + b"\n")
+    except FileNotFoundError:
+        raise StoreError(f"cannot write {path}: its directory is gone") from None
+    if why not in ("missing", "new"):
+        notes.append(f"replaced {path}: {why}")
+    return token, path, notes
 
 
-def _check(path: Path) -> str | None:
-    """Why ``path`` cannot be used as the token file (None: it can)."""
+def _private_dir(path: str | Path) -> bool:
+    """``path`` is a directory (not a link) of this user, 0700: it alone may enter and write."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+    return ok and stat.S_IMODE(st.st_mode) & 0o777 == 0o700
+
+
+def _make_private_dir(d: Path) -> None:
+    """Make ``d`` and its missing parents (each 0700, whatever the umask); ``StoreError`` if
+    ``d`` is not then a directory of this user (a link, another's); loosened modes of an own
+    ``d`` are tightened to 0700."""
+    from zwarm.errors import StoreError
+
+    missing = [p for p in (d, *d.parents) if not os.path.lexists(p)]
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise StoreError(f"cannot create {p}: {e.strerror}") from None
+    try:
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise StoreError(f"cannot keep the access token in {d}: not a directory of yours")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(d, 0o700)
+    except OSError as e:
+        raise StoreError(f"cannot use {d}: {e.strerror}") from None
+
+
+def _check(path: Path) -> tuple[str, str | None]:
+    """The token in ``path``, or why it cannot be used as the token file."""
     from zwarm.store.files import read_file
 
     try:
         data, st = read_file(path, 4096)
     except FileNotFoundError:
-        return "missing"
+        return "missing", None
     except OSError as e:
-        return f"it {e.strerror or e}"
+        return f"it {e.strerror or e}", None
     if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        return "it was not private to you (0600)"
+        return "it was not private to you (0600)", None
     if not _TOKEN.fullmatch(data.strip()):
-        return "it held no valid token"
-    return None
+        return "it held no valid token", None
+    return "", data.strip().decode()
 
 
 @dataclass
@@ -152,6 +240,10 @@ class Guard:
         scheme = "https" if scope.get("scheme") == "https" else "http"
         return origin == f"{scheme}://{host.lower()}"
 
+    def carries_token(self, raw_headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether a request with these headers (as the server read them) has the token."""
+        return self.token_ok(_headers({"headers": raw_headers}).get("authorization", ""))
+
     def token_ok(self, header: str) -> bool:
         kind, _, given = header.partition(" ")
         if kind.lower() != "bearer":
@@ -178,7 +270,11 @@ def _host_name(host: str) -> str:
 
 async def _refuse(send: Send, status: int, why: str) -> None:
     body = json.dumps({"error": why}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="zwarm"'))
     headers += SECURITY_HEADERS

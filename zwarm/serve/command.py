@@ -2,8 +2,11 @@
 
 Owns the command's options, the listening socket and what is printed. Must stay true:
 - it binds 127.0.0.1 unless ``--host`` says otherwise, and then warns on stderr;
+- uvicorn runs its h11 protocol under ``conns``' connection limits (never without them),
+  which ask the ``Guard`` whether a request carries the token;
 - stdout carries one line, the dashboard's URL with the access token in its fragment (the
-  only place it is printed), as soon as the socket listens; everything else goes to stderr;
+  only place it is printed), as soon as the socket listens; everything else goes to stderr
+  (``--token-path`` prints only the token file's path, and starts nothing);
 - importing this module imports only click, ``zwarm.cli.common`` and ``zwarm.cli.output``:
   Starlette, uvicorn and the MCP SDK are imported when the command runs, and their absence
   is one line, exit 1.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -59,23 +63,38 @@ from zwarm.cli.output import warn
 @click.option(
     "--new-token", is_flag=True, help="Make a new access token (the old one stops working)."
 )
+@click.option(
+    "--token-path",
+    is_flag=True,
+    help="Print the path of the file the access token is kept in, and exit.",
+)
 @click.pass_context
 def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...],
                   allow_origins: tuple[str, ...], allow_dangerous: bool, no_mcp: bool,
-                  new_token: bool) -> None:  # fmt: skip
+                  new_token: bool, token_path: bool) -> None:  # fmt: skip
     """Serve the HTTP API, live event streams and the web dashboard.
 
     Prints the dashboard's URL, with the access token after '#token=': open it in a browser.
-    Programs send the token as 'Authorization: Bearer TOKEN' (it is kept, 0600, in the state
-    dir's serve.token). The API is described at /api/openapi.json; zwarm's MCP tools are at
-    /mcp. Ctrl-C stops the server; sessions keep running.
+    Programs send the token as 'Authorization: Bearer TOKEN'; it is kept (0600) outside the
+    state dir, where agents cannot reach it, in the file 'zwarm serve --token-path' names
+    (under $XDG_RUNTIME_DIR/zwarm, else $XDG_STATE_HOME/zwarm/serve). The API is described
+    at /api/openapi.json; zwarm's MCP tools are at /mcp. Ctrl-C stops the server; sessions
+    keep running.
 
     \b
     Examples:
       zwarm serve
       zwarm serve --port 0 --no-mcp
       zwarm serve --host 0.0.0.0 --allow-host devbox.lan
+      curl -H "Authorization: Bearer $(cat "$(zwarm serve --token-path)")" \\
+        http://127.0.0.1:8765/api/sessions
     """
+    if token_path:
+        from zwarm.serve import auth
+
+        api = get_api(ctx)
+        click.echo(str(auth.token_path(api.env.environ, api.state_dir)))
+        return
     _need_extra()
     api = get_api(ctx)
     api.ensure_state_dir()
@@ -83,8 +102,8 @@ def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[s
 
     from zwarm.serve import app, auth
 
-    token, note = auth.load_token(api.state_dir, new=new_token)
-    if note:
+    token, path, notes = auth.load_token(api.env.environ, api.state_dir, api.env.cwd, new_token)
+    for note in notes:
         warn(note)
     mcp = not no_mcp and _has_mcp()
     sock = _listen(host, port)
@@ -100,8 +119,8 @@ def serve_command(ctx: click.Context, host: str, port: int, allow_hosts: tuple[s
     asgi = app.build(opts)
     click.echo(f"http://{_url_host(host)}:{port}/#token={token}")
     sys.stdout.flush()
-    _tell(host, api.state_dir, mcp)
-    _run(asgi, sock)
+    _tell(host, api.state_dir, mcp, path)
+    _run(asgi, sock, asgi.carries_token)
 
 
 def _need_extra() -> None:
@@ -165,10 +184,11 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _tell(host: str, state_dir: Any, mcp: bool) -> None:
+def _tell(host: str, state_dir: Any, mcp: bool, token_file: Any = None) -> None:
     extra = ", MCP at /mcp" if mcp else ""
+    kept = f"; the token is kept in {token_file}" if token_file is not None else ""
     click.echo(
-        f"zwarm serve: sessions of {state_dir}; API at /api (openapi.json){extra}. "
+        f"zwarm serve: sessions of {state_dir}; API at /api (openapi.json){extra}{kept}. "
         "Ctrl-C stops the server; sessions keep running.",
         err=True,
     )
@@ -180,19 +200,23 @@ def _tell(host: str, state_dir: Any, mcp: bool) -> None:
         )
 
 
-def _run(asgi: Any, sock: socket.socket) -> None:
+def _run(
+    asgi: Any, sock: socket.socket, authorised: Callable[[list[tuple[bytes, bytes]]], bool]
+) -> None:
     import uvicorn
+
+    from zwarm.serve import conns
 
     config = uvicorn.Config(
         asgi,
         log_level="warning",
         access_log=False,  # no request lines on the terminal (and never a token: none in URLs)
         lifespan="on",
-        http="h11",
+        http=conns.protocol(conns.Gate(conns.total_for_files(), authorised)),  # h11, limited
         ws="none",
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=2,
-        limit_concurrency=1000,
+        limit_concurrency=None,  # the gate bounds connections; idle ones never crowd out others
     )
     uvicorn.Server(config).run(sockets=[sock])

@@ -127,6 +127,7 @@ _SESSION = {
             "turns": "integer",
             "usage": ["object", "null"],
             "cost_usd": ["number", "null"],
+            "cost_complete": "boolean",
             "created_at": "string",
         }.items()
     },

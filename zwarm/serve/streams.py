@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from zwarm.model.records import order_key
+from zwarm.model.steps import ended_turn
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -317,7 +318,7 @@ class Hub:
             if self._stop.is_set():
                 return
             step["seq"] = seq
-            self._step(n, log.consumed, step)
+            self._step(n, log.consumed, ended_turn(step) if log.done else step)
 
     def _step(self, n: int, offset: int, step: dict[str, Any]) -> None:
         step["turn"] = n

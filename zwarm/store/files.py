@@ -194,12 +194,13 @@ def write_private(path: Path, data: bytes, replace: bool = True) -> None:
         raise WriteFailed(f"cannot write {path}: {e.strerror}") from None
 
 
-def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, durable: bool = True, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data`` atomically (and, if ``durable``, fsynced with its
-    directory: a cache may skip that); the old file survives failure."""
+    directory: a cache may skip that), made with ``mode`` (0600; 0700: a program of ours);
+    the old file survives failure."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, mode)
         try:
             write_all(fd, data)
             if durable:

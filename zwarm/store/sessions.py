@@ -17,7 +17,8 @@ Owns every path, name, lock and session write under the state directory. Must st
 - names and ids never shadow each other: a new name that could be an id prefix is refused, and
   a reference that could mean two sessions (a name from an older zwarm and another's id
   prefix) is an error listing both, never silently one of them;
-- the state dir is ``0700`` and every file ``0600``: prompts and output hold secrets.
+- the state dir is ``0700`` and every file ``0600``: prompts and output hold secrets; a state
+  dir zwarm creates holds a ``.gitignore`` of ``*``: git never shows or commits it.
 """
 
 from __future__ import annotations
@@ -99,10 +100,13 @@ class Store:
         return False
 
     def ensure(self) -> None:
-        """Create the state dir (0700) if needed. Only commands that write call this."""
+        """Create the state dir (0700) if needed. Only commands that write call this. A state
+        dir zwarm makes ignores itself for git (``IGNORE_ALL``, as a virtualenv does)."""
         for d in (self.root, self.sessions, self.names):
             try:
                 d.mkdir(mode=0o700)
+                if d == self.root:
+                    _ignore_all(d)
             except FileExistsError:
                 _check_existing(d, is_root=d == self.root)  # not made by us: check it again
             except OSError as e:
@@ -547,6 +551,21 @@ def id_like(ref: str) -> bool:
     if len(ref) > len(_ID_LAYOUT):
         return False
     return all((c == "-") if t == "-" else c in _HEX for c, t in zip(ref, _ID_LAYOUT, strict=False))
+
+
+IGNORE_ALL = b"# made by zwarm: git ignores its state dir (prompts, output, secrets)\n*\n"
+
+
+def _ignore_all(root: Path) -> None:
+    """Write ``root/.gitignore`` saying ``*`` (new file, never through a link). Best effort:
+    a snapshot leaves the state dir out anyway (``engine.workspace.snapshot``)."""
+    with contextlib.suppress(OSError):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(root / ".gitignore", flags, 0o600)
+        try:
+            os.write(fd, IGNORE_ALL)
+        finally:
+            os.close(fd)
 
 
 def _check_existing(d: Path, is_root: bool) -> None:

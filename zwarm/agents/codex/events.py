@@ -8,7 +8,9 @@ Must stay true:
   and msgspec in ``iter_steps`` only);
   neither function raises on any input: blank, non-JSON, truncated or non-object lines, wrong-typed
   fields, and unknown event or item types are skipped (new codex versions add types);
-- ``iter_steps`` streams: memory is bounded by the items started and not yet completed; the
+- ``iter_steps`` streams, in the order the agent started things: an item (command, tool call,
+  file change) is a step when it completes, in its place, so the steps after an open item are
+  held until it completes (``zwarm.agents.ordering``); memory is bounded by that; the
   bulk of a log (messages, reasoning, commands) is decoded into typed shapes
   (``zwarm.agents.codex.shapes``), the rest as dicts, with the same steps either way;
 - ``scan_outcome`` makes one pass and json-decodes only lines that can change the outcome
@@ -56,6 +58,7 @@ from zwarm.agents.jsonl import list_ as _list
 from zwarm.agents.jsonl import newest as _newest
 from zwarm.agents.jsonl import obj as _obj
 from zwarm.agents.jsonl import str_ as _str
+from zwarm.agents.ordering import InOrder
 from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import Step
 
@@ -230,38 +233,75 @@ _EVENT_STEPS: dict[str, Callable[[Event, OpenItems], list[Step]]] = {
 
 
 def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
-    """Normalized steps of one codex turn, in stream order.
+    """Normalized steps of one codex turn, in the order the agent started them.
 
-    Commands, tool calls and file changes that were started but never completed (the agent was
-    killed) come last, once each, with status ``in_progress``.
+    A command, tool call or file change becomes a step when it completes, in the place it
+    started (``zwarm.agents.ordering``: the steps after an open one are held, boundedly). One
+    started and never completed (the agent was killed, or codex never reported its end)
+    comes in its place with status ``in_progress``. An open item gets its place only once a
+    step comes while it is open: a command that starts and completes with nothing between,
+    the usual case, costs nothing more.
     """
     from zwarm.agents.codex import shapes
 
     fast, fast_step, slow = struct_decoder(shapes.Line), shapes.step, shapes.SLOW
     raw = struct_decoder(shapes.RawLine) if raw_strings_wanted() else None
     open_items: OpenItems = {}
+    order = InOrder(lambda key: _leftover(open_items.pop(key, None)))
     for line in lines:
+        prev = list(open_items) if open_items else None  # open before the line, oldest first
         try:
             typed = raw(line) if raw is not None and raw_safe(line) else fast(line)
             step = fast_step(typed, open_items)
         except STRUCT_ERRORS:
             step = slow
-        if step is None:
-            continue
-        if step is not slow:
-            yield step  # type: ignore[misc]  # a Step: neither None nor SLOW
-            continue
-        event = _decode(line)
-        if event is None:
-            continue
-        handle = _EVENT_STEPS.get(_str(event.get("type")))
-        if handle is not None:
-            yield from handle(event, open_items)
-    for item in open_items.values():
-        if isinstance(item, shapes.Item):
-            yield shapes.command_step(item, "in_progress")
+        steps: list[Step]
+        if step is slow:
+            event = _decode(line)
+            handle = None if event is None else _EVENT_STEPS.get(_str(event.get("type")))
+            steps = handle(event, open_items) if handle is not None else []  # type: ignore[arg-type]
+            if not steps:
+                continue
+        elif step is None:
+            continue  # an item started (placed once a step comes while it is open), or nothing
+        elif open_items or order.held:
+            steps = [step]  # type: ignore[list-item]  # a Step: neither None nor SLOW
         else:
-            yield _LEFTOVER_STEPS[_str(item.get("type"))](item)
+            yield step  # type: ignore[misc]  # nothing open or held: at once
+            continue
+        if not open_items and not order.held:
+            yield from steps  # the one open item ended, or none was open
+            continue
+        _place(order, prev or [], open_items, steps)
+        yield from order.ready()
+    yield from order.finish()
+    for item in open_items.values():  # not reached: every open item has its place
+        yield from _leftover(item)
+
+
+def _place(order: InOrder, prev: list[str], open_items: OpenItems, steps: list[Step]) -> None:
+    """Hold one line's steps, after the places of the items open before it (given now, in
+    the order they started); the steps of an item that just completed (no longer open) go in
+    its place."""
+    for key in prev:
+        if key in open_items:
+            if not order.has(key):
+                order.open(key)
+        elif order.close(key, steps):  # one line completes at most one item
+            return
+    for one in steps:
+        order.add(one)
+
+
+def _leftover(item: Any) -> list[Step]:
+    """What an item started and never completed shows (status ``in_progress``)."""
+    from zwarm.agents.codex import shapes
+
+    if item is None:
+        return []
+    if isinstance(item, shapes.Item):
+        return [shapes.command_step(item, "in_progress")]
+    return [_LEFTOVER_STEPS[_str(item.get("type"))](item)]
 
 
 # --------------------------------------------------------------------------- outcome
@@ -318,9 +358,12 @@ class _Scan:
         self.outcome = TurnOutcome()
         self.messages: deque[bytes] = deque(maxlen=_CANDIDATES)
         self.errors: deque[bytes] = deque(maxlen=_CANDIDATES)
+        self.items = False  # an item event was seen: the model answered (output, a command)
 
     def typed(self, kind: bytes, line: bytes, end: int) -> None:
         """A line whose first key is ``"type"`` (value ``kind``), in any spacing."""
+        if kind.startswith(b"item."):
+            self.items = True
         if kind == b"item.completed":
             at = _markers().type_value.search(line, end)  # the item's own type: the next one
             if at is not None and line.startswith(_AGENT_MESSAGE_VALUE, at.end()):
@@ -336,6 +379,7 @@ class _Scan:
         """A line whose first key is not ``"type"``: whole-line markers, then a decode."""
         m = _markers()
         if m.item.search(line):
+            self.items = True
             if m.agent_message.search(line) and m.item_completed.search(line):
                 self.messages.append(line)
         elif m.completed.search(line) or m.failed.search(line):
@@ -366,7 +410,9 @@ class _Scan:
         self.outcome.final_message = _newest(self.messages, _agent_message_text)
         if self.outcome.status is None:
             self.outcome.error = _newest(self.errors, _error_event_message)
-        elif self.outcome.status is Status.FAILED and self.outcome.error:
+        if self.outcome.status is Status.FAILED:
+            self.outcome.unanswered = not self.items
+        if self.outcome.status is Status.FAILED and self.outcome.error:
             typed = classify(self.outcome.error, time.time() if now is None else now)
             o = self.outcome
             o.reason, o.retry_after_s, o.reset_at = typed
@@ -514,6 +560,7 @@ def scan_outcome(lines: Iterable[bytes], now: float | None = None) -> TurnOutcom
         if type(line) is not bytes:
             line = _as_bytes(line)
         if line.startswith(_HEAD_ITEM):  # compact item event: item.started/updated never matter
+            scan.items = True
             if line.startswith(_HEAD_ITEM_COMPLETED):
                 # The item's own type is the next type key (serde writes it right after "id");
                 # agent messages, the only items that matter, hold no nested objects before it.

@@ -36,6 +36,17 @@ DEFAULT_PRICES: dict[str, dict[str, float]] = {
     "gemini-3-flash-preview": {"input": 0.50, "cached_input": 0.05, "output": 3.0},
     "gemini-3-pro-preview": {"input": 2.0, "cached_input": 0.2, "output": 12.0},
     "gemini-3.1-pro-preview": {"input": 2.0, "cached_input": 0.2, "output": 12.0},
+    # The models the pinned CLI (0.61.0) routes ``auto`` and its side calls to by default
+    # (its DEFAULT_GEMINI_FLASH_MODEL, the flash-lite alias and their GA mappings): Google's
+    # list prices as transcribed from ai.google.dev/gemini-api/docs/pricing on 2026-10-07
+    # (github.com/api-evangelist/deepmind, plans/deepmind-plans-pricing.yml): 3.5 Flash
+    # $1.50/$9, 3.5 Flash-Lite $0.30/$2.50, 3.8 Flash $0.75/$3.75 (an introductory price
+    # through Dec 31 2026, $1.50/$7.50 from Jan 1 2027); 3.1 Flash-Lite $0.25/$0.025/$1.50
+    # (modelpedia.dev and cloudprice.net, Google AI's standard tier). Cached input at 90% off.
+    "gemini-3.5-flash": {"input": 1.50, "cached_input": 0.15, "output": 9.0},
+    "gemini-3.5-flash-lite": {"input": 0.30, "cached_input": 0.03, "output": 2.50},
+    "gemini-3.8-flash": {"input": 0.75, "cached_input": 0.075, "output": 3.75},
+    "gemini-3.1-flash-lite": {"input": 0.25, "cached_input": 0.025, "output": 1.50},
 }
 
 

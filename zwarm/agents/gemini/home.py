@@ -38,16 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from zwarm.agents.gemini import AUTH_TYPES
+from zwarm.env import looks_secret
 from zwarm.errors import InvalidInput
 
 HOME_DIR = "gemini-home"
 MARKER = "ZWARM_SESSION_ID"  # zwarm.runtime.procs.MARKER (agents never import the runtime)
 # what the engine puts in every agent's environment and its shell commands need: the marker,
-# and the parent/state dir by which a `zwarm spawn` from inside becomes a child session
-KEEP = (MARKER, "ZWARM_PARENT_SESSION", "ZWARM_DIR")
+# and the parent/state dir by which a `zwarm spawn` from inside becomes a child session, and
+# the launcher it runs zwarm with (zwarm.engine.tree)
+KEEP = (MARKER, "ZWARM_PARENT_SESSION", "ZWARM_DIR", "ZWARM")
 
 MAX_USER_SETTINGS = 1 << 20
-_SECRET_KEY = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
 _ENV_REF = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)$")
 _NEEDS: dict[str, Any] = {
     "privacy": {"usageStatisticsEnabled": False},
@@ -124,7 +125,7 @@ def without_secrets(value: Any, key: str = "") -> Any:
         return {k: v for k, v in kept.items() if v is not _DROP}
     if isinstance(value, list):
         return [v for v in (without_secrets(v, key) for v in value) if v is not _DROP]
-    if isinstance(value, str) and _SECRET_KEY.search(key) and not _ENV_REF.match(value):
+    if isinstance(value, str) and looks_secret(key) and not _ENV_REF.match(value):
         return _DROP
     return value
 

@@ -18,6 +18,7 @@
     token: null,
     info: null,
     rows: new Map(),
+    loaded: false, // the board's first snapshot came: until then it says "loading", not "none"
     board: null, // the /api/events stream
     view: null, // {id, stream, detail, steps}
     drawQueued: false,
@@ -41,10 +42,59 @@
     if (n < 1e6) return (n / 1e3).toFixed(n < 1e4 ? 1 : 0) + "k";
     return (n / 1e6).toFixed(n < 1e7 ? 1 : 0) + "M";
   }
-  function fmtCost(c, source) {
-    if (c === null || c === undefined) return source === "unknown" ? "?" : "-";
-    const v = c < 0.01 ? c.toFixed(4) : c.toFixed(2);
-    return (source === "estimated" ? "~$" : "$") + v;
+  // as the CLI's _no_exit (zwarm/cli/render.py): what a command without an exit code says
+  function noExit(status) {
+    if (status === "in_progress") return "running";
+    if (status === "unfinished") return "did not finish";
+    return status || "no exit code";
+  }
+  // as the CLI's command_text: the command inside a shell wrapper (bash -lc 'X' -> X)
+  function commandText(command) {
+    const text = String(command || "");
+    const head = text.split(" ");
+    if (head.length < 3 || !SHELLS.has(head[0].split("/").pop())) return text;
+    if (!/^-[A-Za-z]*c[A-Za-z]*$/.test(head[1])) return text;
+    const words = shellWords(text);
+    return words && words.length === 3 && words[2].trim() ? words[2] : text;
+  }
+  const SHELLS = new Set(["sh", "bash", "zsh", "dash", "ksh"]);
+  // POSIX shell words (as Python's shlex.split): null when a quote is left open
+  function shellWords(text) {
+    const words = [];
+    let word = null;
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i];
+      if (c === " " || c === "\t" || c === "\r" || c === "\n") {
+        if (word !== null) words.push(word);
+        word = null;
+      } else if (c === "'") {
+        const end = text.indexOf("'", i + 1);
+        if (end < 0) return null;
+        word = (word || "") + text.slice(i + 1, end);
+        i = end;
+      } else if (c === '"') {
+        word = word || "";
+        for (i++; i < text.length && text[i] !== '"'; i++) {
+          if (text[i] === "\\" && i + 1 < text.length && '\\"'.includes(text[i + 1])) i++;
+          word += text[i];
+        }
+        if (i >= text.length) return null;
+      } else if (c === "\\") {
+        if (i + 1 >= text.length) return null;
+        word = (word || "") + text[++i];
+      } else {
+        word = (word || "") + c;
+      }
+    }
+    if (word !== null) words.push(word);
+    return words;
+  }
+  // as the CLI's fmt_cost (zwarm/cli/render.py): "?" when nothing is known, "≥ " before the
+  // known part of a cost with unknown parts, "~" when estimated from token prices
+  function fmtCost(c, source, complete) {
+    if (c === null || c === undefined) return "?";
+    const v = c < 1 ? c.toFixed(4) : c.toFixed(2);
+    return (complete === false ? "≥ " : "") + (source === "estimated" ? "~$" : "$") + v;
   }
   function fmtAge(iso) {
     if (!iso) return "-";
@@ -228,6 +278,7 @@
       (event, data) => {
         if (event === "snapshot") {
           state.rows = new Map(data.sessions.map((r) => [r.id, r]));
+          state.loaded = true;
         } else if (event === "session") {
           state.rows.set(data.id, data);
         } else if (event === "removed") {
@@ -259,7 +310,8 @@
     const body = el("tbody");
     for (const r of rows.slice(0, MAX_ROWS)) body.append(boardRow(r));
     $("sessions").tBodies[0].replaceWith(body);
-    $("empty").hidden = rows.length > 0;
+    $("loading").hidden = state.loaded;
+    $("empty").hidden = !state.loaded || rows.length > 0;
     $("more").hidden = rows.length <= MAX_ROWS;
     $("more").textContent = `${rows.length - MAX_ROWS} older sessions not shown`;
   }
@@ -280,7 +332,7 @@
       el("td", "c-agent", r.adapter || "-"),
       el("td", "c-model", oneLine(r.model || "default", 28)),
       el("td", "num c-tokens", fmtTokens(tokensOf(r))),
-      el("td", "num c-cost", fmtCost(r.cost_usd, r.cost_source)),
+      el("td", "num c-cost", fmtCost(r.cost_usd, r.cost_source, r.cost_complete)),
       el("td", "c-age", fmtAge(r.created_at)),
       el("td", "c-step", oneLine(step, 160)),
     );
@@ -393,7 +445,7 @@
       ["model", d.model || "default"],
       ["turns", d.turns + (d.queued && d.queued.length ? ` (+${d.queued.length} queued)` : "")],
       ["tokens", fmtTokens(tokensOf(d)) + (ACTIVE.has(d.status) ? " so far" : "")],
-      ["cost", fmtCost(d.cost_usd, d.cost_source)],
+      ["cost", fmtCost(d.cost_usd, d.cost_source, d.cost_complete)],
       ["age", fmtAge(d.created_at)],
       ["cwd", d.cwd],
     ];
@@ -434,7 +486,7 @@
         el("td", "", t.duration_s !== undefined ? t.duration_s.toFixed(1) + " s" : "-"),
         el("td", "", t.exit_code ?? (t.signal ? "sig " + t.signal : "-")),
         el("td", "num", fmtTokens(t.usage ? t.usage.total_tokens : null)),
-        el("td", "num c-cost", fmtCost(t.cost_usd, view.detail.cost_source)),
+        el("td", "num c-cost", fmtCost(t.cost_usd, null)),
         what,
       );
       table.append(tr);
@@ -471,9 +523,9 @@
       label("reasoning");
       d.append(longText(s.text));
     } else if (kind === "command") {
-      d.append(el("span", "cmd", "$ " + (s.command || "")));
+      d.append(el("span", "cmd", "$ " + commandText(s.command)));
       const code = s.exit_code;
-      const ended = code !== null && code !== undefined ? "exit " + code : s.status === "in_progress" ? "running" : s.status || "no exit code";
+      const ended = code !== null && code !== undefined ? "exit " + code : noExit(s.status);
       d.append(el("span", code === 0 ? "ok" : "bad", " (" + ended + ")"));
       if (s.output && s.output.trim()) d.append(block(s.output));
     } else if (kind === "file_change") {

@@ -1,0 +1,272 @@
+"""Nothing an agent writes into a git repository makes zwarm's git run a program.
+
+An agent controls its working tree: the files, a ``.gitattributes``, nested repositories
+(``git init sub``), the worktree's ``.git`` file, and (unsandboxed, in a worktree of the
+user's repository or in the repository itself) the repository's shared ``.git/config`` and
+hooks. Every config key that can make git execute something is planted here, each pointing
+at a script that leaves a marker file, in three ways: in the repository's own config and
+hooks, in a nested repository inside the worktree, and in a repository of the agent's own
+that the worktree's ``.git`` is redirected to. Then zwarm takes its after-turn snapshot and
+runs ``diff``, ``merge`` and ``rm``: no marker may ever appear. A final check runs plain git
+(not zwarm's) on the same trees and sees the markers appear: the plants are live, so the
+test can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ZW
+from tests.workspace.conftest import Repo, agent
+
+HOOKS = [
+    *("pre-commit", "pre-merge-commit", "prepare-commit-msg", "commit-msg", "post-commit"),
+    *("post-merge", "post-checkout", "post-rewrite", "reference-transaction"),
+    *("post-index-change", "fsmonitor-watchman", "pre-auto-gc", "pre-push", "push-to-checkout"),
+]
+PROGRAMS = [  # one marker script per config key that names a program
+    *("fsmonitor", "ssh", "editor", "seqeditor", "pager", "askpass", "altrefs", "proxy"),
+    *("clean", "smudge", "process", "extdiff", "textconv", "diffcmd", "mergedriver", "gpg"),
+    *("gpgssh", "gpgx509", "gpgopenpgp", "sshkeycmd", "cred", "pagerlog", "uploadpack"),
+    *("receivepack", "packhook", "incclean", "incifclean"),
+]
+
+
+def _tools(tmp: Path) -> tuple[Path, Path, Path]:
+    """The marker scripts (one per key), a hooks folder (one per hook) and the marks folder."""
+    bin_, hooks, marks = tmp / "evil-bin", tmp / "evil-hooks", tmp / "marks"
+    for d in (bin_, hooks, marks):
+        d.mkdir()
+    for name in PROGRAMS:
+        body = "exit 1" if name == "process" else "cat"
+        _script(bin_ / name, f'#!/bin/sh\ntouch "{marks}/{name}"\n{body}\n')
+    for hook in HOOKS:
+        _script(hooks / hook, f'#!/bin/sh\ntouch "{marks}/hook-{hook}"\nexit 0\n')
+    return bin_, hooks, marks
+
+
+def _script(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def _config(bin_: Path, hooks: Path, inc: Path) -> str:
+    """A git config that would run a marker script for every key that can execute one."""
+    b = str(bin_)
+    return f"""
+[core]
+\tfsmonitor = {b}/fsmonitor
+\thooksPath = {hooks}
+\tsshCommand = {b}/ssh
+\teditor = {b}/editor
+\tpager = {b}/pager
+\taskPass = {b}/askpass
+\talternateRefsCommand = {b}/altrefs
+\tgitProxy = {b}/proxy
+\tuntrackedCache = true
+[sequence]
+\teditor = {b}/seqeditor
+[filter "evil"]
+\tclean = {b}/clean
+\tsmudge = {b}/smudge
+\tprocess = {b}/process
+\trequired = true
+[diff]
+\texternal = {b}/extdiff
+\tsubmodule = log
+[diff "evil"]
+\ttextconv = {b}/textconv
+\tcommand = {b}/diffcmd
+[merge "evil"]
+\tdriver = {b}/mergedriver %O %A %B
+[merge]
+\tverifySignatures = true
+[gpg]
+\tprogram = {b}/gpg
+[gpg "openpgp"]
+\tprogram = {b}/gpgopenpgp
+[gpg "ssh"]
+\tprogram = {b}/gpgssh
+\tdefaultKeyCommand = {b}/sshkeycmd
+[gpg "x509"]
+\tprogram = {b}/gpgx509
+[commit]
+\tgpgSign = true
+[tag]
+\tgpgSign = true
+[log]
+\tshowSignature = true
+[credential]
+\thelper = {b}/cred
+[pager]
+\tlog = {b}/pagerlog
+\tdiff = {b}/pagerlog
+[submodule]
+\trecurse = true
+[status]
+\tsubmoduleSummary = true
+[remote "origin"]
+\turl = ssh://example.invalid/x
+\tuploadpack = {b}/uploadpack
+\treceivepack = {b}/receivepack
+[uploadpack]
+\tpackObjectsHook = {b}/packhook
+[include]
+\tpath = {inc}/plain.inc
+[includeIf "gitdir:/"]
+\tpath = {inc}/cond.inc
+"""
+
+
+ATTRIBUTES = "* filter=evil diff=evil merge=evil\n*.i filter=inc\n*.j filter=incif\n"
+
+
+def _plant_script(tmp: Path, where: str) -> str:
+    """The agent's shell command: change files, then plant everything ``where``:
+    ``repo`` (the repository's shared config and hooks, as ``git config`` in a worktree
+    writes them), ``nested`` (a repository of its own inside the worktree) or ``redirect``
+    (the worktree's ``.git`` pointed at a repository of its own)."""
+    bin_, hooks, _ = _tools(tmp)
+    inc = tmp / "inc"
+    inc.mkdir()
+    (inc / "plain.inc").write_text(f'[filter "inc"]\n\tclean = {bin_}/incclean\n')
+    (inc / "cond.inc").write_text(f'[filter "incif"]\n\tclean = {bin_}/incifclean\n')
+    conf = tmp / "evil.config"
+    conf.write_text(_config(bin_, hooks, inc))
+    who = "-c user.name=a -c user.email=a@b"
+    steps = [
+        "set -e",
+        "unset GIT_DIR GIT_INDEX_FILE GIT_WORK_TREE",
+        "echo work > work.txt; echo i > x.i; echo j > y.j",
+        f"printf '{ATTRIBUTES}' > .gitattributes",
+    ]
+    if where == "repo":
+        gd = "$(git rev-parse --path-format=absolute --git-common-dir)"
+        steps += [
+            f'cat "{conf}" >> "{gd}/config"',
+            f'for h in {" ".join(HOOKS)}; do cp "{hooks}/$h" "{gd}/hooks/$h"; done',
+        ]
+    elif where == "nested":
+        steps += [
+            "git init -q sub",
+            f"git -C sub {who} commit -q --allow-empty -m nested",
+            "echo s > sub/s.txt",
+            f"printf '{ATTRIBUTES}' > sub/.gitattributes",
+            f'cat "{conf}" >> sub/.git/config',
+            f'for h in {" ".join(HOOKS)}; do cp "{hooks}/$h" sub/.git/hooks/$h; done',
+        ]
+    else:
+        steps += [
+            'git init -q "$PWD/.own"',
+            f'cat "{conf}" >> .own/.git/config',
+            f'for h in {" ".join(HOOKS)}; do cp "{hooks}/$h" .own/.git/hooks/$h; done',
+            "printf 'gitdir: %s\\n' \"$PWD/.own/.git\" > .git",
+        ]
+    script = tmp / f"plant-{where}.sh"
+    script.write_text("\n".join(steps) + "\n")
+    return f"sh {script}"
+
+
+def _marks(zw: ZW) -> list[str]:
+    return sorted(os.listdir(zw.tmp / "marks"))
+
+
+def _plain_git(tree: Path, env: dict[str, str], *args: str) -> None:
+    """git as a user runs it (nothing turned off)."""
+    subprocess.run(
+        ["git", "-c", "user.name=a", "-c", "user.email=a@b", *args],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize("where", ["repo", "nested"])
+def test_planted_config_runs_nothing_in_snapshot_diff_merge_and_rm(
+    zw: ZW, repo: Repo, where: str
+) -> None:
+    shell = _plant_script(zw.tmp, where)
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", "ev", env_extra=agent(shell))
+    zw.wait(sid)
+    d = zw.json("show", sid)
+    tree = Path(d["workspace"]["tree"])
+    assert (tree / "work.txt").exists()
+    turn = d["turns_detail"][0]
+    assert turn["before"] and turn["after"], (zw.session_dir(sid) / "supervisor.log").read_text()
+    assert _marks(zw) == []  # the after-turn snapshot ran nothing
+    files = {f["path"] for f in zw.json("diff", "ev")["files"]}
+    assert {"work.txt", "x.i", "y.j", ".gitattributes"} <= files
+    assert ("sub" in files) == (where == "nested")
+    zw.run("diff", "ev", check=True)
+    zw.run("diff", "ev", "--stat", check=True)
+    assert _marks(zw) == []
+    res = zw.json("merge", "ev")  # commits the leftovers, merges into the user's checkout
+    assert res["merged"] and res["committed"]
+    assert (repo.path / "work.txt").read_text() == "work\n"
+    assert (repo.path / "x.i").read_text() == "i\n"  # stored as on disk: no filter ran
+    assert _marks(zw) == []
+    if where == "nested":
+        shutil.copytree(tree / "sub", zw.tmp / "sub-copy", symlinks=True)
+    zw.run("rm", "ev", check=True)  # merged: nothing would be lost (log, status ran)
+    assert not tree.exists()
+    assert _marks(zw) == []
+    # the plants are live: git as the user runs it executes them
+    target = zw.tmp / "sub-copy" if where == "nested" else repo.path
+    (target / "new.txt").write_text("n\n")
+    _plain_git(target, repo.env, "status")
+    _plain_git(target, repo.env, "add", "-A")
+    _plain_git(target, repo.env, "commit", "-q", "--allow-empty", "-m", "x")
+    assert {"fsmonitor", "process"} <= set(_marks(zw))
+
+
+def test_a_redirected_dot_git_is_refused_and_runs_nothing(zw: ZW, repo: Repo) -> None:
+    shell = _plant_script(zw.tmp, "redirect")
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", "rd", env_extra=agent(shell))
+    zw.wait(sid)
+    d = zw.json("show", sid)
+    tree = Path(d["workspace"]["tree"])
+    refused = f"Error: {tree}/.git no longer points at the repository {repo.path}: refused"
+    assert d["turns_detail"][0]["after"] is None  # no snapshot of a tree that is not the repo's
+    log = (zw.session_dir(sid) / "supervisor.log").read_text()
+    assert "no after snapshot of turn 1" in log and "no longer points at the repository" in log
+    for cmd in (["diff", "rd"], ["merge", "rd"], ["rm", "rd"]):
+        res = zw.run(*cmd)
+        assert res.returncode == 1 and res.stderr.strip() == refused, (cmd, res.stderr)
+    assert "zwarm/rd" in repo.branches() and tree.is_dir()
+    assert _marks(zw) == []
+    zw.run("rm", "rd", "--force", check=True)  # removes the folder; runs no git in it
+    assert not tree.exists() and "zwarm/rd" not in repo.branches()
+    assert repo.worktrees() == [str(repo.path)]
+    assert _marks(zw) == []
+    # the plant was live: git run in such a tree follows the .git file
+    (zw.tmp / "again").mkdir()
+    (zw.tmp / "again" / ".gitattributes").write_text(ATTRIBUTES)
+    (zw.tmp / "again" / "f.txt").write_text("f\n")
+    _plain_git(zw.tmp / "again", repo.env, "init", "-q")
+    with (zw.tmp / "again" / ".git" / "config").open("a") as f:
+        f.write((zw.tmp / "evil.config").read_text())
+    _plain_git(zw.tmp / "again", repo.env, "add", "-A")
+    _plain_git(zw.tmp / "again", repo.env, "commit", "-q", "--allow-empty", "-m", "x")
+    assert {"fsmonitor", "process"} <= set(_marks(zw))
+
+
+def test_a_shared_session_planting_in_the_users_repository_runs_nothing(zw: ZW, repo: Repo) -> None:
+    """Without a worktree the agent writes the user's checkout and its .git itself."""
+    shell = _plant_script(zw.tmp, "repo")
+    sid = zw.spawn("t", "-C", str(repo.path), env_extra=agent(shell))
+    zw.wait(sid)
+    d = zw.json("show", sid)
+    assert d["turns_detail"][0]["after"], (zw.session_dir(sid) / "supervisor.log").read_text()
+    assert {"work.txt", "x.i"} <= {f["path"] for f in zw.json("diff", sid)["files"]}
+    other = zw.tmp / "elsewhere"
+    _plain_git(zw.tmp, repo.env, "clone", "-q", "--no-hardlinks", str(repo.path), str(other))
+    zw.run("apply", sid, cwd=other, check=True)
+    zw.run("rm", sid, check=True)
+    assert _marks(zw) == []
