@@ -15,6 +15,7 @@ mapped value checked, the new file's text) and ``write``. Must stay true:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -233,8 +234,8 @@ def write(p: Plan) -> None:
     """Write ``p``: the 3.x config.toml first kept as ``config.toml.zwarm3`` (never
     overwritten), then config.toml replaced atomically, if it is still what was read."""
     from zwarm import config as config_mod
-    from zwarm.errors import InvalidInput
-    from zwarm.store.files import atomic_write, read_file, write_private
+    from zwarm.errors import InvalidInput, StoreError
+    from zwarm.store.files import atomic_write, fsync_dir, read_file
 
     if p.raw is not None:
         try:
@@ -243,10 +244,20 @@ def write(p: Plan) -> None:
             now = None
         if now != p.raw:
             raise InvalidInput(f"{p.path} changed while upgrading: run it again")
+        # the copy written whole and fsynced first, then linked in: never a partial backup,
+        # never one over another, on disk before config.toml is replaced
+        tmp = p.root / f".{p.backup.name}.{os.getpid()}.tmp"
+        atomic_write(tmp, p.raw)
         try:
-            write_private(p.backup, p.raw, replace=False)
+            os.link(tmp, p.backup)
         except FileExistsError:
             raise InvalidInput(f"{p.backup} already exists: move it away first") from None
+        except OSError as e:
+            raise StoreError(f"cannot write {p.backup}: {e.strerror}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        fsync_dir(p.root)
     atomic_write(p.path, p.text.encode("utf-8"))
 
 
