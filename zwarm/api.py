@@ -320,6 +320,7 @@ class Zwarm:
 
     def _check_agent(self, mgr: BaseSessionManager) -> None:
         self.config.require(mgr.name)  # its supervisor will use every key: refuse now, not there
+        self.config.require_limits()  # a loosened limit is never used: say so, and refuse
         cmd = self.config.command(mgr.name)[0]
         path_var = mgr.agent_env().get("PATH", os.defpath)
         import shutil
@@ -507,6 +508,19 @@ class Zwarm:
             r["launcher_state"] = _launcher_state(probe, got)
             r["shown_status"] = probe.label()
         return r
+
+    def launcher_says(self, sessions: list[Session]) -> dict[str, dict[str, Any]]:
+        """What the launchers of ``sessions``' running turns say of them, as a listing's rows
+        carry it (``launcher_state``, ``shown_status``; see ``_listed``): one query per
+        launcher (a cluster's queue is asked once for all). The dashboard's live rows
+        (``serve.streams``) show a pending Slurm job as ``zwarm ls`` does."""
+        running = [s for s in sessions if s.status in RUNS]
+        probes = self._survey(running)
+        return {
+            s.id: {"launcher_state": _launcher_state(p, s), "shown_status": p.label()}
+            for s in running
+            if (p := probes.get(s.id)) is not None
+        }
 
     def _survey(self, sessions: list[Session]) -> dict[str, Probe]:
         """Probes of the running sessions' turns: one query per launcher (``runtime.survey``:
@@ -1007,7 +1021,7 @@ class Zwarm:
                     ) from None
                 self._remove(sid, None)
                 return sid
-            if s.status in ACTIVE and not (s.status in RUNS and not self._alive(s)):
+            if s.status in ACTIVE and not self.reader(s.adapter).is_lost(s):
                 if skip_busy:
                     return None
                 if not force:
@@ -1064,6 +1078,11 @@ class Zwarm:
     def session_ids(self) -> list[str]:
         """The ids of every session on disk (damaged ones included); reads no meta.json."""
         return self.store.list_ids()
+
+    def check_limits(self) -> None:
+        """``LoosenedLimit`` if config.toml loosens a limit past its trusted value: what a
+        command that starts agents checks first (no read ever gets the looser value)."""
+        self.config.require_limits()
 
     def setting(self, table: str, key: str) -> Any:
         """A validated ``config.toml`` value (its default when unset); ``ConfigError`` if the

@@ -427,11 +427,29 @@ def test_failed_bash_takes_exit_code_from_its_output() -> None:
     ]
 
 
-def test_pending_bash_appears_once_at_the_end() -> None:
+def test_pending_bash_appears_once_where_it_was_called() -> None:
     lines = jl(init(), tool_use("b1", "Bash", {"command": "sleep 100"}), text("waiting"))
     assert list(iter_steps(lines)) == [
-        msg("waiting"),
         command("sleep 100", None, "", "in_progress"),
+        msg("waiting"),
+    ]
+
+
+def test_a_bash_call_stays_where_it_was_made() -> None:
+    """Issue 30: steps keep the order the agent started them, a slow command's included."""
+    lines = jl(
+        init(),
+        tool_use("b1", "Bash", {"command": "make"}),
+        text("while make runs"),
+        tool_result("b1", "ok"),
+        tool_use("b2", "Bash", {"command": "sleep 100"}),
+        text("Done."),
+    )
+    assert list(iter_steps(lines)) == [
+        command("make", 0, "ok", "completed"),
+        msg("while make runs"),
+        command("sleep 100", None, "", "in_progress"),
+        msg("Done."),
     ]
     assert scan_outcome(lines).status is None
 

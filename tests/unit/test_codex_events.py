@@ -643,9 +643,9 @@ def test_steps_keep_the_order_the_agent_started_them() -> None:
 
 
 def test_steps_held_behind_an_open_item_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import zwarm.agents.codex.events as ev
+    import zwarm.agents.ordering as ordering
 
-    monkeypatch.setattr(ev, "HOLD_STEPS", 3)
+    monkeypatch.setattr(ordering, "HOLD_STEPS", 3)
     lost = {"id": "c1", "type": "command_execution", "command": "sleep 100",
             "aggregated_output": "", "exit_code": None, "status": "in_progress"}  # fmt: skip
     says = [done({"id": f"m{i}", "type": "agent_message", "text": f"{i}"}) for i in range(6)]

@@ -122,8 +122,8 @@ def test_refused_and_unfinished_tools() -> None:
                  parameters={"file_path": "a.txt", "content": "x"})  # fmt: skip
     other = line(type="tool_use", tool_name="read_file", tool_id="r1", parameters={"p": 1})
     steps = list(events.iter_steps([use, write, other]))  # killed before any result
-    assert [s["kind"] for s in steps] == ["tool_call", "command", "file_change"]
-    assert steps[1]["status"] == steps[2]["status"] == "in_progress"
+    assert [s["kind"] for s in steps] == ["command", "file_change", "tool_call"]  # as called
+    assert steps[0]["status"] == steps[1]["status"] == "in_progress"
     failed = line(type="tool_result", tool_id="w1", status="error",
                   error={"type": "file_write_failure", "message": "EACCES"})  # fmt: skip
     call, result = events.iter_steps([write, failed])

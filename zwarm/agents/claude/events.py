@@ -13,9 +13,9 @@ Must stay true:
 - ``iter_steps`` streams (assistant and user lines, the bulk of a log, decoded into typed
   shapes, ``zwarm.agents.claude.shapes``, with the same steps as the dict path); it keeps
   only tool names by id and the tool calls still waiting for
-  their result. A ``Bash`` call is one ``command`` step, emitted when its result arrives (or at
-  the end, ``in_progress``, if it never does); file-editing tools add a ``file_change`` step
-  after a successful result;
+  their result. A ``Bash`` call is one ``command`` step, made when its result arrives, in the
+  place the call was made (``in_progress`` if it never does: ``zwarm.agents.ordering``);
+  file-editing tools add a ``file_change`` step after a successful result;
 - failure is ``result.is_error`` (whatever the ``subtype``: an API error ends in subtype
   "success" with ``is_error`` true);
 - ``scan_outcome`` makes one pass and json-decodes only lines that can change the outcome,
@@ -63,6 +63,7 @@ from zwarm.agents.jsonl import list_ as _list
 from zwarm.agents.jsonl import newest as _newest
 from zwarm.agents.jsonl import obj as _obj
 from zwarm.agents.jsonl import str_ as _str
+from zwarm.agents.ordering import InOrder
 from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import Step
 
@@ -148,7 +149,7 @@ def _on_tool_use(block: dict[str, Any], calls: _Calls) -> list[Step]:
     calls.names[call_id] = name
     if name == "Bash":
         calls.bash[call_id] = _str(args.get("command"))
-        return []
+        return [{"kind": _OPEN, "id": call_id}]  # its place: iter_steps holds what follows
     if name in _FILE_TOOLS:
         path = _str(args.get("file_path")) or _str(args.get("notebook_path"))
         calls.edits[call_id] = {"path": path, "kind": _FILE_TOOLS[name]}
@@ -193,6 +194,7 @@ def _result_steps(
         declined = call_id in rejected  # never ran: no exit code
         return [
             {
+                _OF: call_id,  # goes in its place (iter_steps takes this key out)
                 "kind": "command",
                 "command": calls.bash.pop(call_id),
                 "exit_code": None if declined else _bash_exit_code(is_error, head, extra),
@@ -290,39 +292,53 @@ _LINE_STEPS: dict[str, Callable[[Event, _Calls], list[Step]]] = {
 
 
 def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
-    """Normalized steps of one claude turn, in stream order.
-
-    Bash calls that never got their result (the agent was killed) come last, once each, with
-    status ``in_progress`` and no exit code.
+    """Normalized steps of one claude turn, in the order the agent started them: a Bash call's
+    ``command`` step (made when its result arrives) comes where the call was made, the steps
+    after it held meanwhile (``zwarm.agents.ordering``). One that never got its result (the
+    agent was killed) comes in its place with status ``in_progress`` and no exit code.
     """
     from zwarm.agents.claude import shapes
 
     fast, slow = struct_decoder(shapes.Line), shapes.SLOW
     raw = struct_decoder(shapes.RawLine) if raw_strings_wanted() else None
     calls = _Calls()
+    order = InOrder(lambda key: _unended(calls.bash.pop(key, None)))
     for line in lines:
+        was_open = bool(calls.bash)
         try:
             typed = raw(line) if raw is not None and raw_safe(line) else fast(line)
             steps = _fast_steps(typed, calls, shapes)
         except STRUCT_ERRORS:
             steps = slow
-        if steps is not slow:
+        if steps is slow:
+            event = _decode(line)
+            handle = None if event is None else _LINE_STEPS.get(_str(event.get("type")))
+            steps = handle(event, calls) if handle is not None else []  # type: ignore[arg-type]
+        if not (was_open or calls.bash or order.held):
             yield from steps  # type: ignore[misc]  # a list of steps: not SLOW
             continue
-        event = _decode(line)
-        if event is None:
-            continue
-        handle = _LINE_STEPS.get(_str(event.get("type")))
-        if handle is not None:
-            yield from handle(event, calls)
-    for command in calls.bash.values():
-        yield {
-            "kind": "command",
-            "command": command,
-            "exit_code": None,
-            "output": "",
-            "status": "in_progress",
-        }
+        for step in steps:  # type: ignore[attr-defined]
+            if step["kind"] == _OPEN:
+                order.open(step["id"])
+            elif _OF not in step or not order.close(step.pop(_OF), [step]):
+                order.add(step)
+        yield from order.ready()
+    for step in order.finish():
+        step.pop(_OF, None)
+        yield step
+    for command in calls.bash.values():  # not reached: every open call has its place
+        yield from _unended(command)
+
+
+_OPEN = "_open"  # a Bash call's place among the steps (never yielded)
+_OF = "_of"  # the call a Bash command step ends (taken out before it is yielded)
+
+
+def _unended(command: str | None) -> list[Step]:
+    if command is None:
+        return []
+    return [{"kind": "command", "command": command, "exit_code": None, "output": "",
+             "status": "in_progress"}]  # fmt: skip
 
 
 def _fast_steps(line: Any, calls: _Calls, shapes: Any) -> list[Step] | object:

@@ -10,7 +10,7 @@ Must stay true:
   fields, and unknown event or item types are skipped (new codex versions add types);
 - ``iter_steps`` streams, in the order the agent started things: an item (command, tool call,
   file change) is a step when it completes, in its place, so the steps after an open item are
-  held until it completes, at most ``HOLD_STEPS`` of them; memory is bounded by that; the
+  held until it completes (``zwarm.agents.ordering``); memory is bounded by that; the
   bulk of a log (messages, reasoning, commands) is decoded into typed shapes
   (``zwarm.agents.codex.shapes``), the rest as dicts, with the same steps either way;
 - ``scan_outcome`` makes one pass and json-decodes only lines that can change the outcome
@@ -58,6 +58,7 @@ from zwarm.agents.jsonl import list_ as _list
 from zwarm.agents.jsonl import newest as _newest
 from zwarm.agents.jsonl import obj as _obj
 from zwarm.agents.jsonl import str_ as _str
+from zwarm.agents.ordering import InOrder
 from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import Step
 
@@ -235,19 +236,20 @@ def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
     """Normalized steps of one codex turn, in the order the agent started them.
 
     A command, tool call or file change becomes a step when it completes, in the place it
-    started: while one is open, the steps after it are held (at most ``HOLD_STEPS``; past that
-    the oldest open one is given up as still running, where it started). One started and
-    never completed (the agent was killed, or codex never reported its end) comes in its
-    place with status ``in_progress``.
+    started (``zwarm.agents.ordering``: the steps after an open one are held, boundedly). One
+    started and never completed (the agent was killed, or codex never reported its end)
+    comes in its place with status ``in_progress``. An open item gets its place only once a
+    step comes while it is open: a command that starts and completes with nothing between,
+    the usual case, costs nothing more.
     """
     from zwarm.agents.codex import shapes
 
     fast, fast_step, slow = struct_decoder(shapes.Line), shapes.step, shapes.SLOW
     raw = struct_decoder(shapes.RawLine) if raw_strings_wanted() else None
     open_items: OpenItems = {}
-    held: deque[Step | _Place] = deque()  # while an item is open: steps and open items' places
+    order = InOrder(lambda key: _leftover(open_items.pop(key, None)))
     for line in lines:
-        before = len(open_items)
+        prev = list(open_items) if open_items else None  # open before the line, oldest first
         try:
             typed = raw(line) if raw is not None and raw_safe(line) else fast(line)
             step = fast_step(typed, open_items)
@@ -258,78 +260,37 @@ def iter_steps(lines: Iterable[bytes]) -> Iterator[Step]:
             event = _decode(line)
             handle = None if event is None else _EVENT_STEPS.get(_str(event.get("type")))
             steps = handle(event, open_items) if handle is not None else []  # type: ignore[arg-type]
+            if not steps:
+                continue
         elif step is None:
-            steps = []
-        elif held or open_items or before:
+            continue  # an item started (placed once a step comes while it is open), or nothing
+        elif open_items or order.held:
             steps = [step]  # type: ignore[list-item]  # a Step: neither None nor SLOW
         else:
-            yield step  # type: ignore[misc]  # nothing open: the common case, at once
+            yield step  # type: ignore[misc]  # nothing open or held: at once
             continue
-        if not (held or open_items or before):
-            yield from steps
+        if not open_items and not order.held:
+            yield from steps  # the one open item ended, or none was open
             continue
-        _hold(held, open_items, before, steps)
-        if len(held) > HOLD_STEPS:
-            _give_up_oldest(held, open_items)
-        yield from _ready(held)
-    for place in held:
-        if type(place) is dict:
-            yield place
-        else:
-            assert isinstance(place, _Place)
-            item = open_items.pop(place.id, None)
-            yield from place.steps if place.steps is not None else _leftover(item)
+        _place(order, prev or [], open_items, steps)
+        yield from order.ready()
+    yield from order.finish()
     for item in open_items.values():  # not reached: every open item has its place
         yield from _leftover(item)
 
 
-HOLD_STEPS = 10_000  # steps held behind an open item before it is given up as still running
-
-
-class _Place:
-    """Where an open item's step goes, once it completes (``steps``)."""
-
-    __slots__ = ("id", "steps")
-
-    def __init__(self, item_id: str) -> None:
-        self.id = item_id
-        self.steps: list[Step] | None = None
-
-
-def _hold(held: deque[Any], open_items: OpenItems, before: int, steps: list[Step]) -> None:
-    """One line's steps into ``held``: an item that started gets its place; one that
-    completed fills its place with its step (one line opens or closes at most one item)."""
-    if len(open_items) > before:
-        held.append(_Place(next(reversed(open_items))))
-        held.extend(steps)
-        return
-    if len(open_items) < before:
-        for place in held:
-            if type(place) is _Place and place.steps is None and place.id not in open_items:
-                place.steps = steps
-                return
-    held.extend(steps)
-
-
-def _ready(held: deque[Any]) -> Iterator[Step]:
-    """The steps at the front of ``held`` that no open item precedes, taken out."""
-    while held:
-        first = held[0]
-        if type(first) is dict:
-            yield held.popleft()
-        elif first.steps is not None:
-            yield from held.popleft().steps
-        else:
+def _place(order: InOrder, prev: list[str], open_items: OpenItems, steps: list[Step]) -> None:
+    """Hold one line's steps, after the places of the items open before it (given now, in
+    the order they started); the steps of an item that just completed (no longer open) go in
+    its place."""
+    for key in prev:
+        if key in open_items:
+            if not order.has(key):
+                order.open(key)
+        elif order.close(key, steps):  # one line completes at most one item
             return
-
-
-def _give_up_oldest(held: deque[Any], open_items: OpenItems) -> None:
-    """The oldest open item, as still running where it started: its end, if it ever comes,
-    is then a step of its own where it comes."""
-    for place in held:
-        if type(place) is _Place and place.steps is None:
-            place.steps = _leftover(open_items.pop(place.id, None))
-            return
+    for one in steps:
+        order.add(one)
 
 
 def _leftover(item: Any) -> list[Step]:

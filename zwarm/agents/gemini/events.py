@@ -45,6 +45,7 @@ from zwarm.agents.jsonl import dict_ as _dict
 from zwarm.agents.jsonl import int_ as _int
 from zwarm.agents.jsonl import obj as _obj
 from zwarm.agents.jsonl import str_ as _str
+from zwarm.agents.ordering import InOrder
 from zwarm.model import Reason, Status, TurnOutcome, Usage
 from zwarm.model.steps import Step
 
@@ -129,10 +130,10 @@ def _on_tool_result(event: Event, st: _State) -> list[Step]:
     name, args = st.calls.pop(tool_id, ("", {}))
     fact = _dict(st.facts.get(tool_id))
     if name == SHELL:
-        return [_command_step(args, event, fact)]
+        return [_ends(tool_id, [_command_step(args, event, fact)])]
     ok = _str(event.get("status")) == "success"
     if name in FILE_TOOLS and ok:
-        return [_change(name, args, fact, "completed")]
+        return [_ends(tool_id, [_change(name, args, fact, "completed")])]
     error = _dict(event.get("error"))
     result = _str(event.get("output")) or _str(error.get("message"))
     steps: list[Step] = [_tool_call(tool_id, name, args)] if name in FILE_TOOLS else []
@@ -145,7 +146,7 @@ def _on_tool_result(event: Event, st: _State) -> list[Step]:
             "is_error": not ok,
         }
     )
-    return steps
+    return [_ends(tool_id, steps)] if name in FILE_TOOLS else steps
 
 
 def _on_tool_use(event: Event, st: _State) -> list[Step]:
@@ -153,8 +154,17 @@ def _on_tool_use(event: Event, st: _State) -> list[Step]:
     args = _obj(event.get("parameters"))
     st.calls[tool_id] = (name, args)
     if name == SHELL or name in FILE_TOOLS:
-        return []  # one step when its result arrives
+        return [{"kind": _OPEN, "id": tool_id}]  # its place: its step comes with its result
     return [_tool_call(tool_id, name, args)]
+
+
+_OPEN = "_open"  # a call's place among the steps (never yielded: ``iter_steps``)
+_ENDS = "_ends"  # the steps of a call that ended, for its place (never yielded)
+_MARKS = frozenset({_OPEN, _ENDS})
+
+
+def _ends(tool_id: str, steps: list[Step]) -> Step:
+    return {"kind": _ENDS, "id": tool_id, "steps": steps}
 
 
 def _own_error(event: Event) -> str | None:
@@ -207,21 +217,47 @@ def _step(event: Event, st: _State) -> list[Step]:
 
 
 def iter_steps(lines: Iterable[bytes], facts: Facts | None = None) -> Iterator[Step]:
-    """Normalized steps of one gemini turn, in stream order. Tool calls that never got their
-    result (the agent was killed) come last, once each, ``in_progress``."""
+    """Normalized steps of one gemini turn, in the order the agent started them: a shell
+    command or file change (one step, made when its result arrives) comes where it was
+    called, the steps after it held meanwhile (``zwarm.agents.ordering``). One that never got
+    its result (the agent was killed) comes in its place, ``in_progress``."""
     st = _State(facts or {})
+    order = InOrder(lambda key: _unended(st, key))
     for line in lines:
         event = _decode(line)
-        if event is not None:
-            yield from _step(event, st)
-    yield from _flush_text(st)
-    yield from _flush_error(st)
-    for tool_id, (name, args) in st.calls.items():
-        if name == SHELL:
-            yield {"kind": "command", "command": _str(args.get("command")), "exit_code": None,
-                   "output": "", "status": "in_progress"}  # fmt: skip
-        elif name in FILE_TOOLS:
-            yield _change(name, args, _dict(st.facts.get(tool_id)), "in_progress")
+        if event is None:
+            continue
+        steps = _step(event, st)
+        if not order.held and not any(s["kind"] in _MARKS for s in steps):
+            yield from steps
+            continue
+        _hold(order, steps)
+        yield from order.ready()
+    _hold(order, [*_flush_text(st), *_flush_error(st)])
+    yield from order.finish()
+
+
+def _hold(order: InOrder, steps: list[Step]) -> None:
+    for step in steps:
+        kind = step["kind"]
+        if kind == _OPEN:
+            order.open(step["id"])
+        elif kind != _ENDS:
+            order.add(step)
+        elif not order.close(step["id"], step["steps"]):  # given up meanwhile: where it ends
+            for one in step["steps"]:
+                order.add(one)
+
+
+def _unended(st: _State, tool_id: str) -> list[Step]:
+    """A call that never got its result, as it looks (and forgotten)."""
+    name, args = st.calls.pop(tool_id, ("", {}))
+    if name == SHELL:
+        return [{"kind": "command", "command": _str(args.get("command")), "exit_code": None,
+                 "output": "", "status": "in_progress"}]  # fmt: skip
+    if name in FILE_TOOLS:
+        return [_change(name, args, _dict(st.facts.get(tool_id)), "in_progress")]
+    return []
 
 
 # --------------------------------------------------------------------------- outcome
