@@ -15,7 +15,9 @@ mapped value checked, the new file's text) and ``write``. Must stay true:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +108,7 @@ def upgrade(doc: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> 
             if agent == "claude":
                 flag, now = "--dangerously-skip-permissions", "with its permission checks"
             was = f"{agent}.toml full_danger = {_show(t['full_danger'])}"
-            if t["full_danger"] is True:
+            if t["full_danger"]:  # 3.x: any true value (``.get("full_danger", False)``)
                 up.unsafe.append(
                     f"{was} is not applied: zwarm 3.x ran every {agent} session with {flag} "
                     f"(no sandbox, no approvals); here {agent} runs {now} unless you set "
@@ -114,11 +116,11 @@ def upgrade(doc: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> 
                     "`zwarm trust`"
                 )
             else:
-                up.dropped.append(f"{was} (the default here: sandboxed)")
+                up.dropped.append(f"{was} (off, as here by default)")
         rest = sorted(set(t) - {"model", "full_danger", "model_reasoning_effort"})
         if rest:
             why = "codex -c overrides: [codex.config] takes them" if agent == "codex" else ""
-            up.dropped.append(f"{agent}.toml {', '.join(rest)} ({why or 'no counterpart'})")
+            up.dropped.append(f"{agent}.toml {_names(rest)} ({why or 'no counterpart'})")
     if orch.get("lm"):
         carry("[orchestrator] lm", "orchestrator", "model", orch["lm"])
     if "max_steps" in orch:
@@ -134,18 +136,18 @@ def upgrade(doc: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> 
             if old in comp:
                 carry(f"[orchestrator.compaction] {old}", "orchestrator", new, comp[old])
     for k in sorted(set(comp) - {"enabled", "max_tokens", "threshold_pct", "keep_last_n"}):
-        up.dropped.append(f"[orchestrator.compaction] {k} (no counterpart)")
+        up.dropped.append(f"[orchestrator.compaction] {_names([k])} (no counterpart)")
     used = {"lm", "max_steps", "parallel_delegations", "compaction"}
     rest = sorted((set(orch) & ZWARM3["orchestrator"]) - used)
     if rest:
-        up.dropped.append(f"[orchestrator] {', '.join(rest)} (no counterpart)")
+        up.dropped.append(f"[orchestrator] {_names(rest)} (no counterpart)")
     gone = {"weave": "Weave tracing", "watchers": "watchers"}
     for table, what in gone.items():
         if table in doc:
             up.dropped.append(f"[{table}] ({what}: not part of this zwarm)")
     rest = sorted(set(ex) - {"adapter", "model", "timeout", "sandbox", effort})
     if rest:
-        up.dropped.append(f"[executor] {', '.join(rest)} (no counterpart)")
+        up.dropped.append(f"[executor] {_names(rest)} (no counterpart)")
     if "state_dir" in doc:
         up.dropped.append("state_dir (use --state-dir or ZWARM_DIR)")
     return up
@@ -232,8 +234,8 @@ def write(p: Plan) -> None:
     """Write ``p``: the 3.x config.toml first kept as ``config.toml.zwarm3`` (never
     overwritten), then config.toml replaced atomically, if it is still what was read."""
     from zwarm import config as config_mod
-    from zwarm.errors import InvalidInput
-    from zwarm.store.files import atomic_write, read_file, write_private
+    from zwarm.errors import InvalidInput, StoreError
+    from zwarm.store.files import atomic_write, fsync_dir, read_file
 
     if p.raw is not None:
         try:
@@ -242,16 +244,32 @@ def write(p: Plan) -> None:
             now = None
         if now != p.raw:
             raise InvalidInput(f"{p.path} changed while upgrading: run it again")
+        # the copy written whole and fsynced first, then linked in: never a partial backup,
+        # never one over another, on disk before config.toml is replaced
+        tmp = p.root / f".{p.backup.name}.{os.getpid()}.tmp"
+        atomic_write(tmp, p.raw)
         try:
-            write_private(p.backup, p.raw, replace=False)
+            os.link(tmp, p.backup)
         except FileExistsError:
             raise InvalidInput(f"{p.backup} already exists: move it away first") from None
+        except OSError as e:
+            raise StoreError(f"cannot write {p.backup}: {e.strerror}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        fsync_dir(p.root)
     atomic_write(p.path, p.text.encode("utf-8"))
 
 
 def _table(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
     t = doc.get(name)
     return dict(t) if isinstance(t, dict) else {}
+
+
+def _names(keys: list[str]) -> str:
+    """Keys a 3.x file has, as TOML writes them: one that is not bare is quoted and escaped
+    (a file's key never puts a control character on the terminal)."""
+    return ", ".join(k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _show(k) for k in keys)
 
 
 def _show(v: Any) -> str:

@@ -222,3 +222,17 @@ def test_a_3x_key_the_real_source_reads_is_not_unknown(tmp_path: Path) -> None:
     assert c.data["tools"]["allowed_roots"] == ["."]
     assert c.data["orchestrator"]["model"] == ""
     assert c.data["defaults"]["adapter"] == config_mod.defaults().data["defaults"]["adapter"]
+
+
+def test_upgrade_says_a_truthy_full_danger_and_escapes_the_keys_a_3x_file_has(zw: ZW) -> None:
+    """zwarm 3.x ran unsandboxed on any true ``full_danger`` (``"yes"`` too); a key of a 3.x
+    file is shown escaped, never a control character on the terminal."""
+    zwarm3_project(zw)
+    (zw.state_dir / "codex.toml").write_text(
+        'model = "gpt-5.2-codex"\nfull_danger = "yes"\n"\\u001b[2Jx" = 1\n'
+    )
+    res = zw.run("init", "--upgrade")
+    assert res.returncode == 0, res.stderr
+    assert 'codex.toml full_danger = "yes" is not applied' in res.stdout
+    assert "\x1b" not in res.stdout
+    assert 'codex.toml "\\u001b[2Jx" (codex -c overrides' in res.stdout
