@@ -473,7 +473,7 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
 def _limit_text(c: Any, value: Any) -> str:
     if value is None:
         return "no price (its cost unknown: counted as nothing)"
-    if value == 0 and not c.key.startswith(("limits.max_auto", "orchestrator.max_steps")):
+    if value == 0 and c.rule.none == 0:
         return "0 (no limit)"
     return shown(c.key, value)
 

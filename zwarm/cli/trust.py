@@ -94,6 +94,8 @@ def _describe(plan: trust_plan.Plan) -> list[str]:
     c = plan.config
     if c is not None:
         was = {trust.TRUSTED: " (already trusted)", trust.CHANGED: " (changed since trusted)"}
+        if c.status == trust.CHANGED and not c.needs:
+            was[trust.CHANGED] = " (edited since trusted: nothing in it needs new trust)"
         what = "" if c.exists else ", which does not exist: the defaults"
         lines.append(f"config {c.path}{what} (sha256 {c.sha256[:16]}){was.get(c.status, '')}:")
         lines += _settings(c.settings, c.was)
