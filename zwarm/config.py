@@ -280,12 +280,16 @@ def _same(key: str, value: Any, other: Any) -> bool:
 
 class Change(NamedTuple):
     """A value the trusted one does not cover: ``key`` (``table.key``, a group's cap, a model's
-    price), the trusted value, the file's, and whether it is a limit (else it executes)."""
+    price), the trusted value, the file's, and the key's rule."""
 
     key: str
     trusted: Any
     new: Any
-    limit: bool
+    rule: Rule
+
+    @property
+    def limit(self) -> bool:
+        return self.rule.kind != EXECUTES.kind
 
 
 def changes(
@@ -299,17 +303,17 @@ def changes(
     executing value that is neither the trusted one nor the default, a limit looser than the
     trusted one; [] if it may be used."""
     if table == "groups":
-        return [Change(f"groups.{g}.{k}", was, now, True) for g, k, was, now in _groups(new, old)]
+        return [Change(f"groups.{g}.{k}", was, now, CAP) for g, k, was, now in _groups(new, old)]
     r = rule(table, key, tables)
     now, was = new[table][key], old[table][key]
     if r.kind == FREE.kind:
         return []
     if r.kind == EXECUTES.kind:
         ok = _same(key, now, was) or at_default(table, key, now, tables)
-        return [] if ok else [Change(f"{table}.{key}", was, now, False)]
+        return [] if ok else [Change(f"{table}.{key}", was, now, r)]
     if r.kind == PRICES.kind:
         return _price_changes(table, now, was)
-    return [Change(f"{table}.{key}", was, now, True)] if _rank(r, now) > _rank(r, was) else []
+    return [Change(f"{table}.{key}", was, now, r)] if _rank(r, now) > _rank(r, was) else []
 
 
 def at_default(table: str, key: str, value: Any, tables: dict[str, dict[str, Spec]]) -> bool:
@@ -361,7 +365,7 @@ def _price_changes(table: str, now: Mapping[str, Any], was: Mapping[str, Any]) -
             continue  # no price was known: its cost counted as nothing, the loosest
         if after is None or any(after[k] < before[k] for k in _PRICE_KEYS):
             new = None if after is None else dict(after)
-            out.append(Change(f"{table}.prices.{model}", dict(before), new, True))
+            out.append(Change(f"{table}.prices.{model}", dict(before), new, PRICES))
     return out
 
 

@@ -18,8 +18,8 @@ class Rule(NamedTuple):
     order: tuple[str, ...] = ()  # at_most among choices: tightest first
 
 
-# decides what runs, where, with what, or where data goes: used only as trusted (the default
-# when nothing is recorded); an agent's key is this unless its Setting says otherwise
+# decides what runs, where, with what, or where data goes: used only at its default or its
+# trusted value; an agent's key is this unless its Setting says otherwise
 EXECUTES = Rule("executes")
 FREE = Rule("free")  # limits nothing: never needs trust
 CAP = Rule("at_most", none=0)  # a limit, lower is tighter; 0 = none (the loosest)

@@ -12,12 +12,12 @@ secrets masked). Which keys execute, limit or are free is ``zwarm.config``'s (``
   path, the sha256 of the bytes it showed and their values that are not free (version 1
   records have the hash only). A file whose hash is recorded is trusted with all its values;
   otherwise the trusted values are the recorded ones over the defaults, and an executing
-  value is used only if it is the trusted one (``UntrustedConfig``, "changed" when a record
-  exists), a limit only if it is not looser (else the trusted value: ``ConfigSource.value``;
-  commands that start agents refuse it first, ``LoosenedLimit``), a free value always. The
-  check happens when a value is read (``Config.get``/``command``/``groups`` and the
-  ``CheckedTable`` that ``Config.table`` returns), so commands that never read one (``ls``,
-  ``show``, ``wait``, ...) work on any config.
+  value is used only if it is the default or the trusted one (``UntrustedConfig``, "changed"
+  when a record exists), a limit only if it is not looser (else the trusted value:
+  ``ConfigSource.value``; commands that start agents refuse it first, ``LoosenedLimit``), a
+  free value always. The check happens when a value is read (``Config.get``/``command``/
+  ``groups`` and the ``CheckedTable`` that ``Config.table`` returns), so commands that never
+  read one (``ls``, ``show``, ``wait``, ...) work on any config.
 
 Must stay true: the trust file is read as untrusted input (it must be a regular file owned by
 the effective uid and not group/world-writable; strict schema, recorded values validated as
@@ -304,7 +304,7 @@ class Judge(Protocol):
 class ConfigSource:
     """Where a loaded config came from (the exact bytes parsed, and what they mean), and how
     trust lets its values be used: ``value`` hands out a free key as it is, an executing one
-    only as trusted, a limit never looser than trusted."""
+    only at its default or trusted value, a limit never looser than trusted."""
 
     __slots__ = ("_accepted", "_digest", "_seen", "data", "judge", "locate", "path", "raw")
 
@@ -356,8 +356,9 @@ class ConfigSource:
     # ------------------------------------------------------------------ reads
     def value(self, table: str, key: str) -> Any:
         """``table.key`` as it may be used: a free key as it is; an executing one if it is the
-        trusted value (``UntrustedConfig`` otherwise); a limit the file loosens, the trusted
-        value instead (``require_limits`` refuses it where a command starts agents)."""
+        default or the trusted value (``UntrustedConfig`` otherwise); a limit the file loosens,
+        the trusted value instead (``require_limits`` refuses it where a command starts
+        agents)."""
         from zwarm import rules
 
         value = self.data[table][key]
@@ -473,7 +474,7 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
 def _limit_text(c: Any, value: Any) -> str:
     if value is None:
         return "no price (its cost unknown: counted as nothing)"
-    if value == 0 and not c.key.startswith(("limits.max_auto", "orchestrator.max_steps")):
+    if value == 0 and c.rule.none == 0:
         return "0 (no limit)"
     return shown(c.key, value)
 

@@ -42,6 +42,7 @@ class ConfigPlan(NamedTuple):
     status: str  # TRUSTED, CHANGED or UNTRUSTED, before this plan is applied
     was: dict[str, Any] | None = None  # the values trusted so far ("table.key"), if recorded
     exists: bool = True  # False: no file (the defaults), where one was trusted before
+    needs: tuple[str, ...] = ()  # what in it needs new trust ("table.key"), before it is applied
 
 
 class Plan(NamedTuple):
@@ -83,7 +84,10 @@ def _config_plan(path: Path, t: TrustData, environ: Mapping[str, str] | None) ->
     digest = source.sha256
     status = UNTRUSTED if entry is None else TRUSTED if entry.sha256 == digest else CHANGED
     was = None if entry is None or entry.values is None else _flat(entry.values)
-    return ConfigPlan(source.path, digest, source.settings, status, was, cfg.path is not None)
+    needs = tuple(c.key for c in source.pending())
+    return ConfigPlan(
+        source.path, digest, source.settings, status, was, cfg.path is not None, needs
+    )
 
 
 def _flat(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -187,6 +187,9 @@ def test_editing_free_keys_of_a_trusted_file_needs_no_new_trust(zw: Any) -> None
     assert wait_status(zw, sid, "completed")
     env_seen = json.loads(next(zw.record.glob("env*.json")).read_text())
     assert env_seen.get("FOO") == "bar"
+    out = zw.run("trust", "--yes", check=True).stdout  # the review says so too
+    assert "(edited since trusted: nothing in it needs new trust)" in out
+    assert "  limits.max_running = 1  (trusted: 4)" in out.splitlines()
     cfg.write_text('[codex.env]\nFOO = "other"\n')  # an executing value: refused
     one_error_line(zw.run("spawn", "t", env_extra=env), "changed since you trusted it", "codex.env")
 

@@ -38,7 +38,7 @@ def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: b
     max_running: command, env, extra_args, config, sandbox, permission_mode, dangerous;
     [orchestrator] base_url, api_key_env; [tools] allowed_roots; [hooks] on_finish, on_fail;
     [workspace] root, setup, copy, link; [launcher] default; [slurm] account, extra_args,
-    env, python) is used only at the value you trusted (the default if none). A limit
+    env, python) is used only if it is the default or the value you trusted. A limit
     ([limits], [groups.NAME], max_running, budgets, prices, timeout) may be tightened
     freely; loosening it past the trusted value needs this. Other keys never need it. A state
     dir that is not yours, is group/world-writable or is a symlink is refused until allowed
@@ -94,6 +94,8 @@ def _describe(plan: trust_plan.Plan) -> list[str]:
     c = plan.config
     if c is not None:
         was = {trust.TRUSTED: " (already trusted)", trust.CHANGED: " (changed since trusted)"}
+        if c.status == trust.CHANGED and not c.needs:
+            was[trust.CHANGED] = " (edited since trusted: nothing in it needs new trust)"
         what = "" if c.exists else ", which does not exist: the defaults"
         lines.append(f"config {c.path}{what} (sha256 {c.sha256[:16]}){was.get(c.status, '')}:")
         lines += _settings(c.settings, c.was)
