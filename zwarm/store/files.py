@@ -227,9 +227,9 @@ def clean_temps(directory: Path, now: float) -> int:
     """Remove the temp files ``atomic_write`` left in ``directory`` when its writer was killed
     (a 60 MB meta.json's stays forever otherwise): only regular files named as it names them
     (never a link, a directory, another name), whose writer is gone or which are older than
-    ``STALE_TEMP_S`` (its pid may have been reused); never one of this process's. Called
-    where no other zwarm process can be writing the same file (the session lock held).
-    How many were removed; every error is ignored (the next call tries again)."""
+    ``STALE_TEMP_S`` (its pid may have been reused); never one of this process's, so a
+    write still under way elsewhere is left alone, lock or not. How many were removed;
+    every error is ignored (the next call tries again)."""
     removed = 0
     try:
         names = os.listdir(directory)
