@@ -513,9 +513,13 @@ class Zwarm:
         """What the launchers of ``sessions``' running turns say of them, as a listing's rows
         carry it (``launcher_state``, ``shown_status``; see ``_listed``): one query per
         launcher (a cluster's queue is asked once for all). The dashboard's live rows
-        (``serve.streams``) show a pending Slurm job as ``zwarm ls`` does."""
-        running = [s for s in sessions if s.status in RUNS]
-        probes = self._survey(running)
+        (``serve.streams``) show a pending Slurm job as ``zwarm ls`` does. Only launchers that
+        answer many at once are asked (a local turn says nothing but ``running``)."""
+        from zwarm.runtime import survey
+
+        running = [s for s in sessions if s.status in RUNS and s.current is not None]
+        items = [(s.id, s.current) for s in running if s.current is not None]
+        probes = survey(items, self._launcher, batched=True) if items else {}
         return {
             s.id: {"launcher_state": _launcher_state(p, s), "shown_status": p.label()}
             for s in running
