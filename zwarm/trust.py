@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from zwarm.env import looks_secret
 from zwarm.errors import (
     InvalidInput,
     LoosenedLimit,
@@ -525,7 +526,6 @@ def nested(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- showing values
-_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|credential|auth")
 _VAR_REF = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)\Z")
 
 
@@ -546,7 +546,7 @@ def masked(name: str, value: Any) -> Any:
 
 def _masked(v: Any, secret: bool) -> Any:
     if isinstance(v, dict):
-        return {k: _masked(x, secret or bool(_SECRET_NAME.search(k))) for k, x in v.items()}
+        return {k: _masked(x, secret or looks_secret(k)) for k, x in v.items()}
     if isinstance(v, list):
         return [_masked(x, secret) for x in v]
     if secret and isinstance(v, str) and not _VAR_REF.match(v) and len(v) > 4:
