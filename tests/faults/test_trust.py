@@ -1,6 +1,6 @@
 """Security: who may write the state dir and its config.toml, and what zwarm then runs.
 
-The threat (tests/faults/README.md, "Threat model"): a sandboxed agent can write its working
+The threat (docs/threat-model.md): a sandboxed agent can write its working
 directory, where ``.zwarm/`` usually lives; a cloned repository can ship a
 ``.zwarm/config.toml``; another user can create a ``.zwarm/`` (``/tmp/.zwarm``) that walking up
 from the cwd finds. Checked here through the installed CLI and the API:

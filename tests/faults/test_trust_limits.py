@@ -1,6 +1,6 @@
 """Security: trust covers values, and a limit an agent may only tighten (issues 29, 30).
 
-The threat (tests/faults/README.md, "Threat model"): an agent can write ``.zwarm/config.toml``
+The threat (docs/threat-model.md): an agent can write ``.zwarm/config.toml``
 in its working directory. What it must not do with it: loosen a limit that applies to it
 (``[limits]``, ``[groups.NAME]``, an agent's ``max_running``, budgets, ``timeout``, prices:
 a lower price lets a budget buy more). What it may do: tighten one, or edit a key that limits
