@@ -16,6 +16,8 @@ from conftest import wait_until
 from zwarm.model import ProcRef
 from zwarm.runtime import boot, procs
 
+pytestmark = pytest.mark.subprocess  # real processes to find, signal and wait for
+
 
 def _start(script: str, new_session: bool = True) -> subprocess.Popen[bytes]:
     return subprocess.Popen(

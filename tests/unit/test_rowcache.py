@@ -539,6 +539,7 @@ def test_rows_are_appended_a_batch_of_whole_lines_at_a_time(
     assert len(writes) == 1 and len(cache_lines(store)) == 2  # the first batch only
 
 
+@pytest.mark.subprocess
 def test_ls_json_from_the_cache_is_byte_for_byte_the_same(tmp_path: Path, store: Store) -> None:
     """Through the CLI, with the real racy window: the first listing (files too young) caches
     nothing, one RACY_S later everything finished is cached, and the output never changes."""

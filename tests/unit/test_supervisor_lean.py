@@ -15,8 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from zwarm.api import Zwarm
 from zwarm.env import Env
+
+pytestmark = pytest.mark.subprocess  # each test runs a real turn
 
 # never needed for a turn: the CLI and its rendering, the API facade, psutil (the supervisor
 # reads /proc), OpenSSL (hashlib), the archive modules shutil loads, traceback (errors only),
