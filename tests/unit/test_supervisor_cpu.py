@@ -26,6 +26,9 @@ from zwarm.agents.codex import events as codex_events
 from zwarm.errors import ConfigError
 from zwarm.model import Reason, Status
 
+# pins the old regexes and what a supervisor imports (docs/testing.md, perf)
+pytestmark = pytest.mark.perf
+
 # ------------------------------------------------------------------------- codex failures
 
 # the patterns as they were compiled at import (before they became lazy)
