@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import ZW, _kill_leftovers, make_env  # noqa: E402
+from tests.support import ZW, kill_leftovers, make_env  # noqa: E402
 from tests.tmux import Tmux  # noqa: E402
 
 OUT = ROOT / "docs" / "screens"
@@ -114,7 +114,7 @@ def main() -> int:
                 "trajectory-f.txt": capture_follow(zw),
             }
         finally:
-            _kill_leftovers(zw)
+            kill_leftovers(zw)
     for name, text in shots.items():
         (OUT / name).write_text(text.replace(d, "/tmp/zwarm"))
         print(f"wrote {OUT / name}")

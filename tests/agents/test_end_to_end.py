@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.agents.conftest import require_agent
-from tests.conftest import ZW, ZWARM_BIN
+from tests.support import ZW, ZWARM_BIN
 
 BIG = 200 << 20  # a 200 MB single line
 

@@ -133,7 +133,7 @@ def test_same_name_twice(zw) -> None:
 def test_same_name_racing_spawns_one_wins(zw) -> None:
     import subprocess
 
-    from conftest import ZWARM_BIN
+    from tests.support import ZWARM_BIN
 
     env = {**zw.env, **zw.replay("codex_simple")}
     procs = [
@@ -240,7 +240,7 @@ def test_read_only_commands_without_state_dir_create_nothing(zw) -> None:
     def run(*args: str):
         import subprocess
 
-        from conftest import ZWARM_BIN
+        from tests.support import ZWARM_BIN
 
         p = subprocess.run(
             [str(ZWARM_BIN), *args], env=env, cwd=empty, capture_output=True, text=True, timeout=120
@@ -280,7 +280,7 @@ def test_nearest_ancestor_state_dir_is_used(zw) -> None:
     env.update(zw.replay("codex_simple"))
     import subprocess
 
-    from conftest import ZWARM_BIN
+    from tests.support import ZWARM_BIN
 
     p = subprocess.run(
         [str(ZWARM_BIN), "spawn", "hi"],

@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ZWARM_BIN, wait_until
+
+from tests.support import ZWARM_BIN, wait_until
 
 SAMPLE = {"codex": "codex_simple", "claude": "claude_simple"}
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FAKE_BIN, VENV_BIN, wait_until
+from tests.support import FAKE_BIN, VENV_BIN, wait_until
 from zwarm.errors import InvalidInput, SessionStateError
 from zwarm.orchestrator.tools import Toolbox
 

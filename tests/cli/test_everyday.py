@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SAMPLES, wait_until
+from tests.support import SAMPLES, wait_until
 from zwarm.model import Session, Status, Turn
 from zwarm.store import Store
 

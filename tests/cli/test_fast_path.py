@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import click
 import pytest
 
-from tests.conftest import ZW, ZWARM_BIN, _kill_leftovers, make_env, stop_forkservers, wait_until
+from tests.support import ZW, ZWARM_BIN, kill_leftovers, make_env, stop_forkservers, wait_until
 from zwarm.cli import fast
 from zwarm.cli.commands import cli
 
@@ -65,7 +65,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ZW, dict[s
         (tmp / "a-file").write_text("not a state dir")
         yield zw, ids
     finally:
-        _kill_leftovers(zw)
+        kill_leftovers(zw)
         stop_forkservers(tmp)
 
 

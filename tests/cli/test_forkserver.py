@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import forkservers, wait_until
 
+from tests.support import forkservers, wait_until
 from zwarm.runtime import forking, forkserver, procs
 from zwarm.runtime.local import supervisor_env
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import wait_until
+from tests.support import wait_until
 
 HOOK = """\
 import json, os, sys

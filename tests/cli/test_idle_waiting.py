@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import wait_until
 
 import zwarm.api as api_mod
+from tests.support import wait_until
 from zwarm.cli import follow, live, render
 from zwarm.runtime import notify
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.conftest import ROOT, ZW
+from tests.support import ROOT, ZW
 
 ZWARM3 = ROOT / "tests" / "fixtures" / "zwarm3"
 WARNING = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ZW
+from tests.support import ZW
 
 # Runs ``entry`` (``run``: the console script; ``main``: a program's call) with ``exit_now``
 # replaced by a report of whether the collector is on as the listing ends (``main``: reported

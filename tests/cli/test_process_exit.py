@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ZW
+from tests.support import ZW
 
 PROBE = """
 import atexit, os, sys

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN
+from tests.support import ZWARM_BIN
 from zwarm.errors import (
     AgentNotFound,
     AmbiguousSession,

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SAMPLES, ZWARM_BIN
+from tests.support import SAMPLES, ZWARM_BIN
 from zwarm.model import ProcRef, Session, schema
 from zwarm.runtime import procs as zprocs
 from zwarm.store import Store, history

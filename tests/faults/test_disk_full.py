@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN
+from tests.support import ZWARM_BIN
 
 from ._helpers import (
     alive,

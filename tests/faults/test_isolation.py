@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FAKE_BIN, ROOT, SAMPLES, ZWARM_BIN, wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
 from tests.serve.conftest import _first_line
+from tests.support import FAKE_BIN, ROOT, SAMPLES, ZWARM_BIN, wait_until
 from tests.tools.orch_world import delegated, env_for
 from tests.workspace.conftest import make_repo
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN
+from tests.support import ZWARM_BIN
 from zwarm.model import ProcRef
 from zwarm.runtime import procs, supervisor
 

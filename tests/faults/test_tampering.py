@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ZWARM_BIN
+from tests.support import ZWARM_BIN
 from zwarm.runtime import procs
 
 from ._helpers import (

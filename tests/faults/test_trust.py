@@ -132,7 +132,7 @@ def _on_a_terminal(zw: Any, answer: str, **env: str) -> subprocess.CompletedProc
     main, sub = pty.openpty()
     try:
         os.write(main, answer.encode())
-        from tests.conftest import ZWARM_BIN
+        from tests.support import ZWARM_BIN
 
         return subprocess.run(
             [str(ZWARM_BIN), "trust"],

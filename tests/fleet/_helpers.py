@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FAKE_BIN, ZW, wait_until
+from tests.support import FAKE_BIN, ZW, wait_until
 
 __all__ = ["configure", "held_scheduler_lock", "meta", "tally", "wait_status", "wait_until"]
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ZW, ZWARM_BIN
 from tests.fleet._helpers import (
     configure,
     counts,
@@ -23,6 +22,7 @@ from tests.fleet._helpers import (
     wait_status,
     wait_until,
 )
+from tests.support import ZW, ZWARM_BIN
 
 CAP1 = "[limits]\nmax_running = 1\n"
 

@@ -11,8 +11,8 @@ import signal
 import time
 from pathlib import Path
 
-from tests.conftest import ZW, parked_note
 from tests.fleet._helpers import configure, jsonl, meta, wait_status, wait_until
+from tests.support import ZW, parked_note
 
 SID = "11111111-2222-4333-8444-555555555555"
 WAIT = '[limits]\non_usage_limit = "wait"\n'
@@ -240,7 +240,7 @@ def test_spawn_wait_follows_a_parked_turn_to_its_resumed_end(zw: ZW) -> None:
     while the session went on; it now waits for the run that ends last."""
     import subprocess
 
-    from tests.conftest import ZWARM_BIN
+    from tests.support import ZWARM_BIN
 
     configure(zw, WAIT)
     replay = Path(_usage_limited(zw, time.time() + 8))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.conftest import ZW
 from tests.fleet._helpers import configure, meta, wait_status
+from tests.support import ZW
 from zwarm.orchestrator.tools import Toolbox, schemas
 
 

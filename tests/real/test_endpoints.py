@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, VENV_BIN
 from tests.fakes.gemini_api import GEMINI_MODEL, FakeGeminiServer
 from tests.fakes.llm import NO_PROXY, NPM_BIN, FakeMessagesServer, FakeResponsesServer, Reply, text
 from tests.real.world import require
+from tests.support import ROOT, VENV_BIN
 
 PAGE = ROOT / "docs" / "endpoints.md"
 DOCUMENTED = "http://127.0.0.1:4000"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tests.conftest import parked_note
 from tests.fakes.llm import Reply, http_error, text
 from tests.real.world import RealWorld, wait_until
+from tests.support import parked_note
 from zwarm.env import parse_iso
 from zwarm.trust_plan import trust_config
 

@@ -45,7 +45,6 @@ import psutil
 import pytest
 import tomli_w
 
-from tests.conftest import VENV_BIN, ZWARM_BIN
 from tests.fakes.gemini_api import FAKE_KEY, GEMINI_MODEL, FakeGeminiServer
 from tests.fakes.llm import (
     NO_PROXY,
@@ -59,6 +58,7 @@ from tests.fakes.llm import (
     codex_setup,
     nested,
 )
+from tests.support import VENV_BIN, ZWARM_BIN
 from zwarm.api import Zwarm
 from zwarm.env import Env
 from zwarm.trust_plan import trust_config

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZW, ZWARM_BIN
+from tests.support import ZW, ZWARM_BIN
 
 START_TIMEOUT = 60.0
 

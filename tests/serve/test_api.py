@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_until
 from tests.serve.conftest import Server
+from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, wait_until
 from tests.serve.conftest import Server
 from tests.slurm import conftest as slurm
+from tests.support import ROOT, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import wait_until
 from tests.serve.conftest import Server
+from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_until
 from tests.serve.conftest import Event, Events, Server, codex_stream
+from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

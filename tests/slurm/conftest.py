@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tests.conftest import ZW, wait_until
+from tests.support import ZW, wait_until
 
 FAKE_ENV = [
     "FAKE_REPLAY",

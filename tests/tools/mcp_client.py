@@ -10,7 +10,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-from tests.conftest import ZWARM_BIN
+from tests.support import ZWARM_BIN
 
 Call = Callable[..., Awaitable[tuple[bool, dict[str, Any]]]]
 

@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 PKG = ROOT / "zwarm"
 DYNAMIC_IMPORTERS = {"zwarm.cli.commands", "zwarm.plugins"}

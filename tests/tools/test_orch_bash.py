@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, wait_until
+from tests.support import ROOT, wait_until
 from tests.tools.helpers import err, ok, write_config
 from zwarm.orchestrator.bash import (
     BASH_TOOL,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.conftest import wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
+from tests.support import wait_until
 from tests.tools.helpers import SAMPLES, ok, write_config
 from tests.tools.orch_world import delegated, load_run, runs, sql
 

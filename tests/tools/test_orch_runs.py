@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN, wait_until
 from tests.fakes.chat_server import ChatReply, ChatRequest, FakeChatServer, call, final, reply
+from tests.support import ZWARM_BIN, wait_until
 from tests.tools.helpers import write_config
 from tests.tools.orch_world import delegated, env_for, load_run, orchestrate, runs, sql
 from zwarm.orchestrator.runstore import RunStore

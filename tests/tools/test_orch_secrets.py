@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN, make_env, wait_until
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
+from tests.support import ZWARM_BIN, make_env, wait_until
 from tests.tools.orch_world import (
     delegated,
     env_for,

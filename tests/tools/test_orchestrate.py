@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZWARM_BIN, wait_until
 from tests.fakes.chat_server import (
     ChatReply,
     FakeChatServer,
@@ -20,6 +19,7 @@ from tests.fakes.chat_server import (
     raw_call,
     reply,
 )
+from tests.support import ZWARM_BIN, wait_until
 from tests.tools.helpers import SAMPLES, write_config
 from tests.tools.orch_world import (
     delegated,

@@ -16,7 +16,6 @@ import pytest
 import tomli_w
 from mcp import ClientSession
 
-from tests.conftest import ZWARM_BIN
 from tests.fakes.llm import (
     CLAUDE_EXTRA_ARGS,
     CODEX_EXTRA_ARGS,
@@ -32,6 +31,7 @@ from tests.fakes.llm import (
     text,
     tool_call,
 )
+from tests.support import ZWARM_BIN
 from tests.tools.helpers import SAMPLES, write_config
 from tests.tools.mcp_client import Call, run_client
 from zwarm.orchestrator.tools import TOOL_NAMES

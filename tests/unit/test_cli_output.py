@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.conftest import StdoutRecorder
+from tests.support import StdoutRecorder
 from zwarm.cli.output import OUT_CHUNK, emit_json
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SAMPLES
+from tests.support import SAMPLES
 from zwarm import agents
 from zwarm.cli import follow
 from zwarm.model import Usage

@@ -11,8 +11,8 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import wait_until
 
+from tests.support import wait_until
 from zwarm.model import ProcRef
 from zwarm.runtime import boot, procs
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import StdoutRecorder
+from tests.support import StdoutRecorder
 from zwarm.agents import jsonl
 from zwarm.agents.claude import events as claude_events
 from zwarm.agents.codex import events as codex_events

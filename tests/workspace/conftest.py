@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZW
+from tests.support import ZW
 
 IDENTITY = ["-c", "user.name=Test User", "-c", "user.email=test@example.com"]
 
@@ -112,7 +112,7 @@ def repo(zw: ZW) -> Repo:
 
 def agent(shell: str, sample: str = "codex_simple", **extra: str) -> dict[str, str]:
     """``env_extra`` for a fake codex turn that runs ``shell`` in its working directory."""
-    from tests.conftest import SAMPLES
+    from tests.support import SAMPLES
 
     return {"FAKE_REPLAY": str(SAMPLES / f"{sample}.jsonl"), "FAKE_SHELL": shell, **extra}
 

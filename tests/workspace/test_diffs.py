@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ZW, wait_until
+from tests.support import ZW, wait_until
 from tests.workspace.conftest import Repo, agent, spawn
 
 # one turn that adds (untracked), deletes, renames, changes a binary, adds a symlink, a file
@@ -207,7 +207,7 @@ def test_diff_is_coloured_on_a_terminal_only(zw: ZW, repo: Repo) -> None:
     import pty
     import subprocess
 
-    from tests.conftest import ZWARM_BIN
+    from tests.support import ZWARM_BIN
 
     sid = spawn(zw, repo, shell="echo one > notes.txt")
     master, slave = pty.openpty()

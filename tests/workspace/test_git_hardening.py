@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ZW
+from tests.support import ZW
 from tests.workspace.conftest import Repo, agent
 
 HOOKS = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.conftest import ZW, wait_until
+from tests.support import ZW, wait_until
 from tests.workspace.conftest import Repo, agent
 from zwarm.orchestrator.tools import Toolbox
 

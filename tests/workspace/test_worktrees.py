@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.conftest import ZW, wait_until
+from tests.support import ZW, wait_until
 from tests.workspace.conftest import Repo, agent, spawn
 
 
