@@ -29,16 +29,13 @@ And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs thi
 agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
 in a login shell, whose ``/etc/profile`` resets PATH).
 
-Also owns which names look secret (``looks_secret``: an api key or other key, a token, secret,
-password, credential or auth value), for every part of zwarm that must keep such values out of what
-it writes or shows; and the environment every process zwarm starts gets (``for_children``):
+Also owns the environment every process zwarm starts gets (``for_children``):
 never the built-in orchestrator's own key (``ORCH_KEY_VAR``), wherever zwarm found it (a
 user who exported it in their shell runs ``zwarm spawn``, ``serve`` or ``mcp`` with it; only
 ``zwarm orchestrate`` reads it, ``orchestrator.guard``).
 """
 
 import os
-import re
 import stat
 import sys
 import time
@@ -114,18 +111,6 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     except (OSError, StoreError):
         return None
     return path
-
-
-# an api key or any other key (``OPENAI_KEY``, ``key``; not ``keyBindings`` or ``MONKEY``), a
-# token, secret, password, credential or auth value (not ``AUTHOR``)
-SECRET_NAME = re.compile(
-    r"api[_-]?key|(?:^|[_.-])key(?:$|[_.-])|token|secret|passw|credential|authoriz|auth(?!or)", re.I
-)
-
-
-def looks_secret(name: str) -> bool:
-    """Whether a variable or setting called ``name`` holds a secret, by its name."""
-    return SECRET_NAME.search(name) is not None
 
 
 class Env(msgspec.Struct):

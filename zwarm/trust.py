@@ -39,7 +39,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from zwarm.env import looks_secret
 from zwarm.errors import (
     InvalidInput,
     LoosenedLimit,
@@ -47,6 +46,7 @@ from zwarm.errors import (
     UnsafeStateDir,
     UntrustedConfig,
 )
+from zwarm.secret_names import looks_secret
 
 VERSION = 2  # 2: a config's trusted values (1: its hash only, still read)
 MAX_BYTES = 4 << 20

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from zwarm.agents.gemini import AUTH_TYPES
-from zwarm.env import looks_secret
 from zwarm.errors import InvalidInput
+from zwarm.secret_names import looks_secret
 
 HOME_DIR = "gemini-home"
 MARKER = "ZWARM_SESSION_ID"  # zwarm.runtime.procs.MARKER (agents never import the runtime)
