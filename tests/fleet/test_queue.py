@@ -243,7 +243,7 @@ def test_after_names_existing_sessions_only(zw: ZW) -> None:
 
 def test_an_agents_cap_leaves_the_other_agents_free(zw: ZW) -> None:
     """Every command here runs with the same environment: a queued session's agent gets the
-    environment of the zwarm process that starts it (see the README)."""
+    environment of the zwarm process that starts it (see docs/fleet.md)."""
     configure(zw, "[claude]\nmax_running = 1\n")
     hold = zw.tmp / "hold"
     hold.touch()

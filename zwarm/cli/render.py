@@ -213,7 +213,7 @@ _COLUMNS = (
 )
 # What is done, in order, while the table is too wide: (column, shrink to width, or 0: drop).
 # A column with nothing in it (every cell "-") goes before any of this. At 80 columns the
-# table keeps id, name, status (a long one cut), tokens, age and task (README).
+# table keeps id, name, status (a long one cut), tokens, age and task (docs/sessions.md).
 _SQUEEZE = (
     ("BRANCH", 16),
     ("SOURCE", 12),

@@ -169,7 +169,7 @@ class SlurmLauncher(Launcher):
                 raise OSError(
                     f"the state dir {root} is on {kind}, which Slurm's other nodes "
                     f"({', '.join(others[:3])}) cannot see: put it on a filesystem the nodes "
-                    "share, at the same path (README: Running on a Slurm cluster)"
+                    "share, at the same path (docs/slurm.md)"
                 )
         self._shared_checked = True
 
