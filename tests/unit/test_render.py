@@ -201,3 +201,27 @@ def test_a_command_reads_as_the_command_inside_its_shell_wrapper(command: str, s
     }
     assert render.activity(step, 200) == f"$ {shown} (exit 0)"
     assert render.step_line(step, False).startswith(f"[bold]$ {render.esc(shown)}[/]")
+
+
+def test_a_tree_at_80_columns_keeps_its_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30 (a new user's eye): ``ls --tree`` at 80 columns cut every task to ``…`` (its
+    columns were never fitted, only the task was cut to what was left: one cell). Fitted as
+    ``ls`` is: the costs go before the tokens, the task keeps its room, every line fits."""
+    from zwarm.cli import tree
+
+    parent = row(1, children=["c"], tree_usage={"total_tokens": 200_000}, tree_cost_usd=0.5)
+    kid = row(2, id="c" * 8 + "-aaaa-4bbb-8ccc-000000000002", parent_session_id=parent["id"])
+    rows = [parent, kid, row(3, status="failed", reason="dependency_failed", error="x")]
+    for r in rows:
+        r.setdefault("tree_usage", None)
+    tree.tree_table(rows, NOW, color=False, width=80)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(cells(x) <= 80 for x in lines), lines
+    assert lines[0].split()[:3] == ["SESSION", "STATUS", "TOKENS"] and "TASK" in lines[0]
+    assert "task 1: refactor" in lines[1] and "task 2: refactor" in lines[2], lines
+    assert "└─ cccccccc" in lines[2] and "failed (dep" in lines[3]
+    assert "200k" in lines[1]  # the subtree's tokens stay
+    tree.tree_table(rows, NOW, color=False, width=None)  # not a terminal: every column
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.split() == ["SESSION", "STATUS", "TOKENS", "COST", "TREE", "TOKENS", "TREE",
+                            "COST", "TASK"]  # fmt: skip

@@ -256,7 +256,7 @@ def session_table(
         for i, h in enumerate(header):
             if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
                 widths.pop(h, None)
-    shown = _fit(widths, width)
+    shown = fit_columns(widths, width, _SQUEEZE)
     lines = []
     for k, row in enumerate(table):
         parts = []
@@ -272,18 +272,24 @@ def session_table(
     out.write("\n".join(lines) + "\n")
 
 
-def _fit(widths: dict[str, int], width: int | None) -> dict[str, int]:
-    """The columns shown and their widths (in order), for a line of at most ``width``."""
+def fit_columns(
+    widths: dict[str, int], width: int | None, squeeze: Sequence[tuple[str, int]]
+) -> dict[str, int]:
+    """The columns shown and their widths (in order), for a line of at most ``width``: the
+    last column (the task) keeps ``_TASK_ROOM`` cells before anything but it is cut, while
+    ``squeeze`` says, in order, what else gives way: (column, shrink to width, or 0: drop).
+    Shared by ``ls`` and ``ls --tree`` (``cli.tree``)."""
     shown = dict(widths)
+    last = list(shown)[-1]
     if width is None:
-        shown["TASK"] = min(shown["TASK"], _TASK_MAX)
+        shown[last] = min(shown[last], _TASK_MAX)
         return shown
-    task = shown.pop("TASK")
+    task = shown.pop(last)
 
     def used() -> int:
         return sum(shown.values()) + len(_GAP) * len(shown)
 
-    for col, to in _SQUEEZE:
+    for col, to in squeeze:
         if used() + min(task, _TASK_ROOM) <= width:
             break
         if col not in shown:
@@ -292,7 +298,7 @@ def _fit(widths: dict[str, int], width: int | None) -> dict[str, int]:
             shown[col] = min(shown[col], max(to, cells(col)))
         else:
             del shown[col]
-    shown["TASK"] = max(1, min(task, width - used()))
+    shown[last] = max(1, min(task, width - used()))
     return shown
 
 

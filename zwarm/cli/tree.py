@@ -14,7 +14,9 @@ store, ``run_parts``) and totals that add every session under it to them. Must s
 - a run the run store cannot tell about (no store, no such run, a damaged one) is an unknown
   part of its total, never a zero; the store is opened (``sqlite3`` imported) only when a
   listed session belongs to a run;
-- every row stays on one line, cut to the terminal width when there is one.
+- every row stays on one line, fitted to the terminal width when there is one the way ``ls``
+  is (``render.fit_columns``): a column with nothing in it goes first, then the costs, the
+  tokens, and the task is cut last (it always keeps some room).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from zwarm.cli.render import (
     COLORS,
+    fit_columns,
     fleet_note,
     fmt_cost,
     fmt_tokens,
@@ -33,12 +36,11 @@ from zwarm.cli.render import (
     row_cost,
     short_reason,
 )
-from zwarm.cli.text import cut, oneline, pad
+from zwarm.cli.text import cells, cut, oneline, pad
 
 if TYPE_CHECKING:
     from zwarm.orchestrator.runstore import Run
 
-_TASK_MAX = 60
 _GAP = "  "
 
 
@@ -165,6 +167,21 @@ def _add_totals(run: dict[str, Any], r: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------- ls --tree
 _HEADER = ("SESSION", "STATUS", "TOKENS", "COST", "TREE TOKENS", "TREE COST", "TASK")
+# What gives way, in order, while a fitted line is too wide (``render.fit_columns``): the
+# costs before the tokens, as in ``ls``; the task keeps its room. At 80 columns a tree with
+# long statuses keeps session, status (cut), tokens, subtree tokens and task.
+_SQUEEZE = (
+    ("SESSION", 30),
+    ("STATUS", 20),
+    ("COST", 0),
+    ("TREE COST", 0),
+    ("STATUS", 12),
+    ("SESSION", 18),
+    ("TREE TOKENS", 0),
+    ("TOKENS", 0),
+    ("SESSION", 12),
+)
+_SQUEEZABLE = frozenset({"TOKENS", "COST", "TREE TOKENS", "TREE COST"})
 
 
 def tree_json(rows: list[dict[str, Any]], runs: Mapping[str, Run | None]) -> list[dict[str, Any]]:
@@ -189,15 +206,24 @@ def tree_table(
         out.write("no sessions\n")
         return
     table = [list(_HEADER)] + [_cells(lead, r, now) for lead, r in forest(rows, runs)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(_HEADER) - 1)]
+    widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(_HEADER)}
+    if width is not None:  # fitted: a column with nothing in it goes first
+        for i, h in enumerate(_HEADER):
+            if h in _SQUEEZABLE and all(row[i] in ("", "-") for row in table[1:]):
+                del widths[h]
+    shown = fit_columns(widths, width, _SQUEEZE)
     lines = []
     for k, row in enumerate(table):
-        parts = [pad(cell, widths[i]) for i, cell in enumerate(row[:-1])]
-        if color and k and row[1]:
-            parts[1] = f"\x1b[{COLORS.get(row[1].split()[0], '0')}m{parts[1]}\x1b[0m"
-        used = sum(widths) + len(_GAP) * len(widths)
-        room = _TASK_MAX if width is None else max(1, width - used)
-        lines.append(_GAP.join([*parts, cut(row[-1], room)]).rstrip())
+        parts = []
+        for i, h in enumerate(_HEADER):
+            if h not in shown:
+                continue
+            cell = cut(row[i], shown[h])
+            cell = cell if h == "TASK" else pad(cell, shown[h])
+            if color and k and h == "STATUS" and row[i]:
+                cell = f"\x1b[{COLORS.get(row[i].split()[0], '0')}m{cell}\x1b[0m"
+            parts.append(cell)
+        lines.append(_GAP.join(parts).rstrip())
     out.write("\n".join(lines) + "\n")
 
 

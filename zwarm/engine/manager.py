@@ -47,7 +47,7 @@ from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
 from zwarm.env import Env, for_children, launcher, parse_iso
-from zwarm.errors import InvalidInput, SessionStateError, StoreError, ZwarmError
+from zwarm.errors import InvalidInput, SessionStateError, StoreError, WriteFailed, ZwarmError
 from zwarm.model import (
     ACTIVE,
     RUNS,
@@ -661,11 +661,20 @@ class BaseSessionManager(abc.ABC):
 
     # ------------------------------------------------------------------ reconcile and kill
     def reconcile(self, s: Session) -> Session:
-        """``s`` with a dead-but-running turn fixed on disk (cheap when nothing is wrong)."""
+        """``s`` with a dead-but-running turn fixed on disk (cheap when nothing is wrong). If
+        that cannot be written (a full disk), the session as it will be recorded: ended in
+        memory, its orphaned agent stopped; the next command with room records it."""
         if not self._looks_lost(s):
             return s
-        with self.store.transaction(s.id, history=not s.head_only) as fresh:
-            self._reconcile_locked(fresh)
+        fresh: Session | None = None
+        try:
+            with self.store.transaction(s.id, history=not s.head_only) as fresh:
+                self._reconcile_locked(fresh)
+        except WriteFailed:
+            if fresh is None:
+                raise
+            fresh.refresh()
+        assert fresh is not None
         return fresh
 
     def _looks_lost(self, s: Session) -> bool:
@@ -675,6 +684,11 @@ class BaseSessionManager(abc.ABC):
         if t.supervisor is None and t.handle is None:  # a launcher's handle: asked instead
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
         return not self.launcher(t).alive(s.id, t)
+
+    def is_lost(self, s: Session) -> bool:
+        """Whether ``s``'s running turn has lost what runs it (a turn just started, whose
+        supervisor is not recorded yet, is not lost)."""
+        return s.status in RUNS and self._looks_lost(s)
 
     def end_lost(self, s: Session) -> bool:
         """``s`` with a lost turn ended in memory only (its orphaned agent stopped), nothing
