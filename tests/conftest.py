@@ -220,7 +220,7 @@ class ZW:
     def write_config(self, text: str | bytes) -> Path:
         """Write ``config.toml`` in the state dir (which must exist) and trust it, as a user
         who wrote it would (``zwarm trust``): the test's fake-agent commands then run."""
-        from zwarm.trust import trust_config
+        from zwarm.trust_plan import trust_config
 
         path = self.state_dir / "config.toml"
         data = text.encode("utf-8") if isinstance(text, str) else text

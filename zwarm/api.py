@@ -95,6 +95,10 @@ class Zwarm:
             from zwarm import config as config_mod
 
             self._config = config_mod.load(self.config_path, self.env.environ)
+            if self._config.legacy:  # once per Zwarm: it loads its config once
+                from zwarm import legacy
+
+                self.warn(legacy.warning(self.config_path, list(self._config.legacy)))
         return self._config
 
     def manager(self, adapter: str) -> BaseSessionManager:
@@ -135,6 +139,10 @@ class Zwarm:
         path = self.config_path
         if path.exists() and not force:
             raise InvalidInput(f"{path} already exists (use --force to overwrite)")
+        if path.exists() and self.config.legacy:  # --force would drop them: never lost
+            raise InvalidInput(
+                f"{path} has zwarm 3.x settings: `zwarm init --upgrade` converts it, keeping it"
+            )
         from zwarm import config as config_mod
         from zwarm.config_text import commented
 
@@ -312,6 +320,7 @@ class Zwarm:
 
     def _check_agent(self, mgr: BaseSessionManager) -> None:
         self.config.require(mgr.name)  # its supervisor will use every key: refuse now, not there
+        self.config.require_limits()  # a loosened limit is never used: say so, and refuse
         cmd = self.config.command(mgr.name)[0]
         path_var = mgr.agent_env().get("PATH", os.defpath)
         import shutil
@@ -499,6 +508,23 @@ class Zwarm:
             r["launcher_state"] = _launcher_state(probe, got)
             r["shown_status"] = probe.label()
         return r
+
+    def launcher_says(self, sessions: list[Session]) -> dict[str, dict[str, Any]]:
+        """What the launchers of ``sessions``' running turns say of them, as a listing's rows
+        carry it (``launcher_state``, ``shown_status``; see ``_listed``): one query per
+        launcher (a cluster's queue is asked once for all). The dashboard's live rows
+        (``serve.streams``) show a pending Slurm job as ``zwarm ls`` does. Only launchers that
+        answer many at once are asked (a local turn says nothing but ``running``)."""
+        from zwarm.runtime import survey
+
+        running = [s for s in sessions if s.status in RUNS and s.current is not None]
+        items = [(s.id, s.current) for s in running if s.current is not None]
+        probes = survey(items, self._launcher, batched=True) if items else {}
+        return {
+            s.id: {"launcher_state": _launcher_state(p, s), "shown_status": p.label()}
+            for s in running
+            if (p := probes.get(s.id)) is not None
+        }
 
     def _survey(self, sessions: list[Session]) -> dict[str, Probe]:
         """Probes of the running sessions' turns: one query per launcher (``runtime.survey``:
@@ -999,7 +1025,7 @@ class Zwarm:
                     ) from None
                 self._remove(sid, None)
                 return sid
-            if s.status in ACTIVE and not (s.status in RUNS and not self._alive(s)):
+            if s.status in ACTIVE and not self.reader(s.adapter).is_lost(s):
                 if skip_busy:
                     return None
                 if not force:
@@ -1056,6 +1082,11 @@ class Zwarm:
     def session_ids(self) -> list[str]:
         """The ids of every session on disk (damaged ones included); reads no meta.json."""
         return self.store.list_ids()
+
+    def check_limits(self) -> None:
+        """``LoosenedLimit`` if config.toml loosens a limit past its trusted value: what a
+        command that starts agents checks first (no read ever gets the looser value)."""
+        self.config.require_limits()
 
     def setting(self, table: str, key: str) -> Any:
         """A validated ``config.toml`` value (its default when unset); ``ConfigError`` if the

@@ -1,109 +1,118 @@
 """Configuration: ``.zwarm/config.toml``, its schema, defaults and validation.
 
-Owns every configurable key and its default. Must stay true:
-- ``SCHEMA`` is the single list of zwarm's own keys; each agent's table (``[codex]``, ...) is
-  the agent's ``config_schema()`` (``zwarm.agents``), added by ``schema()``: nothing here names
-  an agent; ``.zwarm.example/config.toml`` documents every key of zwarm and of the agents that
-  ship with it (a test checks they agree);
+Owns every configurable key, its default and its trust rule (``Rule``: it executes, it is a
+limit, lower or higher is tighter, or it is free), and what a departure from a trusted value
+is (``changes``: an executing value that is not the trusted one, a limit looser than it).
+Must stay true:
+- ``SCHEMA`` is the single list of zwarm's own keys, each with its rule; each agent's table
+  (``[codex]``, ...) is the agent's ``config_schema()`` (``zwarm.agents``; a key's rule is its
+  ``Setting.trust``, executing unless it says otherwise), added by ``schema()``: nothing here
+  names an agent; ``.zwarm.example/config.toml`` documents every key of zwarm and of the
+  agents that ship with it (a test checks they agree);
+- a limit is compared as the engine uses it: 0 = none where it means that, a group's unset
+  budget is ``[limits]``'s, a price left out is the agent's list price (unknown: nothing);
 - an invalid file (TOML syntax, unknown key, wrong type or value) raises ``ConfigError`` naming
-  the file and the problem, before anything is created;
+  the file and the problem, before anything is created; zwarm 3.x's tables and keys
+  (``zwarm.legacy``) are not unknown: taken out unapplied, named in ``Config.legacy``;
 - loading uses only ``tomllib``; ``tomli_w`` is imported only when writing.
 """
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
 from zwarm.agents import DEFAULT_AGENT
 from zwarm.errors import ConfigError
+from zwarm.rules import CAP, COUNT, EXECUTES, FREE, KILL_FIRST, PRICES, Rule
 
 if TYPE_CHECKING:
     from zwarm.trust import ConfigSource
 
-# key -> (expected python type(s), default). Tables with free-form keys use dict.
-SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
+
+# key -> (expected python type(s), default, trust rule). Tables with free-form keys use dict.
+SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     "defaults": {
-        "adapter": ((str,), DEFAULT_AGENT),
-        "model": ((str,), ""),
-        "context": ((str,), "summary"),
-        "timeout": ((int, float), 0),
-        "workspace": ((str,), "shared"),
+        "adapter": ((str,), DEFAULT_AGENT, FREE),
+        "model": ((str,), "", FREE),
+        "context": ((str,), "summary", FREE),
+        "timeout": ((int, float), 0, CAP),
+        "workspace": ((str,), "shared", FREE),
     },
     "workspace": {
-        "root": ((str,), ""),
-        "setup": ((list,), []),
-        "copy": ((list,), []),
-        "link": ((list,), []),
+        "root": ((str,), "", EXECUTES),
+        "setup": ((list,), [], EXECUTES),
+        "copy": ((list,), [], EXECUTES),
+        "link": ((list,), [], EXECUTES),
     },
     "summary": {
-        "budget_chars": ((int,), 24000),
-        "full_turns": ((int,), 2),
+        "budget_chars": ((int,), 24000, FREE),
+        "full_turns": ((int,), 2, FREE),
     },
     "tools": {
-        "allowed_roots": ((list,), ["."]),
-        "max_wait_s": ((int, float), 45),
-        "trajectory_chars": ((int,), 12000),
-        "diff_chars": ((int,), 12000),
+        "allowed_roots": ((list,), ["."], EXECUTES),
+        "max_wait_s": ((int, float), 45, FREE),
+        "trajectory_chars": ((int,), 12000, FREE),
+        "diff_chars": ((int,), 12000, FREE),
     },
     "orchestrator": {
-        "base_url": ((str,), ""),
-        "model": ((str,), ""),
-        "api_key_env": ((str,), "OPENAI_API_KEY"),
-        "max_steps": ((int,), 60),
-        "max_tokens": ((int,), 0),
-        "max_cost_usd": ((int, float), 0),
-        "bash_timeout_s": ((int, float), 60),
-        "prices": ((dict,), {}),
+        "base_url": ((str,), "", EXECUTES),
+        "model": ((str,), "", FREE),
+        "api_key_env": ((str,), "OPENAI_API_KEY", EXECUTES),
+        "max_steps": ((int,), 60, COUNT),
+        "max_tokens": ((int,), 0, CAP),
+        "max_cost_usd": ((int, float), 0, CAP),
+        "bash_timeout_s": ((int, float), 60, FREE),
+        "prices": ((dict,), {}, PRICES),
         # the run's context (zwarm.orchestrator.compaction): 0 = known by model
-        "context_window": ((int,), 0),
-        "compact_at": ((int, float), 0.7),  # fraction of context_window; 0 = never compact
-        "compact_model": ((str,), ""),  # "" = the orchestrator's own model
-        "compact_keep": ((int,), 10),  # latest messages kept verbatim
+        "context_window": ((int,), 0, FREE),
+        "compact_at": ((int, float), 0.7, FREE),  # fraction of context_window; 0 = never compact
+        "compact_model": ((str,), "", FREE),  # "" = the orchestrator's own model
+        "compact_keep": ((int,), 10, FREE),  # latest messages kept verbatim
         # transient endpoint errors (zwarm.orchestrator.chat)
-        "max_attempts": ((int,), 5),
-        "retry_backoff_s": ((int, float), 1.0),
+        "max_attempts": ((int,), 5, FREE),
+        "retry_backoff_s": ((int, float), 1.0, FREE),
     },
     # fleet control (zwarm.engine.scheduler, zwarm.engine.limits); 0 = no limit
     "limits": {
-        "max_running": ((int,), 0),  # sessions running at once in this state dir
-        "max_cost": ((int, float), 0),  # default budget of a session, USD
-        "max_tokens": ((int,), 0),  # default budget of a session, total tokens
-        "max_cost_per_day": ((int, float), 0),  # new sessions queue once today's spend is this
-        "stall_s": ((int, float), 0),  # a turn whose agent writes nothing this long is stalled
-        "on_stall": ((str,), "mark"),  # "mark": show it stalled; "kill": stop it, failed
-        "on_usage_limit": ((str,), "fail"),  # "wait": park it until the limit resets
-        "max_auto_resumes": ((int,), 3),  # times a parked session is resumed by itself
-        "resume_backoff_s": ((int, float), 60),  # first wait when the agent gives no reset time
-        "max_spawn_depth": ((int,), 3),  # delegation: deepest session (a root is 1); 0 = any
+        "max_running": ((int,), 0, CAP),  # sessions running at once in this state dir
+        "max_cost": ((int, float), 0, CAP),  # default budget of a session, USD
+        "max_tokens": ((int,), 0, CAP),  # default budget of a session, total tokens
+        "max_cost_per_day": ((int, float), 0, CAP),  # new sessions queue once today's spend is this
+        "stall_s": ((int, float), 0, CAP),  # a turn whose agent writes nothing this long is stalled
+        "on_stall": ((str,), "mark", KILL_FIRST),  # "mark": show it stalled; "kill": stop it
+        "on_usage_limit": ((str,), "fail", FREE),  # "wait": park it until the limit resets
+        "max_auto_resumes": ((int,), 3, COUNT),  # times a parked session is resumed by itself
+        "resume_backoff_s": ((int, float), 60, FREE),  # first wait when no reset time is given
+        "max_spawn_depth": ((int,), 3, CAP),  # delegation: deepest session (a root is 1); 0 = any
     },
     # [groups.NAME]: max_running, max_cost, max_tokens for the sessions spawned --group NAME
     "groups": {},
     # commands run when a session ends (zwarm.runtime.hooks): "" = none; a string runs with
     # /bin/sh -c, a list is an argv
     "hooks": {
-        "on_finish": ((str, list), ""),
-        "on_fail": ((str, list), ""),
-        "timeout_s": ((int, float), 30),
+        "on_finish": ((str, list), "", EXECUTES),
+        "on_fail": ((str, list), "", EXECUTES),
+        "timeout_s": ((int, float), 30, FREE),
     },
     # what runs a new session's turns (zwarm.runtime: an entry point of zwarm.launchers)
     "launcher": {
-        "default": ((str,), "local"),
+        "default": ((str,), "local", EXECUTES),
     },
     # the slurm launcher (zwarm.runtime.slurm): one batch job per turn; "" / 0 = Slurm's default
     "slurm": {
-        "partition": ((str,), ""),
-        "account": ((str,), ""),
-        "qos": ((str,), ""),
-        "time": ((str,), ""),  # per-turn wall limit (Slurm's format); --timeout also sets it
-        "cpus": ((int,), 0),  # --cpus-per-task
-        "mem": ((str,), ""),  # --mem, e.g. "4G"
-        "extra_args": ((list,), []),  # more sbatch arguments
-        "env": ((list,), []),  # names of variables exported to the job (never their values)
-        "python": ((str,), ""),  # the interpreter with zwarm on the nodes; "" = this one
+        "partition": ((str,), "", FREE),
+        "account": ((str,), "", EXECUTES),
+        "qos": ((str,), "", FREE),
+        "time": ((str,), "", FREE),  # per-turn wall limit (Slurm's format); --timeout also sets it
+        "cpus": ((int,), 0, FREE),  # --cpus-per-task
+        "mem": ((str,), "", FREE),  # --mem, e.g. "4G"
+        "extra_args": ((list,), [], EXECUTES),  # more sbatch arguments
+        "env": ((list,), [], EXECUTES),  # names of variables exported to the job (not values)
+        "python": ((str,), "", EXECUTES),  # the interpreter with zwarm on the nodes; "" = this one
     },
 }
 
@@ -139,15 +148,17 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailin
 class Config(msgspec.Struct, frozen=True):
     """A validated configuration. ``data[table][key]`` always exists (defaults filled in).
 
-    ``get``, ``command`` and the mapping ``table`` returns hand out a security-relevant value
-    that differs from the default only if the user trusted the file as read (``source``; else
-    ``UntrustedConfig``, see ``zwarm.trust``), checked when the value is read; ``data`` itself
-    is unchecked.
+    ``get``, ``command``, ``groups`` and the mapping ``table`` returns hand out a value as
+    trust allows it (``source``; see ``zwarm.trust``), checked when the value is read: a key
+    that executes only as trusted (else ``UntrustedConfig``), a limit never looser than trusted
+    (``require_limits`` says which one a file loosens), a free key as it is. ``data`` itself is
+    unchecked: read it only for free keys.
     """
 
     data: dict[str, dict[str, Any]]
     path: str | None = None
     source: "ConfigSource | None" = None  # neither compared nor shown (__eq__, __repr__)
+    legacy: tuple[str, ...] = ()  # zwarm 3.x settings the file has, ignored (zwarm.legacy)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Config) and (self.data, self.path) == (other.data, other.path)
@@ -157,12 +168,17 @@ class Config(msgspec.Struct, frozen=True):
 
     def get(self, table: str, key: str) -> Any:
         if self.source is not None:
-            self.source.require(table, (key,))
+            return self.source.value(table, key)
         return self.data[table][key]
 
     def table(self, table: str) -> Mapping[str, Any]:
         values = self.data[table]
         return values if self.source is None else self.source.view(table, values)
+
+    def groups(self) -> Mapping[str, Mapping[str, Any]]:
+        """``[groups.NAME]`` caps as they may be used: never looser than trusted (a group the
+        trusted file had is there even if the file no longer has it)."""
+        return self.data["groups"] if self.source is None else self.source.groups()
 
     def command(self, adapter: str) -> list[str]:
         cmd = self.get(adapter, "command")
@@ -174,8 +190,15 @@ class Config(msgspec.Struct, frozen=True):
         if self.source is not None:
             self.source.require(table, self.data[table])
 
+    def require_limits(self) -> None:
+        """``LoosenedLimit`` now if the file loosens a limit past its trusted value: what a
+        command that starts agents checks first (a read never sees the looser value anyway)."""
+        if self.source is not None:
+            self.source.require_limits()
 
-Spec = tuple[tuple[type, ...], Any]  # (accepted types, default)
+
+Spec = tuple[tuple[type, ...], Any, Rule]  # (accepted types, default, trust rule)
+Data = dict[str, dict[str, Any]]  # table -> key -> value
 
 
 def schema() -> dict[str, dict[str, Spec]]:
@@ -185,7 +208,7 @@ def schema() -> dict[str, dict[str, Spec]]:
     out = dict(SCHEMA)
     for name in agents.names():
         keys = agents.get(name).config_schema()
-        out[name] = {key: (s.types, s.default) for key, s in keys.items()}
+        out[name] = {key: (s.types, s.default, s.trust) for key, s in keys.items()}
     return out
 
 
@@ -216,87 +239,261 @@ def _copy(v: Any) -> Any:
     return v
 
 
-# ---------------------------------------------------------------------------- trust
-# In an agent's table ([codex], [claude], a plugin's) every key decides what runs, with which
-# environment or sandbox (command, env, extra_args, config, sandbox, permission_mode,
-# dangerous, and any key a plugin adds) except these: default-deny, so a plugin's new key is
-# protected without declaring anything.
-AGENT_HARMLESS_KEYS = frozenset({"model", "prices", "max_running"})
-# In zwarm's own tables: where the orchestrator sends its prompts (and which API key with
-# them), which directories an orchestrator LLM may start agents in, and for worktrees: where
-# zwarm makes (and deletes) them, the commands run in each, and the files copied into an
-# agent's reach.
-SECURITY_KEYS = frozenset(
-    {
-        ("orchestrator", "base_url"),
-        ("orchestrator", "api_key_env"),
-        ("tools", "allowed_roots"),
-        ("workspace", "root"),
-        ("workspace", "setup"),
-        ("workspace", "copy"),
-        ("workspace", "link"),
-        ("hooks", "on_finish"),  # commands zwarm runs when a session ends
-        ("hooks", "on_fail"),
-        ("launcher", "default"),  # where every new session's agent runs
-        ("slurm", "python"),  # what runs on the compute nodes
-        ("slurm", "extra_args"),
-        ("slurm", "env"),  # which of your variables leave for the cluster
-        ("slurm", "account"),  # whose allocation pays
-    }
-)
+# ---------------------------------------------------------------------------- trust rules
+def rule(table: str, key: str, tables: dict[str, dict[str, Spec]] | None = None) -> Rule:
+    """``table.key``'s trust rule: its ``Spec``'s; a group's caps are limits; a key nobody
+    declared executes (default-deny)."""
+    if table == "groups":
+        return CAP
+    spec = (schema() if tables is None else tables).get(table, {}).get(key)
+    return EXECUTES if spec is None else spec[2]
 
 
 def is_security_key(table: str, key: str) -> bool:
-    if table in SCHEMA:  # zwarm's own tables; every other table is an agent's
-        return (table, key) in SECURITY_KEYS
-    return key not in AGENT_HARMLESS_KEYS
+    """Whether ``table.key`` executes or decides (its value is used only as trusted)."""
+    return rule(table, key).kind == EXECUTES.kind
 
 
 def security_settings(
-    data: Mapping[str, Mapping[str, Any]], default: Mapping[str, Mapping[str, Any]]
+    data: Mapping[str, Mapping[str, Any]],
+    default: Mapping[str, Mapping[str, Any]],
+    tables: dict[str, dict[str, Spec]] | None = None,
 ) -> dict[str, Any]:
-    """``{"table.key": value}`` of the security-relevant values that differ from the default."""
+    """``{"table.key": value}`` of the values that are not free (they execute, or limit) and
+    differ from the default: what ``zwarm trust`` shows and records (a group: ``groups.NAME``)."""
+    tables = schema() if tables is None else tables
     out: dict[str, Any] = {}
     for table, values in data.items():
         base = default.get(table, {})
         for key, value in values.items():
-            if is_security_key(table, key) and not _same(key, value, base.get(key)):
+            if rule(table, key, tables).kind != FREE.kind and not _same(key, value, base.get(key)):
                 out[f"{table}.{key}"] = value
     return out
 
 
-def _same(key: str, value: Any, default: Any) -> bool:
-    if key == "command" and isinstance(value, str):
-        value = [value]  # command = "codex" is the default spelled as a string
-    return bool(value == default and type(value) is type(default))
+def _same(key: str, value: Any, other: Any) -> bool:
+    if key == "command":  # command = "codex" is ["codex"] spelled as a string
+        value = [value] if isinstance(value, str) else value
+        other = [other] if isinstance(other, str) else other
+    return bool(value == other and type(value) is type(other))
+
+
+class Change(NamedTuple):
+    """A value the trusted one does not cover: ``key`` (``table.key``, a group's cap, a model's
+    price), the trusted value, the file's, and the key's rule."""
+
+    key: str
+    trusted: Any
+    new: Any
+    rule: Rule
+
+    @property
+    def limit(self) -> bool:
+        return self.rule.kind != EXECUTES.kind
+
+
+def changes(
+    table: str,
+    key: str,
+    new: Mapping[str, Mapping[str, Any]],
+    old: Mapping[str, Mapping[str, Any]],
+    tables: dict[str, dict[str, Spec]],
+) -> list[Change]:
+    """How ``new``'s ``table.key`` departs from the trusted ``old`` (both full data): an
+    executing value that is neither the trusted one nor the default, a limit looser than the
+    trusted one; [] if it may be used."""
+    if table == "groups":
+        return [Change(f"groups.{g}.{k}", was, now, CAP) for g, k, was, now in _groups(new, old)]
+    r = rule(table, key, tables)
+    now, was = new[table][key], old[table][key]
+    if r.kind == FREE.kind:
+        return []
+    if r.kind == EXECUTES.kind:
+        ok = _same(key, now, was) or at_default(table, key, now, tables)
+        return [] if ok else [Change(f"{table}.{key}", was, now, r)]
+    if r.kind == PRICES.kind:
+        return _price_changes(table, now, was)
+    return [Change(f"{table}.{key}", was, now, r)] if _rank(r, now) > _rank(r, was) else []
+
+
+def at_default(table: str, key: str, value: Any, tables: dict[str, dict[str, Spec]]) -> bool:
+    """Whether ``value`` is ``table.key``'s built-in default (which never needs trust)."""
+    spec = tables.get(table, {}).get(key)
+    return spec is not None and _same(key, value, spec[1])
+
+
+def all_changes(
+    new: Mapping[str, Mapping[str, Any]],
+    old: Mapping[str, Mapping[str, Any]],
+    tables: dict[str, dict[str, Spec]],
+) -> list[Change]:
+    """Every departure of ``new`` from the trusted ``old`` (see ``changes``)."""
+    out = changes("groups", "", new, old, tables)
+    for table, keys in tables.items():
+        out += [c for key in keys for c in changes(table, key, new, old, tables)]
+    return out
+
+
+def clamped_groups(
+    new: Mapping[str, Mapping[str, Any]], old: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """``new``'s groups, each cap that is looser than trusted set to the trusted (effective)
+    cap, and every trusted group there."""
+    out = {name: dict(caps) for name, caps in new["groups"].items()}
+    for name, key, was, _ in _groups(new, old):
+        out.setdefault(name, {})[key] = was
+    return out
+
+
+def _rank(r: Rule, v: Any) -> float:
+    """Where ``v`` stands under at_most rule ``r``: higher is looser."""
+    if r.order:
+        return r.order.index(v) if v in r.order else math.inf
+    if r.none is not None and v == r.none:
+        return math.inf
+    return float(v)
+
+
+def _price_changes(table: str, now: Mapping[str, Any], was: Mapping[str, Any]) -> list[Change]:
+    """Models whose price (the table's, else the list price) is lower than trusted in any
+    part, or unknown now (it counts as nothing): each a change of ``table.prices.MODEL``."""
+    listed = _list_prices(table)
+    out = []
+    for model in sorted(set(now) | set(was)):
+        before, after = was.get(model) or listed(model), now.get(model) or listed(model)
+        if before is None:
+            continue  # no price was known: its cost counted as nothing, the loosest
+        if after is None or any(after[k] < before[k] for k in _PRICE_KEYS):
+            new = None if after is None else dict(after)
+            out.append(Change(f"{table}.prices.{model}", dict(before), new, PRICES))
+    return out
+
+
+def _list_prices(table: str) -> Callable[[str], Mapping[str, float] | None]:
+    from zwarm import agents
+
+    if table in SCHEMA:  # [orchestrator]: the list price of whichever agent knows the model
+        return agents.list_price
+    return agents.get(table).default_prices.get
+
+
+def _groups(
+    new: Mapping[str, Mapping[str, Any]], old: Mapping[str, Mapping[str, Any]]
+) -> list[tuple[str, str, Any, Any]]:
+    """(group, cap, trusted, new) of each group cap looser than trusted, compared as the
+    engine uses them: a budget a group leaves unset (or 0) is [limits]'s; max_running 0 none."""
+    out = []
+    now_g, was_g = new["groups"], old["groups"]
+    for name in sorted(set(now_g) | set(was_g)):
+        for key in GROUP_KEYS:
+            now, was = now_g.get(name, {}).get(key), was_g.get(name, {}).get(key)
+            if not now and not was:
+                continue  # both follow [limits]: that key's own change, if any
+            now, was = _group_cap(new, now, key), _group_cap(old, was, key)
+            if _rank(CAP, now) > _rank(CAP, was):
+                out.append((name, key, was, now))
+    return out
+
+
+def _group_cap(data: Mapping[str, Mapping[str, Any]], own: Any, key: str) -> Any:
+    if own:
+        return own
+    return 0 if key == "max_running" else data["limits"][key]
+
+
+def trusted_data(
+    values: Mapping[str, Any], tables: dict[str, dict[str, Spec]], where: str
+) -> dict[str, dict[str, Any]]:
+    """The defaults with recorded trusted ``values`` (``{table: {key: value}}``, read from
+    the trust file: validated here, ``ConfigError`` naming ``where``) over them; a table or
+    key this zwarm does not have (a plugin since removed) is left out."""
+    out = _defaults(tables)
+    for table, keys in values.items():
+        if table not in out or not isinstance(keys, dict):
+            continue
+        for key, value in keys.items():
+            if table == "groups" or key in tables[table]:
+                out[table][key] = _check(table, key, value, where, tables)
+    return out
+
+
+class Judge:
+    """The trust rules of one schema, as ``zwarm.trust.ConfigSource`` asks for them (the
+    functions above, with the tables bound)."""
+
+    def __init__(self, tables: dict[str, dict[str, Spec]]) -> None:
+        self.tables = tables
+
+    def rule(self, table: str, key: str) -> Rule:
+        return rule(table, key, self.tables)
+
+    def at_default(self, table: str, key: str, value: Any) -> bool:
+        return at_default(table, key, value, self.tables)
+
+    def changes(self, table: str, key: str, new: Data, old: Data) -> list[Change]:
+        return changes(table, key, new, old, self.tables)
+
+    def all_changes(self, new: Data, old: Data) -> list[Change]:
+        return all_changes(new, old, self.tables)
+
+    def clamped_groups(self, new: Data, old: Data) -> dict[str, dict[str, Any]]:
+        return clamped_groups(new, old)
+
+    def settings(self, data: Data) -> dict[str, Any]:
+        return security_settings(data, _defaults(self.tables), self.tables)
+
+    def defaults(self) -> Data:
+        return _defaults(self.tables)
+
+    def trusted(self, values: Mapping[str, Any], where: str) -> Data:
+        return trusted_data(values, self.tables, where)
 
 
 MAX_CONFIG_BYTES = 1 << 20
 
 
 def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
-    """Load and validate ``path``; a missing file gives the defaults. ``environ`` locates the
-    trust file (default ``os.environ``); it is read only if a security-relevant value is used."""
+    """Load and validate ``path``; a missing file gives the defaults (checked against what was
+    trusted all the same: a deleted file loosens nothing). ``environ`` locates the trust file
+    (default ``os.environ``); it is read only when a value that is not free is used."""
     from zwarm.store.files import read_file
+    from zwarm.trust import ConfigSource
 
+    tables = schema()  # once: each agent's table is asked of the agent
     try:
         raw, _ = read_file(path, MAX_CONFIG_BYTES, follow=True)  # a FIFO: refused, never a hang
     except FileNotFoundError:
-        return defaults()
+        data = _defaults(tables)
+        return Config(data, None, ConfigSource.of(path, b"", data, Judge(tables), environ))
     except OSError as e:
         raise ConfigError(str(path), f"cannot read: {e.strerror}") from None
+    old: list[str] = []
+    data = parse(raw, str(path), tables, old)
+    source = ConfigSource.of(path, raw, data, Judge(tables), environ)
+    return Config(data, str(path), source, tuple(old))
+
+
+def parse(
+    raw: bytes,
+    where: str,
+    tables: dict[str, dict[str, Spec]] | None = None,
+    legacy_out: list[str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """A config file's bytes, validated and merged over the defaults (``ConfigError``); the
+    zwarm 3.x settings it holds are left out, named in ``legacy_out``."""
     import tomllib  # here: a state dir without a config file never loads it (~2 ms)
 
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(str(path), f"invalid TOML: {e}") from None
-    from zwarm.trust import ConfigSource
+        raise ConfigError(where, f"invalid TOML: {e}") from None
+    from zwarm import legacy
 
-    tables = schema()  # once: each agent's table is asked of the agent
-    data = validate(doc, str(path), tables)
-    settings = security_settings(data, _defaults(tables))
-    return Config(data, str(path), ConfigSource.of(path, raw, settings, environ))
+    tables = schema() if tables is None else tables
+    old = legacy.split(doc, tables)  # zwarm 3.x's settings: never applied, the caller warns
+    if legacy_out is not None:
+        legacy_out.extend(old)
+    return validate(doc, where, tables)
 
 
 def validate(
@@ -419,6 +616,7 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
                 raise ConfigError(where, f"{name}: {p!r} must be a path inside the repository")
 
 
+# each a limit (CAP): lower is tighter, 0 = none (a budget: [limits]'s)
 GROUP_KEYS = {"max_running": (int,), "max_cost": (int, float), "max_tokens": (int,)}
 _GROUP_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"  # compiled when first used (re's cache)
 

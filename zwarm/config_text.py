@@ -19,7 +19,8 @@ HEAD = """\
 # .zwarm/config.toml, written by `zwarm init`: every key zwarm reads, each with what it does.
 # Unknown keys and wrong types are errors naming this file and the key. Keys that decide what
 # runs (agent commands and sandboxes, hooks, the orchestrator's endpoint) take effect only
-# once you have reviewed the file with `zwarm trust`. .zwarm.example/config.toml says more.
+# once you have reviewed the file with `zwarm trust`; a limit (caps, budgets, prices) may be
+# lowered freely, raised only so. .zwarm.example/config.toml says more.
 """
 
 DOCS: dict[str, dict[str, str]] = {

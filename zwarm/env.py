@@ -29,9 +29,12 @@ And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs thi
 agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
 in a login shell, whose ``/etc/profile`` resets PATH).
 
-Also owns which names look secret (``looks_secret``: an api key, token, secret, password,
-authorization or credential), for every part of zwarm that must keep such values out of what
-it writes or shows.
+Also owns which names look secret (``looks_secret``: an api key or other key, a token, secret,
+password, credential or auth value), for every part of zwarm that must keep such values out of what
+it writes or shows; and the environment every process zwarm starts gets (``for_children``):
+never the built-in orchestrator's own key (``ORCH_KEY_VAR``), wherever zwarm found it (a
+user who exported it in their shell runs ``zwarm spawn``, ``serve`` or ``mcp`` with it; only
+``zwarm orchestrate`` reads it, ``orchestrator.guard``).
 """
 
 import os
@@ -47,6 +50,13 @@ import msgspec
 
 STATE_DIR_NAME = ".zwarm"
 NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working directory
+ORCH_KEY_VAR = "ZWARM_ORCH_API_KEY"  # the orchestrator's alone: no process zwarm starts gets it
+
+
+def for_children(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` as a process zwarm starts (a supervisor, an agent, a hook) gets it: without
+    the orchestrator-only key (``ORCH_KEY_VAR``), which only ``zwarm orchestrate`` reads."""
+    return {k: v for k, v in environ.items() if k != ORCH_KEY_VAR}
 
 
 def python_argv(python: str, module: str, *args: str) -> list[str]:
@@ -106,7 +116,11 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     return path
 
 
-SECRET_NAME = re.compile(r"api[_-]?key|token|secret|passw|authorization|credential", re.I)
+# an api key or any other key (``OPENAI_KEY``, ``key``; not ``keyBindings`` or ``MONKEY``), a
+# token, secret, password, credential or auth value (not ``AUTHOR``)
+SECRET_NAME = re.compile(
+    r"api[_-]?key|(?:^|[_.-])key(?:$|[_.-])|token|secret|passw|credential|authoriz|auth(?!or)", re.I
+)
 
 
 def looks_secret(name: str) -> bool:

@@ -88,6 +88,11 @@ class StoreError(ZwarmError):
     """The state directory could not be read or written (permissions, disk full)."""
 
 
+class WriteFailed(StoreError):
+    """A state file could not be written (a full disk, a quota, a file size limit): the old
+    file is intact, nothing of the write is left."""
+
+
 class OrchestratorError(ZwarmError):
     """The built-in orchestrator cannot run (configuration, endpoint, its run store)."""
 
@@ -110,6 +115,26 @@ class UntrustedConfig(ZwarmError):
         else:
             what = f"{path} sets {sets}, which zwarm uses only from a config file you trust"
         super().__init__(f"{what}; {fix}")
+
+
+class LoosenedLimit(ZwarmError):
+    """A config file loosens a limit (a cap, a budget, a depth, a price) past the value the
+    user trusted, or past the default when nothing was trusted (see ``zwarm.trust``). The
+    values come rendered (``zwarm.trust.shown``)."""
+
+    def __init__(self, path: str, key: str, trusted: str, new: str, more: list[str]) -> None:
+        import os
+        import shlex
+
+        self.path = path
+        self.key = key
+        self.keys = [key, *more]
+        fix = f"zwarm --state-dir {shlex.quote(os.path.dirname(path))} trust"
+        also = f" (and {', '.join(more)})" if more else ""
+        super().__init__(
+            f"{path}: {key} = {new} loosens the trusted {trusted}{also}; "
+            f"if you meant it, `{fix}` accepts it"
+        )
 
 
 class UnsafeStateDir(ZwarmError):

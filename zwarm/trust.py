@@ -1,43 +1,57 @@
-"""Trust: which state dirs zwarm may use, and which config files' security-relevant values.
+"""Trust: which state dirs zwarm may use, and which config values.
 
 Owns the per-user trust file (``$XDG_CONFIG_HOME/zwarm/trust.json``, default
 ``~/.config/zwarm/trust.json``: outside any project, so an agent sandboxed to its working
-directory cannot write it) and the two rules (which config keys are security-relevant is
-``zwarm.config``'s: ``SECURITY_KEYS``, ``AGENT_HARMLESS_KEYS``):
+directory cannot write it), the two rules, and how a trusted value is shown (``shown``:
+secrets masked). Which keys execute, limit or are free is ``zwarm.config``'s (``Rule``):
 
 - **state dirs** (as git's ``safe.directory``): a state dir that is a symlink, is not owned by
   the effective uid, or is writable by its group or others is refused (``UnsafeStateDir``),
   root included, unless the user allowed that path while it had that owner and real path;
-- **config files** (as direnv's ``allow``): a security-relevant key (``SECURITY_KEYS``; in an
-  agent's table every key but ``AGENT_HARMLESS_KEYS``) whose value differs from the built-in
-  default is used only if the sha256 of the exact bytes zwarm parsed is recorded for that
-  file's absolute path (``UntrustedConfig`` otherwise; "changed" when a different hash is
-  recorded). The check happens when a value is read (``Config.get``/``command`` and the
-  ``CheckedTable`` that ``Config.table`` returns), so commands that never read one (``ls``,
-  ``show``, ``wait``, ...) work on any config.
+- **config files** (as direnv's ``allow``): ``zwarm trust`` records, for the file's absolute
+  path, the sha256 of the bytes it showed and their values that are not free (version 1
+  records have the hash only). A file whose hash is recorded is trusted with all its values;
+  otherwise the trusted values are the recorded ones over the defaults, and an executing
+  value is used only if it is the default or the trusted one (``UntrustedConfig``, "changed"
+  when a record exists), a limit only if it is not looser (else the trusted value:
+  ``ConfigSource.value``; commands that start agents refuse it first, ``LoosenedLimit``), a
+  free value always. The check happens when a value is read (``Config.get``/``command``/
+  ``groups`` and the ``CheckedTable`` that ``Config.table`` returns), so commands that never
+  read one (``ls``, ``show``, ``wait``, ...) work on any config.
 
 Must stay true: the trust file is read as untrusted input (it must be a regular file owned by
-the effective uid and not group/world-writable; strict schema; any problem is one
-``TrustFileError`` line naming it) and written atomically, 0600, under a lock; nothing is read,
-hashed or imported here unless a state dir has a problem or a non-default security-relevant
-value is used (``zwarm ls`` in a normal project costs one ``lstat``).
+the effective uid and not group/world-writable; strict schema, recorded values validated as
+config values; any problem is one ``TrustFileError`` line naming it) and written atomically,
+0600, under a lock; nothing is read, hashed or imported here unless a state dir has a problem
+or a value that is not free is used (``zwarm ls`` in a normal project costs one ``lstat``);
+the only write outside ``zwarm trust`` is a version 1 record of the very bytes read gaining
+their values (``_migrate``).
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from zwarm.errors import InvalidInput, TrustFileError, UnsafeStateDir, UntrustedConfig
+from zwarm.env import looks_secret
+from zwarm.errors import (
+    InvalidInput,
+    LoosenedLimit,
+    TrustFileError,
+    UnsafeStateDir,
+    UntrustedConfig,
+)
 
-VERSION = 1
+VERSION = 2  # 2: a config's trusted values (1: its hash only, still read)
 MAX_BYTES = 4 << 20
 TRUSTED, CHANGED, UNTRUSTED = "trusted", "changed", "untrusted"
+EDITED = "edited"  # changed since trusted, but nothing in it needs new trust
 _HEX = frozenset("0123456789abcdef")
 T = TypeVar("T")
 
@@ -87,6 +101,15 @@ def _passwd_home() -> str:
 class ConfigEntry(NamedTuple):
     sha256: str
     trusted_at: str
+    # the trusted values that are not free and not the default, {table: {key: value}}; None
+    # in a record of version 1 (its hash only: the file trusted as it was, nothing once edited)
+    values: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out = self._asdict()
+        if self.values is None:
+            del out["values"]
+        return out
 
 
 class DirEntry(NamedTuple):
@@ -107,9 +130,11 @@ class TrustData:
         self.state_dirs = state_dirs or {}
 
     def to_json(self) -> bytes:
+        import json
+
         doc = {
             "version": VERSION,
-            "configs": {p: e._asdict() for p, e in sorted(self.configs.items())},
+            "configs": {p: e.as_json() for p, e in sorted(self.configs.items())},
             "state_dirs": {p: e._asdict() for p, e in sorted(self.state_dirs.items())},
         }
         return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
@@ -141,6 +166,8 @@ def _check_owner(st: os.stat_result, where: str) -> None:
 
 
 def parse_trust(raw: bytes, where: str) -> TrustData:
+    import json  # here: loading a config never needs it
+
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError) as e:
@@ -190,11 +217,18 @@ def _abs_path(p: Any) -> bool:
 
 
 def _config_entry(e: dict[str, Any], path: str, where: str) -> ConfigEntry:
-    _exact_keys(e, {"sha256", "trusted_at"}, f"configs[{path!r}]", where)
+    what = f"configs[{path!r}]"
+    keys = {"sha256", "trusted_at"} | ({"values"} if "values" in e else set())
+    _exact_keys(e, keys, what, where)
     digest = e["sha256"]
     if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _HEX:
-        raise TrustFileError(where, f"configs[{path!r}].sha256 must be 64 hex digits")
-    return ConfigEntry(e["sha256"], _stamp(e["trusted_at"], f"configs[{path!r}]", where))
+        raise TrustFileError(where, f"{what}.sha256 must be 64 hex digits")
+    values = e.get("values")
+    if values is not None and not (
+        isinstance(values, dict) and all(isinstance(t, dict) for t in values.values())
+    ):
+        raise TrustFileError(where, f"{what}.values must be an object of tables")
+    return ConfigEntry(e["sha256"], _stamp(e["trusted_at"], what, where), values)
 
 
 def _dir_entry(e: dict[str, Any], path: str, where: str) -> DirEntry:
@@ -252,19 +286,45 @@ def _now() -> str:
 
 
 # ---------------------------------------------------------------------------- config files
-class ConfigSource:
-    """Where a loaded config came from: the exact bytes parsed, and its non-default
-    security-relevant settings, which it hands out only if the user trusted those bytes."""
+Data = dict[str, dict[str, Any]]
 
-    __slots__ = ("locate", "path", "raw", "settings")
+
+class Judge(Protocol):
+    """What trust asks of the config's rules (``zwarm.config.Judge``, for one schema)."""
+
+    def rule(self, table: str, key: str) -> Any: ...
+    def at_default(self, table: str, key: str, value: Any) -> bool: ...
+    def changes(self, table: str, key: str, new: Data, old: Data) -> list[Any]: ...
+    def all_changes(self, new: Data, old: Data) -> list[Any]: ...
+    def clamped_groups(self, new: Data, old: Data) -> dict[str, dict[str, Any]]: ...
+    def settings(self, data: Data) -> dict[str, Any]: ...
+    def defaults(self) -> Data: ...
+    def trusted(self, values: Mapping[str, Any], where: str) -> Data: ...
+
+
+class ConfigSource:
+    """Where a loaded config came from (the exact bytes parsed, and what they mean), and how
+    trust lets its values be used: ``value`` hands out a free key as it is, an executing one
+    only at its default or trusted value, a limit never looser than trusted."""
+
+    __slots__ = ("_accepted", "_digest", "_seen", "data", "judge", "locate", "path", "raw")
 
     def __init__(
-        self, path: str, raw: bytes, settings: Mapping[str, Any], locate: Mapping[str, str]
+        self,
+        path: str,
+        raw: bytes,
+        data: dict[str, dict[str, Any]],
+        judge: Judge,
+        locate: Mapping[str, str],
     ) -> None:
         self.path = path  # absolute, as zwarm read it (not resolved: a link is not its target)
-        self.raw = raw
-        self.settings = settings  # "table.key" -> value
+        self.raw = raw  # b"" for a file that does not exist
+        self.data = data  # validated, over the defaults (``zwarm.config``)
+        self.judge = judge  # the rules of the schema it was validated against
         self.locate = locate  # the variables that locate the trust file, as at load time
+        self._accepted: set[str] = set()  # "table.key" whose file value was found usable
+        self._digest: str | None = None
+        self._seen: tuple[Any, ...] | None = None  # (trust file signature, trusted data)
 
     def __repr__(self) -> str:
         return f"ConfigSource({self.path!r}, settings={sorted(self.settings)!r})"
@@ -274,44 +334,170 @@ class ConfigSource:
         cls,
         path: Path,
         raw: bytes,
-        settings: Mapping[str, Any],
+        data: dict[str, dict[str, Any]],
+        judge: Judge,
         environ: Mapping[str, str] | None = None,
     ) -> ConfigSource:
-        """``settings``: the file's non-default security-relevant values (``zwarm.config``
-        knows which keys those are)."""
         env = os.environ if environ is None else environ
         locate = {k: env[k] for k in ("XDG_CONFIG_HOME", "HOME") if k in env}
-        return cls(os.path.abspath(path), raw, settings, locate)
+        return cls(os.path.abspath(path), raw, data, judge, locate)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The values that are not free and differ from the default ("table.key" -> value):
+        what ``zwarm trust`` shows and records."""
+        return self.judge.settings(self.data)
+
+    @property
+    def sha256(self) -> str:
+        if self._digest is None:
+            self._digest = sha256(self.raw)
+        return self._digest
+
+    # ------------------------------------------------------------------ reads
+    def value(self, table: str, key: str) -> Any:
+        """``table.key`` as it may be used: a free key as it is; an executing one if it is the
+        default or the trusted value (``UntrustedConfig`` otherwise); a limit the file loosens,
+        the trusted value instead (``require_limits`` refuses it where a command starts
+        agents)."""
+        from zwarm import rules
+
+        value = self.data[table][key]
+        name = f"{table}.{key}"
+        rule = self.judge.rule(table, key)
+        if name in self._accepted or rule.kind == rules.FREE.kind:
+            return value
+        if rule.kind == rules.EXECUTES.kind and self.judge.at_default(table, key, value):
+            return value  # the default needs no trust (and no trust file read)
+        trusted = self.trusted()
+        if trusted is None or not self.judge.changes(table, key, self.data, trusted):
+            self._accepted.add(name)
+            return value
+        if rule.kind == rules.EXECUTES.kind:
+            raise self._untrusted(trusted)
+        return trusted[table][key]
 
     def require(self, table: str, keys: Iterable[str]) -> None:
-        """Raise ``UntrustedConfig`` if any of ``table``'s ``keys`` is a non-default
-        security-relevant setting and the file is not trusted as it was read."""
-        if self.settings and any(f"{table}.{k}" in self.settings for k in keys):
-            self.verify()
+        """``UntrustedConfig`` if any of ``table``'s ``keys`` executes and is not trusted."""
+        for key in keys:
+            self.value(table, key)
 
     def view(self, table: str, values: dict[str, Any]) -> Mapping[str, Any]:
         """``values`` (a table), each value checked as it is read (``values`` itself when
-        nothing in it needs trust)."""
-        if any(k.startswith(f"{table}.") for k in self.settings):
-            return CheckedTable(self, table, values)
-        return values
+        every key in it is free)."""
+        from zwarm import rules
 
-    def verify(self) -> None:
-        status = config_status(self.path, self.raw, trust_file(self.locate))
-        if status != TRUSTED:
-            raise UntrustedConfig(self.path, sorted(self.settings), changed=status == CHANGED)
+        free = all(self.judge.rule(table, k).kind == rules.FREE.kind for k in values)
+        return values if free else CheckedTable(self, table, values)
+
+    def groups(self) -> Mapping[str, Mapping[str, Any]]:
+        if "groups" in self._accepted:
+            return self.data["groups"]
+        trusted = self.trusted()
+        if trusted is None or not self.judge.changes("groups", "", self.data, trusted):
+            self._accepted.add("groups")
+            return self.data["groups"]
+        return self.judge.clamped_groups(self.data, trusted)
+
+    def require_limits(self) -> None:
+        """``LoosenedLimit`` naming the first limit the file loosens (and the others)."""
+        trusted = self.trusted()
+        if trusted is None:
+            return
+        loose = [c for c in self.judge.all_changes(self.data, trusted) if c.limit]
+        if loose:
+            c = loose[0]
+            default = self.judge.defaults()
+            new = _limit_text(c, c.new) + _default_note(c, default, self.data)
+            more = [x.key for x in loose[1:]]
+            raise LoosenedLimit(self.path, c.key, _limit_text(c, c.trusted), new, more)
+
+    def pending(self) -> list[Any]:
+        """Every ``zwarm.config.Change`` that needs new trust ([] when none does)."""
+        trusted = self.trusted()
+        return [] if trusted is None else self.judge.all_changes(self.data, trusted)
+
+    # ------------------------------------------------------------------ what is trusted
+    def trusted(self) -> dict[str, dict[str, Any]] | None:
+        """What the user trusted for this file: None when it is trusted as read (the hash of
+        these very bytes is recorded: every value in it), else the defaults with the recorded
+        values over them (none recorded: the defaults)."""
+        where = trust_file(self.locate)
+        sign = _signature(where)
+        if self._seen is not None and self._seen[0] == sign:
+            out: dict[str, dict[str, Any]] | None = self._seen[1]
+            return out
+        entry = read_trust(where).configs.get(self.path)
+        out = self._trusted(entry, str(where))
+        self._seen = (sign, out)
+        return out
+
+    def _trusted(self, entry: ConfigEntry | None, where: str) -> dict[str, dict[str, Any]] | None:
+        from zwarm.errors import ConfigError
+
+        if entry is not None and entry.sha256 == self.sha256:
+            if entry.values is None:
+                self._migrate(entry)
+            return None
+        try:
+            return self.judge.trusted(entry.values or {} if entry else {}, where)
+        except ConfigError as e:
+            raise TrustFileError(where, f"configs[{self.path!r}].values: {e.problem}") from None
+
+    def _migrate(self, entry: ConfigEntry) -> None:
+        """A version 1 record (a hash) of these very bytes gains their values, so that an
+        edit of a free key no longer needs new trust. Best effort: the hash still says it."""
+        values = nested(self.settings)
+
+        def put(t: TrustData) -> None:
+            now = t.configs.get(self.path)
+            if now is not None and now.sha256 == entry.sha256 and now.values is None:
+                t.configs[self.path] = ConfigEntry(now.sha256, now.trusted_at, values)
+
+        with contextlib.suppress(TrustFileError, InvalidInput, OSError):
+            update(put, self.locate)
+
+    def _untrusted(self, trusted: dict[str, dict[str, Any]]) -> UntrustedConfig:
+        found = self.judge.all_changes(self.data, trusted)
+        keys = sorted(c.key for c in found if not c.limit)
+        recorded = read_trust(trust_file(self.locate)).configs.get(self.path) is not None
+        return UntrustedConfig(self.path, keys, changed=recorded)
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _limit_text(c: Any, value: Any) -> str:
+    if value is None:
+        return "no price (its cost unknown: counted as nothing)"
+    if value == 0 and c.rule.none == 0:
+        return "0 (no limit)"
+    return shown(c.key, value)
+
+
+def _default_note(c: Any, default: Mapping[str, Mapping[str, Any]], data: Any) -> str:
+    table, _, key = c.key.partition(".")
+    if key in default.get(table, {}) and data[table][key] == default[table][key]:
+        return " (the default)"
+    return ""
 
 
 class CheckedTable(Mapping[str, Any]):
-    """A read-only view of a config table: reading a value that needs trust checks it, so
-    code that reads only harmless keys (prices, model) works on an untrusted file."""
+    """A read-only view of a config table: each value read as trust allows it (``value``), so
+    code that reads only free keys (model) works on an untrusted file."""
 
     def __init__(self, source: ConfigSource, table: str, values: dict[str, Any]) -> None:
         self._source, self._table, self._values = source, table, values
 
     def __getitem__(self, key: str) -> Any:
-        self._source.require(self._table, (key,))
-        return self._values[key]
+        if key not in self._values:
+            raise KeyError(key)
+        return self._source.value(self._table, key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
@@ -330,26 +516,42 @@ def config_status(path: str, raw: bytes, where: Path) -> str:
     return TRUSTED if entry.sha256 == sha256(raw) else CHANGED
 
 
-def trust_config(
-    path: Path, data: bytes | None = None, environ: Mapping[str, str] | None = None
-) -> str:
-    """Record the sha256 of ``data`` (default: the file's current bytes) as trusted for
-    ``path``; returns it. Only the bytes hashed are trusted: any later edit is not."""
-    if data is None:
-        from zwarm.store.files import read_file
+def nested(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"table.key": value}`` as ``{table: {key: value}}`` (how the trust file keeps it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in settings.items():
+        table, key = name.split(".", 1)
+        out.setdefault(table, {})[key] = value
+    return out
 
-        try:
-            data, _ = read_file(path, 1 << 20, follow=True)
-        except OSError as e:
-            raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
-    digest = sha256(data)
-    entry = ConfigEntry(digest, _now())
 
-    def put(t: TrustData) -> None:
-        t.configs[os.path.abspath(path)] = entry
+# ---------------------------------------------------------------------------- showing values
+_VAR_REF = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)\Z")
 
-    update(put, environ)
-    return digest
+
+def shown(name: str, value: Any) -> str:
+    """``value`` of setting ``name`` as JSON for a person to review, its secrets masked
+    (``masked``): what every trust message and ``zwarm trust`` print."""
+    import json
+
+    return json.dumps(masked(name, value), ensure_ascii=False)
+
+
+def masked(name: str, value: Any) -> Any:
+    """``value`` with every value of an ``env`` table, and every string under a key that names
+    a secret (key, token, secret, password...), masked: a ``$VAR`` reference as is, else its
+    first 4 characters and "…" (9 characters or more), or "…" alone (5 to 8)."""
+    return _masked(value, name.endswith(".env"))
+
+
+def _masked(v: Any, secret: bool) -> Any:
+    if isinstance(v, dict):
+        return {k: _masked(x, secret or looks_secret(k)) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_masked(x, secret) for x in v]
+    if secret and isinstance(v, str) and not _VAR_REF.match(v) and len(v) > 4:
+        return v[:4] + "…" if len(v) > 8 else "…"
+    return v
 
 
 # ---------------------------------------------------------------------------- state dirs

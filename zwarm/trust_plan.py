@@ -2,12 +2,14 @@
 
 Owns ``plan`` (the state dir's problems and its config.toml's non-default security-relevant
 settings, read once), ``apply`` (record exactly what was shown) and ``listing``. The trust file
-itself and every check are ``zwarm.trust``'s. Must stay true: ``apply`` records the hash of the
-very bytes ``plan`` read and showed, never a later version of the file.
+itself and every check are ``zwarm.trust``'s. Must stay true: ``apply`` records the hash and
+the values of the very bytes ``plan`` read and showed, never a later version of the file; a
+config.toml that no longer exists is planned (the defaults) when a record for it exists.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -15,6 +17,7 @@ from typing import Any, NamedTuple
 from zwarm.errors import InvalidInput
 from zwarm.trust import (
     CHANGED,
+    EDITED,
     TRUSTED,
     UNTRUSTED,
     ConfigEntry,
@@ -23,6 +26,7 @@ from zwarm.trust import (
     TrustData,
     _now,
     inspect_state_dir,
+    nested,
     owner_name,
     read_trust,
     sha256,
@@ -34,8 +38,11 @@ from zwarm.trust import (
 class ConfigPlan(NamedTuple):
     path: str
     sha256: str  # of the bytes read (and shown): what ``apply`` records
-    settings: dict[str, Any]  # the non-default security-relevant values it sets
+    settings: dict[str, Any]  # the values it sets that are not free, nor the default
     status: str  # TRUSTED, CHANGED or UNTRUSTED, before this plan is applied
+    was: dict[str, Any] | None = None  # the values trusted so far ("table.key"), if recorded
+    exists: bool = True  # False: no file (the defaults), where one was trusted before
+    needs: tuple[str, ...] = ()  # what in it needs new trust ("table.key"), before it is applied
 
 
 class Plan(NamedTuple):
@@ -68,24 +75,37 @@ def plan(state_dir: Path, dir_only: bool = False, environ: Mapping[str, str] | N
 def _config_plan(path: Path, t: TrustData, environ: Mapping[str, str] | None) -> ConfigPlan | None:
     from zwarm import config as config_mod
 
-    source = config_mod.load(path, environ).source
-    if source is None:
-        return None
+    cfg = config_mod.load(path, environ)
+    source = cfg.source
+    assert source is not None
     entry = t.configs.get(source.path)
-    digest = sha256(source.raw)
+    if cfg.path is None and entry is None:
+        return None  # no file, and none was trusted: nothing to trust
+    digest = source.sha256
     status = UNTRUSTED if entry is None else TRUSTED if entry.sha256 == digest else CHANGED
-    return ConfigPlan(source.path, digest, dict(source.settings), status)
+    was = None if entry is None or entry.values is None else _flat(entry.values)
+    needs = tuple(c.key for c in source.pending())
+    return ConfigPlan(
+        source.path, digest, source.settings, status, was, cfg.path is not None, needs
+    )
+
+
+def _flat(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"{t}.{k}": v for t, keys in values.items() for k, v in keys.items()}
 
 
 def apply(p: Plan, environ: Mapping[str, str] | None = None) -> None:
-    """Record ``p``: the dir's owner and real path as they were inspected, the config's hash."""
+    """Record ``p``: the dir's owner and real path as they were inspected, the config's hash
+    and values."""
+
     stamp = _now()
 
     def put(t: TrustData) -> None:
         if p.dir is not None and p.dir.uid is not None:
             t.state_dirs[p.dir.path] = DirEntry(p.dir.uid, p.dir.realpath, stamp)
         if p.config is not None:
-            t.configs[p.config.path] = ConfigEntry(p.config.sha256, stamp)
+            values = nested(p.config.settings)
+            t.configs[p.config.path] = ConfigEntry(p.config.sha256, stamp, values)
 
     if p.dir is not None and p.dir.uid is None:
         raise InvalidInput(f"{p.dir.path} is a symlink to {p.dir.realpath}, which does not exist")
@@ -97,7 +117,12 @@ def listing(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     where = trust_file(environ)
     t = read_trust(where)
     configs = [
-        {"path": p, "sha256": e.sha256, "trusted_at": e.trusted_at, "status": _file_status(p, e)}
+        {
+            "path": p,
+            "sha256": e.sha256,
+            "trusted_at": e.trusted_at,
+            "status": _file_status(p, e, environ),
+        }
         for p, e in sorted(t.configs.items())
     ]
     dirs = [
@@ -114,14 +139,26 @@ def listing(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {"trust_file": str(where), "configs": configs, "state_dirs": dirs}
 
 
-def _file_status(path: str, e: ConfigEntry) -> str:
+def _file_status(path: str, e: ConfigEntry, environ: Mapping[str, str] | None) -> str:
+    """TRUSTED (these bytes), EDITED (edited since, but nothing in it needs new trust),
+    CHANGED (something does), or "missing"."""
+    from zwarm import config as config_mod
+    from zwarm.errors import ZwarmError
+
     try:
         from zwarm.store.files import read_file
 
         data, _ = read_file(path, 1 << 20, follow=True)
     except OSError:
         return "missing"
-    return TRUSTED if sha256(data) == e.sha256 else CHANGED
+    if sha256(data) == e.sha256:
+        return TRUSTED
+    try:
+        source = config_mod.load(Path(path), environ).source
+        pending = source.pending() if source is not None else []
+    except ZwarmError:
+        return CHANGED
+    return CHANGED if pending else EDITED
 
 
 def _dir_status(path: str, e: DirEntry) -> str:
@@ -131,3 +168,36 @@ def _dir_status(path: str, e: DirEntry) -> str:
     if not facts.problems:
         return "safe"
     return "allowed" if facts.allowed_by(e) else CHANGED
+
+
+def trust_config(
+    path: Path, data: bytes | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    """Record ``data`` (default: the file's current bytes) as trusted for ``path``: its sha256
+    and its values that are not free; returns the hash. A later edit needs no new trust unless
+    it changes an executing value or loosens a limit. (What ``zwarm trust`` does, without the
+    review: for tests and programs that wrote the file themselves.)"""
+    from zwarm import config as config_mod
+    from zwarm.errors import ConfigError
+
+    if data is None:
+        from zwarm.store.files import read_file
+
+        try:
+            data, _ = read_file(path, 1 << 20, follow=True)
+        except OSError as e:
+            raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    tables = config_mod.schema()
+    try:
+        values: dict[str, Any] | None = nested(
+            config_mod.Judge(tables).settings(config_mod.parse(data, str(path), tables))
+        )
+    except ConfigError:
+        values = None  # invalid: its hash alone (it cannot be loaded, let alone used)
+    entry = ConfigEntry(sha256(data), _now(), values)
+
+    def put(t: TrustData) -> None:
+        t.configs[os.path.abspath(path)] = entry
+
+    update(put, environ)
+    return entry.sha256

@@ -122,7 +122,9 @@ def test_a_failing_or_hanging_hook_never_affects_the_session(zw: Any) -> None:
 def test_hooks_from_an_untrusted_config_never_run(zw: Any) -> None:
     out = setup_hooks(zw)
     cfg = zw.state_dir / "config.toml"
-    cfg.write_text(cfg.read_text() + "# changed after it was trusted\n")
+    other = zw.tmp / "other-hook.py"  # the same hook under another name: a changed command
+    other.write_text((zw.tmp / "hook.py").read_text())
+    cfg.write_text(cfg.read_text().replace(str(zw.tmp / "hook.py"), str(other)))
     sid = zw.spawn("t", env_extra=zw.replay("codex_simple"))
     assert zw.wait(sid).returncode == 0
     log = logged(zw, sid, "on_finish: not run")

@@ -192,7 +192,8 @@ def test_a_turn_never_overwrites_turn_files_its_record_does_not_know(zw: Any) ->
     """Issue 29: ``"turns": []`` in meta.json is damage (every session is created with its
     turn 1), so inject refuses it and turn_1.prompt survives; and a new turn never takes a
     number whose files exist (a record that lost turns, a start killed before its meta.json
-    was saved): inject refuses with one line, nothing overwritten or started."""
+    was saved): a log there is refused with one line, nothing overwritten or started; a
+    prompt alone (a start killed before its meta.json was saved) is kept aside."""
     env = zw.replay("codex_simple")
     sid = spawn(zw, "the real task", env=env)
     wait_status(zw, sid, "completed")
@@ -214,5 +215,12 @@ def test_a_turn_never_overwrites_turn_files_its_record_does_not_know(zw: Any) ->
     assert stray.read_bytes() == b'{"kept": true}\n'
     assert len(meta(zw, other)["turns"]) == 1 and zw.calls() == 2
     stray.unlink()  # moved away: it goes on
-    zw.run("inject", other, "more", env_extra=env, check=True)
+    # a prompt alone: a start killed before its meta.json was saved (its turn never ran):
+    # kept aside, never overwritten, and the turn goes on
+    unsent = sdir(zw, other) / "turns" / "turn_2.prompt"
+    unsent.write_bytes(b"the killed start's prompt")
+    zw.run("inject", other, "more", "--context", "native", env_extra=env, check=True)
     assert len(wait_status(zw, other, "completed")["turns"]) == 2
+    aside = list((sdir(zw, other) / "turns").glob("turn_2.prompt.unsent-*"))
+    assert [p.read_bytes() for p in aside] == [b"the killed start's prompt"]
+    assert unsent.read_bytes() == b"more"

@@ -67,6 +67,7 @@ def test_meta_write_fails_old_meta_survives(zw: Any) -> None:
     one_error_line(res, "meta.json", "File too large")
     assert path.read_bytes() == before
     assert _tmp_files(zw.state_dir) == []
+    assert not (sdir(zw, sid) / "turns" / "turn_2.prompt").exists()  # nothing saved, none kept
     # spawn under the same limit: no half-created session, the name is not taken
     res = _run_limited(zw, 1024, "spawn", "second", "--name", "other")
     one_error_line(res, "File too large")
@@ -181,7 +182,7 @@ def test_rm_on_a_full_disk_removes_the_session(small_fs: Any) -> None:
     wait_status(zw, a, "completed")
     lost = [
         spawn(zw, f"running {i}", env=zw.replay("codex_simple", FAKE_WAIT_FILE=str(release)))
-        for i in range(2)
+        for i in range(3)
     ]
     sups = [supervisor_ref(zw, sid) for sid in lost]
     for sid in lost:
@@ -190,13 +191,77 @@ def test_rm_on_a_full_disk_removes_the_session(small_fs: Any) -> None:
     release.touch()  # the turns end while the disk is full: their supervisors cannot record it
     for sup in sups:
         wait_until(lambda sup=sup: not alive(sup), message="supervisor gave up")
+    # what will be recorded once there is room: failed (supervisor lost), not damaged
+    rows = {r["id"]: r for r in zw.json("ls")}
+    assert [rows[sid]["status"] for sid in lost] == ["failed"] * 3, rows
+    assert all(rows[sid]["error"].startswith("supervisor lost") for sid in lost)
     res = zw.run("rm", lost[0])
     assert res.returncode == 0 and res.stdout.split()[0] == lost[0], res.stderr
-    res = _run_limited(zw, 0, "rm", lost[1], a)
+    res = _run_limited(zw, 0, "rm", lost[1])
+    assert res.returncode == 0 and res.stdout.split()[0] == lost[1], res.stderr
+    res = zw.run("rm", "--finished")
     assert res.returncode == 0, res.stderr
-    assert sorted(res.stdout.split()[::2]) == sorted([lost[1], a])
+    assert sorted(res.stdout.split()[::2]) == sorted([lost[2], a])
     assert list((zw.state_dir / "sessions").iterdir()) == []
     assert not (zw.state_dir / "names" / "first").exists()
     assert _tmp_files(zw.state_dir) == []
     filler.unlink()
     assert zw.json("ls") == []
+
+
+def test_temp_files_of_killed_writes_are_cleaned(zw: Any) -> None:
+    """Issue 29: a write killed mid-way leaves ``.meta.json.<pid>.<hex>.tmp`` (60 MB for a
+    large session) forever. The next transaction on the session removes such files once their
+    writer is gone or they are an hour old; a live writer's recent one, another name, a link
+    (its target untouched) and a directory are left alone."""
+    import os
+    import time
+
+    sid = spawn(zw, "first", env=zw.replay("codex_simple"))
+    wait_status(zw, sid, "completed")
+    d = sdir(zw, sid)
+    gone = _dead_pid()
+    stale = {
+        f".meta.json.{gone}.0badc0de.tmp": b"x" * (8 << 20),  # its writer was killed
+        f".history.jsonl.{gone}.00000001.tmp": b"y" * 1024,
+        f".meta.json.{os.getppid()}.00000002.tmp": b"old",  # a live pid, but a day old
+    }
+    kept = {
+        f".meta.json.{os.getppid()}.00000003.tmp": b"being written",  # a live writer's
+        f".meta.json.{gone}.tmp": b"not our pattern",
+        "notes.tmp": b"not ours",
+    }
+    for name, data in {**stale, **kept}.items():
+        (d / name).write_bytes(data)
+    day = time.time() - 86400
+    os.utime(d / f".meta.json.{os.getppid()}.00000002.tmp", (day, day))
+    victim = zw.tmp / "victim"
+    victim.write_bytes(b"precious")
+    link = d / f".meta.json.{gone}.0000000a.tmp"
+    link.symlink_to(victim)
+    os.utime(link, (day, day), follow_symlinks=False)
+    (d / f".meta.json.{gone}.0000000b.tmp").mkdir()
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"), check=True)
+    wait_status(zw, sid, "completed")
+    names = set(os.listdir(d))
+    assert not names & set(stale), names & set(stale)
+    assert set(kept) <= names and all((d / n).read_bytes() == kept[n] for n in kept)
+    assert link.is_symlink() and victim.read_bytes() == b"precious"
+    assert (d / f".meta.json.{gone}.0000000b.tmp").is_dir()
+    # what a spawn killed before its rename left in sessions/: swept by a later spawn once it
+    # is an hour old (a young one may be another spawn's, still at work)
+    sessions = d.parent
+    old, young = sessions / f".new-{'1' * 8}-1111-4111-8111-{'1' * 12}", sessions / f".new-{sid}"
+    for stage in (old, young):
+        (stage / "turns").mkdir(parents=True)
+        (stage / "turns" / "turn_1.prompt").write_bytes(b"p" * 100000)
+    os.utime(old, (day, day))
+    spawn(zw, "another", env=zw.replay("codex_simple"))
+    assert not old.exists() and young.is_dir()
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid

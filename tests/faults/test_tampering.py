@@ -334,3 +334,31 @@ def test_rm_decides_under_the_lock_so_a_restarted_session_survives(zw: Any) -> N
         api.rm([sid])
     assert sdir(zw, sid).exists() and meta(zw, sid)["status"] == "running"
     zw.run("kill", sid, check=True)
+
+
+def test_rm_empties_the_trash_and_never_follows_a_link_there(zw: Any) -> None:
+    """Issue 29: what an ``rm`` killed half-way left in ``trash/`` is deleted by the next rm
+    (a removal in progress is renamed there whole); a link in it is removed, never followed;
+    a ``trash`` that is itself a link is refused with one line, nothing deleted."""
+    env = zw.replay("codex_simple")
+    a, b = spawn(zw, "a", env=env), spawn(zw, "b", env=env)
+    _done(zw, a)
+    _done(zw, b)
+    victim = zw.tmp / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me")
+    trash = zw.state_dir / "trash"
+    trash.mkdir()
+    left = trash / "0c2b8f7e-0000-4000-8000-000000000000.1a2b3c4d"  # a killed rm's
+    (left / "turns").mkdir(parents=True)
+    (left / "turns" / "turn_1.jsonl").write_bytes(b"x" * 100000)
+    (trash / "planted").symlink_to(victim)
+    zw.run("rm", a, check=True)
+    assert list(trash.iterdir()) == []
+    assert (victim / "precious").read_text() == "keep me"
+    trash.rmdir()
+    trash.symlink_to(victim)
+    res = zw.run("rm", b)
+    one_error_line(res, "trash")
+    assert sorted(p.name for p in victim.iterdir()) == ["precious"]
+    assert sdir(zw, b).is_dir()

@@ -1,6 +1,6 @@
 """Security: who may write the state dir and its config.toml, and what zwarm then runs.
 
-The threat (tests/faults/README.md, "Threat model"): a sandboxed agent can write its working
+The threat (docs/threat-model.md): a sandboxed agent can write its working
 directory, where ``.zwarm/`` usually lives; a cloned repository can ship a
 ``.zwarm/config.toml``; another user can create a ``.zwarm/`` (``/tmp/.zwarm``) that walking up
 from the cwd finds. Checked here through the installed CLI and the API:
@@ -17,6 +17,7 @@ from the cwd finds. Checked here through the installed CLI and the API:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pty
@@ -27,12 +28,13 @@ from typing import Any
 
 import pytest
 
+from zwarm import config, rules
 from zwarm.api import Zwarm
 from zwarm.config import security_settings
 from zwarm.env import Env
 from zwarm.errors import TrustFileError, UnsafeStateDir, UntrustedConfig
 from zwarm.orchestrator.tools import dispatch
-from zwarm.trust import trust_config
+from zwarm.trust_plan import trust_config
 
 from ._helpers import meta, one_error_line, snapshot, spawn, wait_status, wait_until
 
@@ -95,14 +97,21 @@ def test_planted_command_is_refused_until_trusted_and_again_once_edited(
     assert marker.read_text() == "pwned\n"
 
     marker.unlink()
-    with cfg.open("a") as f:
-        f.write("# one more line\n")
+    with cfg.open("a") as f:  # an edit that changes no value needs no new trust (issue 30)
+        f.write('# one more line\n[limits]\non_usage_limit = "wait"\n')
+    wait_status(zw, spawn(zw, "edited"), "failed")
+    assert marker.read_text() == "pwned\n"
+    marker.unlink()
+    other = zw.tmp / "other.sh"
+    other.write_text(script.read_text())
+    other.chmod(0o755)
+    cfg.write_text(cfg.read_text().replace(str(script), str(other)))  # another command
     for args in (["spawn", "t"], ["inject", sid, "more"]):
         one_error_line(zw.run(*args), str(cfg), "changed since you trusted it", "codex.command")
     with pytest.raises(UntrustedConfig) as e:
         zw.api().spawn("t")
-    assert e.value.changed
-    assert not marker.exists() and len(_sessions(zw)) == 2
+    assert e.value.changed and e.value.keys == ["codex.command"]
+    assert not marker.exists() and len(_sessions(zw)) == 3
 
 
 def test_trust_asks_on_a_terminal_and_needs_yes_without_one(zw: Any) -> None:
@@ -204,19 +213,23 @@ def test_orchestrator_and_tools_keys_need_trust(zw: Any, key: str, text: str) ->
 
 
 def test_a_plugin_agents_new_keys_need_trust_by_default() -> None:
-    """Default-deny: in an agent's table only model and prices are harmless, so a key a
-    plugin adds (an endpoint, a socket) is protected without the plugin declaring it."""
-    default = {
-        "toy": {"command": ["toy"], "model": "", "prices": {}, "endpoint": ""},
-        "orchestrator": {"model": "", "base_url": "", "max_steps": 60},
-    }
-    data = {
-        "toy": {"command": "toy", "model": "m", "prices": {"m": {}}, "endpoint": "http://e"},
-        "orchestrator": {"model": "x", "base_url": "http://e", "max_steps": 5},
-    }
+    """Default-deny: in an agent's table only what its Setting declares otherwise (model:
+    free; prices, max_running: limits) is not executing, so a key a plugin adds (the toy
+    agent's ``mode``) is protected without the plugin declaring anything."""
+    assert config.is_security_key("toy", "mode") and config.is_security_key("toy", "command")
+    assert config.rule("toy", "model") is rules.FREE
+    assert (config.rule("toy", "prices"), config.rule("toy", "max_running")) == (
+        rules.PRICES,
+        rules.CAP,
+    )
+    default = config.defaults().data
+    data = copy.deepcopy(default)
+    data["toy"].update(command="zwarm-toy-agent", model="m", mode="yolo")
+    data["orchestrator"].update(model="x", base_url="http://e", max_steps=5)
     assert security_settings(data, default) == {
-        "toy.endpoint": "http://e",
-        "orchestrator.base_url": "http://e",
+        "toy.mode": "yolo",  # executes
+        "orchestrator.base_url": "http://e",  # executes
+        "orchestrator.max_steps": 5,  # a limit: recorded, to compare the next edit with
     }
 
 
@@ -228,7 +241,7 @@ def test_defaults_and_harmless_keys_need_no_trust(zw: Any, private_trust: Path) 
         zw,
         '[defaults]\nmodel = "gpt-5"\ntimeout = 600\n'
         '[codex]\ncommand = "codex"\nsandbox = "workspace-write"\nenv = {}\nmodel = "gpt-5"\n'
-        "[codex.prices.gpt-5]\ninput = 1\ncached_input = 0\noutput = 2\n"
+        "[codex.prices.gpt-5]\ninput = 2\ncached_input = 1\noutput = 20\n"  # above list
         '[summary]\nbudget_chars = 1000\n[tools]\nallowed_roots = ["."]\nmax_wait_s = 5\n'
         '[orchestrator]\nmodel = "x"\napi_key_env = "OPENAI_API_KEY"\n',
     )
@@ -419,10 +432,13 @@ def test_trust_file_is_private_atomic_listed_and_revocable(zw: Any, private_trus
     assert stat.S_IMODE(private_trust.parent.stat().st_mode) == 0o700
     assert sorted(os.listdir(private_trust.parent)) == ["trust.json", "trust.json.lock"]
     saved = json.loads(private_trust.read_text())
-    assert saved["version"] == 1 and list(saved["configs"]) == [str(cfg)]
+    assert saved["version"] == 2 and list(saved["configs"]) == [str(cfg)]
+    assert saved["configs"][str(cfg)]["values"] == {"codex": {"command": [str(script)]}}
     status = lambda: [c["status"] for c in zw.json("trust", "--list")["configs"]]  # noqa: E731
     assert status() == ["trusted"]
     cfg.write_text(cfg.read_text() + "\n")
+    assert status() == ["edited"]  # its bytes changed, its values did not
+    cfg.write_text(cfg.read_text().replace(str(script), "/bin/true"))
     assert status() == ["changed"]
     assert zw.json("trust", "--yes")["config"]["was"] == "changed"
     assert status() == ["trusted"]
@@ -454,7 +470,7 @@ BAD_TRUST: dict[str, tuple[bytes, str]] = {
     "duplicate key": (b'{"version": 1, "version": 1, "configs": {}, "state_dirs": {}}', "dupl"),
     "version string": (_doc(version="1"), "version must be"),
     "version bool": (_doc(version=True), "version must be"),
-    "newer version": (_doc(version=2), "newer zwarm"),
+    "newer version": (_doc(version=3), "newer zwarm"),
     "configs list": (_doc(configs=[]), "configs must be an object"),
     "relative path": (
         _doc(configs={"x/config.toml": {"sha256": SHA, "trusted_at": ""}}),

@@ -22,7 +22,7 @@ from tests.conftest import parked_note
 from tests.fakes.llm import Reply, http_error, text
 from tests.real.world import RealWorld, wait_until
 from zwarm.env import parse_iso
-from zwarm.trust import trust_config
+from zwarm.trust_plan import trust_config
 
 
 def _limits(real: RealWorld, **limits: Any) -> None:

@@ -61,7 +61,7 @@ from tests.fakes.llm import (
 )
 from zwarm.api import Zwarm
 from zwarm.env import Env
-from zwarm.trust import trust_config
+from zwarm.trust_plan import trust_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = ("codex", "claude")

@@ -102,6 +102,13 @@ def test_errors_have_the_cli_message_and_a_status(zw, serve) -> None:
         ("POST", "/api/sessions", {"task": 5}, 422),
         ("POST", "/api/sessions", {"task": "x", "colour": "red"}, 422),
         ("POST", "/api/sessions", {"task": "x", "timeout": -1}, 422),
+        # past the bounds meta.json's schema declares: refused, no damaged session (issue 29)
+        ("POST", "/api/sessions", {"task": "x", "timeout": 1e12}, 422),
+        ("POST", "/api/sessions", {"task": "x", "max_tokens": 10**26}, 422),
+        ("POST", "/api/sessions", {"task": "x", "max_cost": 1e12}, 422),
+        ("POST", "/api/sessions", {"task": "x", "stall": 1e10}, 422),
+        ("POST", "/api/sessions", {"task": "x", "max_cost": 0}, 422),
+        ("POST", "/api/sessions", {"task": "x", "max_tokens": 0}, 422),
         ("POST", "/api/sessions", {"task": "x", "adapter": "nope"}, 422),
         ("POST", "/api/sessions", {"task": "x", "cwd": "/"}, 422),
         ("POST", "/api/sessions", {"task": "x", "name": "abcdef12"}, 422),

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import ROOT, wait_until
 from tests.serve.conftest import Server
+from tests.slurm import conftest as slurm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,6 +39,7 @@ ARGS = [
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 ARTIFACTS = ROOT / ".artifacts" / "screens"
+sl, slurm_cluster = slurm.sl, slurm.slurm_cluster  # the Slurm suite's fixtures
 
 
 @pytest.fixture
@@ -384,3 +386,29 @@ def test_steps_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
     assert first.locator(".cmd").text_content() == '$ sleep 100 && echo "a b"'
     assert first.locator(".bad").text_content() == " (did not finish)"
     page.close()
+
+
+def test_a_pending_slurm_job_reads_as_the_cli_shows_it(sl, serve, browser) -> None:
+    """Regression: the board and the session view showed ``running`` for a session whose
+    Slurm job waits in the cluster's queue, where ``zwarm ls``/``show`` say ``queued (slurm:
+    BeginTime)`` (the row's ``shown_status``); the live board's rows did not even carry it.
+    A real job, held by Slurm for an hour (``--begin``)."""
+    slurm.sl_config(sl, extra_args=["--begin=now+3600"])
+    srv = serve()
+    sid = sl.spawn("never starts", env_extra=sl.replay("codex_simple"))
+    with sl.api().store.transaction(sid) as s:  # waiting long past the local start grace
+        s.turns[0].started_at = "2000-01-01T00:00:00+00:00"
+    want = "queued (slurm: BeginTime)"
+    wait_until(lambda: want in sl.run("ls").stdout, message="ls says queued")
+    page = browser.new_page(viewport=DESKTOP)
+    page.set_default_timeout(90_000)
+    page.goto(f"{srv.base}/#token={srv.token}")
+    shown = page.wait_for_selector(f"tr[data-id='{sid}'] .c-status .st-queued")
+    assert shown is not None and shown.text_content() == want
+    page.click(f"tr[data-id='{sid}']")
+    page.wait_for_selector(f"#s-status .st-queued:has-text('{want}')")
+    page.click("#tabs [data-tab=turns]")
+    page.wait_for_selector(f"#turns tr .st-queued:has-text('{want}')")
+    assert "running" not in page.text_content("#s-status")
+    page.close()
+    assert sl.run("kill", sid).returncode == 0

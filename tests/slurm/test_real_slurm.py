@@ -20,7 +20,7 @@ import tomli_w
 from tests.fakes.llm import Reply, text
 from tests.real.world import ADAPTERS, RealWorld
 from tests.slurm.conftest import final_state
-from zwarm.trust import trust_config
+from zwarm.trust_plan import trust_config
 
 
 class SlurmWorld(RealWorld):

@@ -250,3 +250,22 @@ def test_a_resumed_run_stored_before_redaction_is_sent_redacted(zw, inproc) -> N
     assert res.returncode == 0, res.stderr
     sent = json.dumps(srv.requests[-1].body)
     assert SHARED not in sent and "key [redacted OPENAI_API_KEY]" in sent
+
+
+def test_a_key_exported_in_the_users_shell_reaches_no_process_zwarm_starts(zw) -> None:
+    """Regression: with ``ZWARM_ORCH_API_KEY`` exported in the user's shell, every command but
+    ``orchestrate`` (``spawn``, ``serve``, ``mcp``) handed it to the supervisors and agents it
+    started: an agent found it in its own environment and in its supervisor's block."""
+    env = zw.replay("codex_simple", FAKE_HANG="1", **{guard.ORCH_KEY_VAR: SECRET})
+    sids = [zw.spawn("hold on", env_extra=env) for _ in range(2)]  # the 2nd: the fork server's
+    for n in (1, 2):
+        wait_until((zw.record / f"env{n}.json").exists, message=f"agent {n} to start")
+        agent_env = json.loads((zw.record / f"env{n}.json").read_text())
+        assert guard.ORCH_KEY_VAR not in agent_env and SECRET not in json.dumps(agent_env)
+    for sid in sids:
+        supervisor = zw.meta(sid)["turns"][0]["supervisor"]["pid"]
+        block = Path(f"/proc/{supervisor}/environ").read_bytes()
+        assert b"ZWARM_SUPERVISOR_OF=" in block  # the supervisor's own block, read
+        assert SECRET.encode() not in block, "the supervisor's environment holds the key"
+        zw.run("kill", sid, check=True)
+    assert files_containing(zw.state_dir, SECRET) == []

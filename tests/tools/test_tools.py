@@ -211,6 +211,25 @@ def test_no_agent_starts_inside_the_state_dir(zw) -> None:
     assert len(api.session_ids()) == 1
 
 
+def test_a_folder_that_became_a_link_into_the_state_dir_runs_no_turn_there(zw) -> None:
+    """Regression: the check ran only when the session was made: an agent working in the
+    project replaced another session's folder with a link into the state dir, and that
+    session's next turn ran its agent inside the state dir."""
+    (zw.cwd / "sub").mkdir()
+    env = zw.replay("codex_simple")
+    sid = zw.spawn("-C", "sub", "first", env_extra=env)
+    assert zw.wait(sid).returncode == 0
+    (zw.cwd / "sub").rename(zw.cwd / "sub.old")
+    (zw.cwd / "sub").symlink_to(zw.state_dir / "sessions")
+    res = zw.run("inject", "--wait", sid, "again", env_extra=env)
+    assert res.returncode != 0
+    turn = zw.meta(sid)["turns"][1]
+    assert turn["status"] == "failed", turn
+    assert "now leads into zwarm's state dir" in turn["error"], turn
+    assert sorted(p.name for p in zw.record.glob("argv*.json")) == ["argv1.json"]  # no agent
+    assert json.loads((zw.record / "argv1.json").read_text())["cwd"] == str(zw.cwd / "sub")
+
+
 # ---------------------------------------------------------------------------- the tools
 def test_delegate_records_the_source_shown_by_ls(zw, toolbox) -> None:
     tb = toolbox(source="orchestrate:run-1")

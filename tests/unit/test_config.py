@@ -14,7 +14,7 @@ from zwarm.config import ConfigError, defaults, dumps, load, schema
 from zwarm.env import Env
 from zwarm.model import Usage
 from zwarm.store import Store
-from zwarm.trust import trust_config
+from zwarm.trust_plan import trust_config
 
 
 def write(tmp_path: Path, text: str | bytes) -> Path:

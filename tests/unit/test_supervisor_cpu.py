@@ -280,7 +280,10 @@ def test_load_asks_for_the_schema_once(tmp_path: Path, monkeypatch: pytest.Monke
     assert want["codex"]["model"] == "x"
     assert want["groups"] == {"g": {"max_cost": 1}}
     assert got.source is not None
-    assert got.source.settings == {}  # nothing security-relevant differs from the defaults
+    monkeypatch.setattr(config, "schema", counted)
+    # the group's cap is a limit (recorded when trusted); nothing executing differs
+    assert got.source.settings == {"groups.g": {"max_cost": 1}}
+    assert len(calls) == 1  # nor does a source ask for the schema again
 
 
 def test_group_names_are_checked_as_before() -> None:

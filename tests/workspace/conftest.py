@@ -76,6 +76,14 @@ class Repo:
         }
 
     def zwarm_refs(self) -> list[str]:
+        """The snapshot refs, in zwarm's snapshot store (and, from an older zwarm, here)."""
+        store = self.path / ".git" / "zwarm" / "snapshots.git"
+        if not store.is_dir():
+            return self.legacy_refs()
+        kept = self.git(f"--git-dir={store}", "for-each-ref", "--format=%(refname)", "refs/zwarm/")
+        return sorted(kept.split()) + self.legacy_refs()
+
+    def legacy_refs(self) -> list[str]:
         return self.git("for-each-ref", "--format=%(refname)", "refs/zwarm/").split()
 
     def branches(self) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +260,60 @@ def test_the_state_dir_is_never_part_of_a_sessions_changes(zw: ZW, repo: Repo) -
     repo.commit("track everything")
     got = session("echo x > a.txt")
     assert got == {"changes": {"files": 1, "added": 1, "removed": 0}, "files": ["a.txt"]}
+
+
+def test_snapshots_stay_out_of_the_users_history_and_survive_gc(zw: ZW, repo: Repo) -> None:
+    """Snapshots live in zwarm's snapshot store (borrowing the repository's objects): no
+    `zwarm snapshot` commit in `git log --all`, no ref of zwarm's in the repository; the
+    user's `git gc --prune=now` loses none of them; `zwarm diff` is the same throughout; and
+    snapshots an older zwarm kept in the repository itself (refs/zwarm/) still read, and go
+    with their session."""
+    sid = spawn(zw, repo, shell="echo new > a.txt; printf 'x\\n' >> README.md")
+    zw.run("inject", sid, "more", env_extra=agent("echo two > b.txt"), check=True)
+    zw.wait(sid)
+    whole, turn2 = zw.run("diff", sid, check=True).stdout, zw.run("diff", sid, "--turn", "2").stdout
+    assert "+new" in whole and "+two" in whole and "a.txt" not in turn2
+    assert "zwarm snapshot" not in repo.git("log", "--all", "--format=%s")
+    assert repo.legacy_refs() == [] and len(repo.zwarm_refs()) == 4
+    repo.git("gc", "-q", "--prune=now")
+    assert zw.run("diff", sid, check=True).stdout == whole
+    assert zw.run("diff", sid, "--turn", "2", check=True).stdout == turn2
+    # an older zwarm's snapshots: objects and refs in the repository itself
+    store = repo.path / ".git" / "zwarm" / "snapshots.git"
+    at_store = f"--git-dir={store}"
+    listed = repo.git(at_store, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+    objects = repo.git(at_store, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)")
+    pack = subprocess.run(
+        ["git", at_store, "pack-objects", "--stdout", "-q"],
+        input=objects.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(
+        ["git", "index-pack", "--stdin"], input=pack, cwd=repo.path, capture_output=True, check=True
+    )
+    for line in listed:
+        repo.git("update-ref", *line.split())
+    shutil.rmtree(store)
+    assert len(repo.legacy_refs()) == 4 and repo.zwarm_refs() == repo.legacy_refs()
+    assert zw.run("diff", sid, check=True).stdout == whole
+    zw.run("rm", sid, check=True)
+    assert repo.legacy_refs() == []
+
+
+def test_a_same_size_change_that_the_index_calls_racily_clean_is_in_the_snapshot(
+    zw: ZW, repo: Repo
+) -> None:
+    """git finds a change its stat cache cannot see (same size, same second, ctime not
+    trusted) by comparing with the index file's time ("racily clean"); the snapshot's
+    private copy of the index keeps that time, so the change is in the diff."""
+    repo.git("config", "core.trustctime", "false")
+    old = "2020-01-01 00:00:00"
+    shell = (
+        f"touch -d '{old}' README.md; git update-index -q --refresh; "
+        f"printf '# DEMO\\n' > README.md; touch -d '{old}' README.md; "
+        f"touch -d '{old}' \"$(git rev-parse --git-path index)\""
+    )
+    sid = spawn(zw, repo, "--worktree", shell=shell)
+    assert [f["path"] for f in zw.json("diff", sid)["files"]] == ["README.md"]
+    assert zw.json("show", sid)["changes"] == {"files": 1, "added": 1, "removed": 1}

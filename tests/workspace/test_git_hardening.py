@@ -43,7 +43,7 @@ def _tools(tmp: Path) -> tuple[Path, Path, Path]:
     for d in (bin_, hooks, marks):
         d.mkdir()
     for name in PROGRAMS:
-        body = "exit 1" if name == "process" else "cat"
+        body = "exit 1" if name in ("process", "ssh") else "cat"
         _script(bin_ / name, f'#!/bin/sh\ntouch "{marks}/{name}"\n{body}\n')
     for hook in HOOKS:
         _script(hooks / hook, f'#!/bin/sh\ntouch "{marks}/hook-{hook}"\nexit 0\n')
@@ -270,3 +270,76 @@ def test_a_shared_session_planting_in_the_users_repository_runs_nothing(zw: ZW, 
     zw.run("apply", sid, cwd=other, check=True)
     zw.run("rm", sid, check=True)
     assert _marks(zw) == []
+
+
+def test_a_worktree_record_pointed_at_another_repository_is_refused(zw: ZW, repo: Repo) -> None:
+    """The worktree's record in the repository (``commondir``) names a repository the
+    agent made: git would read that one's config; zwarm refuses the tree."""
+    _plant_script(zw.tmp, "repo")  # (for its marker scripts and config; the agent runs none)
+    sid = spawn_tree(zw, repo, "cd")
+    tree = Path(zw.json("show", sid)["workspace"]["tree"])
+    record = Path(repo.git("rev-parse", "--absolute-git-dir", cwd=tree).strip())
+    own = zw.tmp / "own"
+    _plain_git(zw.tmp, repo.env, "init", "-q", str(own))
+    with (own / ".git" / "config").open("a") as f:
+        f.write((zw.tmp / "evil.config").read_text())
+    (record / "commondir").write_text(f"{own / '.git'}\n")
+    (tree / "work.txt").write_text("w\n")
+    refused = f"Error: {tree}/.git no longer points at the repository {repo.path}: refused"
+    for cmd in (["merge", sid], ["rm", sid]):
+        res = zw.run(*cmd)
+        assert res.returncode == 1 and res.stderr.strip() == refused, (cmd, res.stderr)
+    zw.run("diff", sid, check=True)  # the recorded snapshots: read in the repository
+    assert _marks(zw) == []
+
+
+def spawn_tree(zw: ZW, repo: Repo, name: str, shell: str = "true") -> str:
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name, env_extra=agent(shell))
+    zw.wait(sid)
+    return sid
+
+
+def test_a_missing_object_never_makes_zwarm_fetch(zw: ZW, repo: Repo) -> None:
+    """The repository made a partial clone whose promisor remote goes through an agent's
+    sshCommand, and an object the diff needs deleted: git would fetch it lazily, running
+    that command; zwarm's git has every transport off and reports the missing object."""
+    _plant_script(zw.tmp, "repo")  # (for its marker scripts)
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", env_extra=agent("echo new > README.md"))
+    zw.wait(sid)
+    blob = repo.git("rev-parse", "HEAD:README.md").strip()
+    for key, value in (
+        ("core.repositoryformatversion", "1"),
+        ("extensions.partialClone", "origin"),
+        ("remote.origin.url", "ssh://example.invalid/x"),
+        ("remote.origin.promisor", "true"),
+        ("core.sshCommand", str(zw.tmp / "evil-bin" / "ssh")),
+    ):
+        repo.git("config", key, value)
+    (repo.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    res = zw.run("diff", sid)
+    assert res.returncode == 1 and res.stderr.startswith("Error: git diff failed")
+    assert len(res.stderr.strip().splitlines()) == 1 and _marks(zw) == []
+    _plain_git(repo.path, repo.env, "cat-file", "-p", blob)  # git as the user runs it: fetches
+    assert _marks(zw) == ["ssh"]
+
+
+def test_a_merge_driver_never_runs_it_is_a_conflict(zw: ZW, repo: Repo) -> None:
+    """A merge driver named by .gitattributes and defined in the repository's config runs
+    on any real three-way merge of such a file; zwarm's merge turns it into a conflict
+    (refused, nothing merged), never running it, and never silently keeping one side."""
+    _plant_script(zw.tmp, "repo")  # (for its marker scripts)
+    repo.write("README.md", "one\ntwo\nthree\n")
+    repo.write(".gitattributes", "README.md merge=evil\n")
+    repo.commit("attributes")
+    sid = spawn_tree(zw, repo, "md", shell="printf 'one\\ntwo\\nTHREE\\n' > README.md")
+    repo.write("README.md", "ONE\ntwo\nthree\n")
+    repo.commit("the user's change")
+    repo.git("config", "merge.evil.driver", f"{zw.tmp / 'evil-bin' / 'mergedriver'} %O %A %B")
+    before = repo.state()
+    res = zw.run("merge", sid)
+    assert res.returncode == 1 and "conflicts in README.md; nothing was merged" in res.stderr
+    assert repo.state() == before and _marks(zw) == []
+    tree = Path(zw.json("show", sid)["workspace"]["tree"])
+    _plain_git(tree, repo.env, "commit", "-qam", "agent")
+    _plain_git(repo.path, repo.env, "merge-tree", "--write-tree", "main", "zwarm/md")
+    assert _marks(zw) == ["mergedriver"]  # git as the user runs it: the driver runs

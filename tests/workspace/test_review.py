@@ -225,6 +225,20 @@ def test_merge_and_apply_never_overwrite_files_git_does_not_track(zw: ZW, repo: 
     assert (repo.path / ".env").read_text() == "SECRET=agents\n"
 
 
+def test_leftovers_on_another_branch_are_refused_not_left_out(zw: ZW, repo: Repo) -> None:
+    """The agent switched its worktree to a branch of its own and left work uncommitted:
+    committing it there and merging the session's branch would silently leave it out."""
+    sid = spawn(zw, repo, "--worktree", "--name", "sw", shell="git switch -q -c mine; " + CHANGE)
+    tree = zw.json("show", sid)["workspace"]["tree"]
+    before = repo.state()
+    res = zw.run("merge", "sw")
+    assert res.returncode == 1 and res.stderr.strip() == (
+        f"Error: the worktree {tree} has uncommitted work but is not on its branch zwarm/sw "
+        "(refs/heads/mine): commit it there or switch back; nothing was merged"
+    )
+    assert repo.state() == before and "mine" in repo.branches()
+
+
 def test_merge_into_another_checked_out_branch_or_none(zw: ZW, repo: Repo) -> None:
     spawn(zw, repo, "--worktree", "--name", "x1", shell=CHANGE)
     res = zw.run("merge", "x1", "--into", "nope")

@@ -29,6 +29,7 @@ from zwarm.errors import InvalidInput
 from zwarm.model import Reason, TurnOutcome, Usage
 from zwarm.model.records import AGENT_NAME, AGENT_SESSION_ID
 from zwarm.model.steps import Step
+from zwarm.rules import CAP, EXECUTES, FREE, PRICES, Rule
 
 RESUME_ID = re.compile(AGENT_SESSION_ID)
 NAME = re.compile(AGENT_NAME)
@@ -82,18 +83,20 @@ class Setting(NamedTuple):
     default: Any
     choices: tuple[str, ...] = ()
     doc: str = ""
+    trust: Rule = EXECUTES  # how zwarm trust treats it (zwarm.config): default-deny
 
 
 # Every agent's table has these; ``command`` defaults to the agent's name.
 COMMON_SETTINGS: Mapping[str, Setting] = MappingProxyType(
     {
         "command": Setting((str, list), []),
-        "model": Setting((str,), ""),
+        "model": Setting((str,), "", trust=FREE),
         "dangerous": Setting((bool,), False),
         "extra_args": Setting((list,), []),
         "env": Setting((dict,), {}),
-        "prices": Setting((dict,), {}),
-        "max_running": Setting((int,), 0),  # this agent's sessions running at once; 0 = any
+        "prices": Setting((dict,), {}, trust=PRICES),
+        # this agent's sessions running at once; 0 = any
+        "max_running": Setting((int,), 0, trust=CAP),
     }
 )
 

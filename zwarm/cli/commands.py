@@ -128,21 +128,68 @@ def cli(ctx: click.Context, state_dir: Path | None) -> None:
 @cli.command()
 @click.option("--yes", "-y", is_flag=True, help="Write without asking.")
 @click.option("--force", is_flag=True, help="Overwrite an existing config.toml.")
+@click.option(
+    "--upgrade",
+    is_flag=True,
+    help="Show the config.toml a zwarm 3.x .zwarm/ maps onto; write it with --yes.",
+)
 @click.pass_context
-def init(ctx: click.Context, yes: bool, force: bool) -> None:
+def init(ctx: click.Context, yes: bool, force: bool, upgrade: bool) -> None:
     """Write .zwarm/config.toml, every key explained in a comment.
 
     Every key is at its default; with --force an existing file's values are kept.
+    With --upgrade: what a zwarm 3.x .zwarm/ (config.toml, codex.toml, claude.toml) maps
+    onto, shown; written (the 3.x config.toml kept as config.toml.zwarm3) with --yes or
+    when confirmed on a terminal.
 
     \b
     Example:
       zwarm init -y
+      zwarm init --upgrade
     """
     api = _api(ctx)
+    if upgrade:
+        if force:
+            raise click.UsageError("--upgrade and --force do not go together")
+        _upgrade(api, yes)
+        return
     path = api.config_path
     if not yes and sys.stdin.isatty() and not click.confirm(f"Write {path}?", default=True):
         ctx.exit(1)
     click.echo(f"wrote {api.init(force=force)}")
+
+
+def _upgrade(api: Zwarm, yes: bool) -> None:
+    """``init --upgrade``: the plan shown, written only when asked (``zwarm.upgrade``)."""
+    from zwarm import upgrade
+
+    p = upgrade.plan(api.store.root)
+    lines = [f"zwarm 3.x settings in {p.root}: {', '.join(p.found)}"]
+    for title, items in (
+        ("carries over:", p.carried),
+        ("does not carry over:", p.up.dropped),
+        ("never applied:", p.up.unsafe),
+    ):
+        if items:
+            lines += [title, *(f"  {x}" for x in items)]
+    lines += [f"the new {p.path}:", ""]
+    click.echo("\n".join(lines))
+    click.echo(p.text)
+    kept = f" (zwarm 3.x's kept as {p.backup})" if p.raw is not None else ""
+    if not yes:
+        terminal = sys.stdin.isatty() and api.env.environ.get("CI", "").lower() != "true"
+        if not terminal:
+            click.echo(f"not written: pass --yes to write it{kept}")
+            return
+        if not click.confirm(f"Write {p.path}{kept}?", default=False):
+            click.echo("not written")
+            return
+    upgrade.write(p)
+    click.echo(f"wrote {p.path}{kept}")
+    if p.needs_trust:
+        click.echo(
+            f"it sets {', '.join(p.needs_trust)}: review it with `zwarm trust` before zwarm uses it"
+        )
 
 
 def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -125,6 +125,6 @@ def _write_config(api: object, root: Path) -> None:
         data = (head + tomli_w.dumps(doc)).encode("utf-8")
         cfg.write_bytes(data)
         cfg.chmod(0o600)
-        from zwarm.trust import trust_config
+        from zwarm.trust_plan import trust_config
 
         trust_config(cfg, data, api.env.environ)  # exactly what zwarm wrote, nothing else

@@ -332,7 +332,8 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
 def launcher_status(r: dict[str, Any]) -> str | None:
     """What a running row shows instead of ``running`` when its launcher says so (the row's
     ``shown_status``): ``queued (slurm: Resources)`` (its job waits in the cluster's queue),
-    ``unknown (slurm unreachable)`` (the cluster could not be asked); None otherwise."""
+    ``unknown (slurm unreachable)`` (the cluster could not be asked); None otherwise. The
+    dashboard's ``launcherStatus`` (serve/static/app.js) shows the same."""
     shown = r.get("shown_status")
     if r.get("status") not in ("running", "stalled") or not shown:
         return None

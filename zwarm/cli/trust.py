@@ -32,16 +32,18 @@ from zwarm.errors import InvalidInput
 @click.pass_context
 def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: bool,
                   list_: bool, as_json: bool) -> None:  # fmt: skip
-    """Trust this state dir's config.toml as it is now: its agent commands, env, sandbox...
+    """Trust this state dir's config.toml as it is now: its agent commands, env, limits...
 
-    zwarm uses a security-relevant setting (in an agent's table every key but model and
-    prices: command, env, extra_args, config, sandbox, permission_mode, dangerous;
+    A setting that executes or decides (in an agent's table every key but model, prices and
+    max_running: command, env, extra_args, config, sandbox, permission_mode, dangerous;
     [orchestrator] base_url, api_key_env; [tools] allowed_roots; [hooks] on_finish, on_fail;
-    [workspace] root, setup, copy, link)
-    that differs from the default only from a config.toml you trusted, and only until it
-    changes. A state dir that is not yours, is group/world-writable or is a symlink is refused
-    until allowed here. Trust is kept in $XDG_CONFIG_HOME/zwarm/trust.json (default
-    ~/.config/zwarm/trust.json).
+    [workspace] root, setup, copy, link; [launcher] default; [slurm] account, extra_args,
+    env, python) is used only if it is the default or the value you trusted. A limit
+    ([limits], [groups.NAME], max_running, budgets, prices, timeout) may be tightened
+    freely; loosening it past the trusted value needs this. Other keys never need it. A state
+    dir that is not yours, is group/world-writable or is a symlink is refused until allowed
+    here. Trust is kept in $XDG_CONFIG_HOME/zwarm/trust.json (default
+    ~/.config/zwarm/trust.json). Values are shown with secrets (env values) masked.
 
     \b
     Examples:
@@ -92,11 +94,28 @@ def _describe(plan: trust_plan.Plan) -> list[str]:
     c = plan.config
     if c is not None:
         was = {trust.TRUSTED: " (already trusted)", trust.CHANGED: " (changed since trusted)"}
-        lines.append(f"config {c.path} (sha256 {c.sha256[:16]}){was.get(c.status, '')}:")
-        for key, value in sorted(c.settings.items()):
-            lines.append(f"  {key} = {json.dumps(value, ensure_ascii=False)}")
-        if not c.settings:
-            lines.append("  (every security-relevant setting is the default)")
+        if c.status == trust.CHANGED and not c.needs:
+            was[trust.CHANGED] = " (edited since trusted: nothing in it needs new trust)"
+        what = "" if c.exists else ", which does not exist: the defaults"
+        lines.append(f"config {c.path}{what} (sha256 {c.sha256[:16]}){was.get(c.status, '')}:")
+        lines += _settings(c.settings, c.was)
+    return lines
+
+
+def _settings(settings: dict[str, Any], was: dict[str, Any] | None) -> list[str]:
+    """Each value that is not free nor the default (secrets masked: ``trust.shown``); where a
+    trusted value was recorded, what changes: ``(trusted: ...)``, ``(new)``."""
+    lines = []
+    for key in sorted(set(settings) | set(was or {})):
+        now = trust.shown(key, settings[key]) if key in settings else "(the default)"
+        note = ""
+        if was is not None and key not in was:
+            note = "  (new)"
+        elif was is not None and json.dumps(was[key]) != json.dumps(settings.get(key)):
+            note = f"  (trusted: {trust.shown(key, was[key])})"
+        lines.append(f"  {key} = {now}{note}")
+    if not lines:
+        lines.append("  (every setting that executes or limits is the default)")
     return lines
 
 
@@ -109,7 +128,7 @@ def _plan_json(plan: trust_plan.Plan) -> dict[str, Any]:
         out["config"] = {
             "path": c.path,
             "sha256": c.sha256,
-            "settings": c.settings,
+            "settings": {k: trust.masked(k, v) for k, v in c.settings.items()},
             "was": c.status,
         }
     return out

@@ -5,19 +5,21 @@ Owns how zwarm talks to git for workspaces, snapshots, diffs and merges. Must st
   and every revision is either a validated object id or follows ``--end-of-options``;
 - the environment is the caller's minus every ``GIT_*`` variable (a stray ``GIT_DIR``,
   ``GIT_INDEX_FILE`` or ``GIT_CONFIG_PARAMETERS`` must not redirect zwarm's git), plus what
-  zwarm sets itself (no prompts, no optional locks: a ``status`` never rewrites the user's
-  index); git's output is never paged or coloured unless asked for;
+  zwarm sets itself (no prompts, no editor, no lazy fetch, no optional locks: a ``status``
+  never rewrites the user's index); git's output is never paged or coloured unless asked for;
 - every call is hardened (the user's checkout included: an agent working in a worktree of
   it, or in it, can write its ``.git/config`` and hooks): nothing a repository's config, an
   include, a nested repository or an agent's ``.gitattributes`` says makes zwarm's git run a
   program. ``HARDENED`` turns off hooks, fsmonitor, signing and signature checks, editors,
   pagers, credential helpers, every transport (so no ``sshCommand``/``uploadpack``/lazy
   fetch), submodule recursion and automatic gc; ``neutral`` turns off each named driver the
-  config defines (``filter.*``, ``diff.*``, ``merge.*``), read once per call or per
-  ``Tree``. Files are therefore staged, committed and checked out as their bytes are;
+  config defines (``filter.*``, ``diff.*``; a ``merge.*`` driver becomes a conflict), read
+  once per call or per ``Tree``. Files are therefore staged, committed and checked out as
+  their bytes are (a clean or smudge filter, Git LFS's included, never runs);
 - a working tree zwarm acts on for a session is a ``Tree`` (``checked``): its ``.git`` was
   checked to point at the pinned repository (a linked worktree's ``gitdir`` file naming
-  ``<repo>/.git/worktrees/<n>``, whose record names the tree back), and git then gets
+  ``<repo>/.git/worktrees/<n>``, whose records name the tree back and the repository's git
+  dir as its common dir), and git then gets
   ``--git-dir``/``--work-tree`` explicitly, so a ``.git`` changed afterwards is not read;
 - a failure is a ``GitError`` with git's own last line; a lock another git process holds
   (``index.lock``, ``packed-refs.lock`` ...) is retried a few times before it is reported;
@@ -100,12 +102,15 @@ def environ(base: Mapping[str, str], extra: Mapping[str, str] | None = None) -> 
 
 class Tree(NamedTuple):
     """A working tree whose ``.git`` was checked (``checked``): git runs in ``top`` with
-    ``--git-dir``/``--work-tree`` given, and with the drivers its config defined (``off``,
-    as ``GIT_CONFIG_*`` pairs) turned off."""
+    ``--git-dir``/``--work-tree`` given (``--git-dir`` alone when ``top`` is the git dir: a
+    bare repository, ``bare``), with the drivers its config defined (``off``, as
+    ``GIT_CONFIG_*`` pairs) turned off, and ``objects``: environment settings naming where
+    objects are written or also read (``GIT_OBJECT_DIRECTORY``, ``..._ALTERNATE_...``)."""
 
     top: str
     git_dir: str
     off: tuple[tuple[str, str], ...] = ()
+    objects: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return self.top
@@ -129,16 +134,17 @@ def run(
     every driver turned off), ``env`` sanitized here. ``GitError`` if it fails and ``check``."""
     import subprocess  # here: a command that only reads (trajectory, show) never loads it
 
+    objects: dict[str, str] = {}
     if isinstance(cwd, Tree):
-        where = ["--git-dir", cwd.git_dir, "--work-tree", cwd.top]
-        off = cwd.off
-        folder = cwd.top
+        where = ["--git-dir", cwd.git_dir]
+        where += ["--work-tree", cwd.top] if cwd.top != cwd.git_dir else []
+        off, objects, folder = cwd.off, dict(cwd.objects), cwd.top
     else:
         where = []
         off = () if args[:1] == ["config"] else neutral(cwd, env)
         folder = str(cwd)
     argv = ["git", "--no-pager", *where, *HARDENED, *config, *args]
-    full_env = environ(env, {**_pairs(off), **(extra_env or {})})
+    full_env = environ(env, {**_pairs(off), **objects, **(extra_env or {})})
     for attempt in range(LOCK_RETRIES + 1):
         try:
             proc = subprocess.run(
@@ -199,7 +205,8 @@ def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:
     """``top``, a working tree of the repository whose main working tree is ``repo``, as a
     ``Tree``; ``GitError`` (one line) if its ``.git`` does not point into ``repo``'s git
     dir: ``repo``'s own ``.git`` directory for ``repo`` itself, else a ``gitdir:`` file
-    naming ``<repo's git dir>/worktrees/<n>``, whose ``gitdir`` record names ``top`` back.
+    naming ``<repo's git dir>/worktrees/<n>``, whose ``gitdir`` record names ``top`` back
+    and whose ``commondir`` names ``repo``'s git dir.
     An agent that made its worktree's ``.git`` point at a repository of its own (whose
     config would choose what git runs) is refused here."""
     top, repo = os.path.realpath(top), os.path.realpath(repo)
@@ -210,12 +217,20 @@ def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:
     if top != repo:
         named = _gitdir_file(Path(top) / ".git")
         back = _gitdir_file(Path(named) / "gitdir", prefix="") if named else None
+        shared = _gitdir_file(Path(named) / "commondir", prefix="") if named else None
         ok = named is not None and os.path.dirname(named) == os.path.join(common, "worktrees")
+        ok = ok and shared == os.path.realpath(common)
         if not ok or back is None or back != os.path.join(top, ".git"):
             raise GitError(f"{top}/.git no longer points at the repository {repo}: refused")
         git_dir = named or ""
     draft = Tree(top, git_dir)
     return Tree(top, git_dir, neutral(draft, env))
+
+
+def bare(path: str | Path, env: Mapping[str, str]) -> Tree:
+    """The bare repository ``path`` (one zwarm made: its snapshot store) as a ``Tree``."""
+    draft = Tree(str(path), str(path))
+    return draft._replace(off=neutral(draft, env))
 
 
 def _main_git_dir(repo: str) -> str | None:

@@ -74,8 +74,8 @@ def need(option: str, value: Any, typ: Any, positive: bool = False) -> Any:
 
 def settle(s: Session, f: Fleet, config: "Config") -> None:
     """Record ``f`` on new session ``s``, filling budgets and stall time from the config."""
-    group = config.data["groups"].get(f.group, {}) if f.group else {}
-    lim = config.data["limits"]
+    group = config.groups().get(f.group, {}) if f.group else {}
+    lim = config.table("limits")
     s.group, s.priority = f.group, f.priority
     s.after, s.after_any = list(dict.fromkeys(f.after)), f.after_any
     cost = f.max_cost if f.max_cost is not None else group.get("max_cost") or lim["max_cost"]
@@ -119,7 +119,7 @@ def park_until(
     """When a turn that ended on ``reason`` resumes, or None if it must not be parked
     (``[limits] on_usage_limit`` is not "wait", or ``max_auto_resumes`` are used up): the
     agent's reset time or retry-after, else ``resume_backoff_s`` doubled per resume so far."""
-    lim = config.data["limits"]
+    lim = config.table("limits")
     if lim["on_usage_limit"] != "wait" or s.auto_resumes >= lim["max_auto_resumes"]:
         return None
     if reason not in (Reason.USAGE_LIMIT, Reason.RATE_LIMITED):

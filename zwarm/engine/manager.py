@@ -10,7 +10,9 @@ or signals a process itself. Must stay true:
 - a turn is recorded running and its launcher started in the same transaction, so ``kill``
   either sees what runs it or prevents it from starting;
 - what decides what runs (agent, working directory, sandbox bypass) comes from the session's
-  launch pin and the trusted config, never from meta.json (``agent_launch``);
+  launch pin and the trusted config, never from meta.json (``agent_launch``); no agent runs
+  inside the state dir: checked when the session is made and before each turn starts
+  (``in_state_dir``: a project folder may have become a link into it);
 - a turn marked ``running`` whose launcher is not verifiably alive is reconciled to ``failed``
   (``supervisor_lost``, or the launcher's reason: ``Launcher.lost``) on the next read, and
   whatever still carries its marker is stopped; every turn runs on the launcher its
@@ -44,8 +46,8 @@ from zwarm.config import Config
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, launcher, parse_iso
-from zwarm.errors import InvalidInput, SessionStateError, StoreError, ZwarmError
+from zwarm.env import Env, for_children, launcher, parse_iso
+from zwarm.errors import InvalidInput, SessionStateError, StoreError, WriteFailed, ZwarmError
 from zwarm.model import (
     ACTIVE,
     RUNS,
@@ -125,7 +127,7 @@ class BaseSessionManager(abc.ABC):
         return self.agent.permissions(self.config.table(self.name), bypass)
 
     def agent_env(self) -> dict[str, str]:
-        env = dict(self.env.environ)
+        env = for_children(self.env.environ)  # never the orchestrator's own key
         env.update(self.config.table(self.name)["env"])
         return env
 
@@ -408,7 +410,8 @@ class BaseSessionManager(abc.ABC):
     def agent_launch(self, s: Session, t: Turn) -> "AgentLaunch":
         """What to run for turn ``t`` (session lock held). Security-relevant facts (agent, cwd,
         sandbox bypass) come from the session's pin and the trusted config, never from
-        ``meta.json``, which the agent may have rewritten. ``StartRefused`` if they disagree."""
+        ``meta.json``, which the agent may have rewritten. ``StartRefused`` if they disagree,
+        or if the pinned directory now leads into the state dir (``in_state_dir``)."""
         pin = pins.read(self.env.environ, s.id, Path(os.path.realpath(self.store.root)))
         if pin is None:
             raise StartRefused(
@@ -420,6 +423,11 @@ class BaseSessionManager(abc.ABC):
         if not ws_mod.same(pin.workspace, s.workspace):
             raise StartRefused(
                 "meta.json disagrees with the session's launch record about its workspace: refused"
+            )
+        if in_state_dir(Path(pin.cwd), self.store.root):  # a link put in its place since
+            raise StartRefused(
+                f"working directory {pin.cwd!r} now leads into zwarm's state dir "
+                f"({os.path.realpath(pin.cwd)}): no agent runs there; refused"
             )
         resume = s.agent_session_id if t.context == "native" else None
         opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass)
@@ -653,11 +661,20 @@ class BaseSessionManager(abc.ABC):
 
     # ------------------------------------------------------------------ reconcile and kill
     def reconcile(self, s: Session) -> Session:
-        """``s`` with a dead-but-running turn fixed on disk (cheap when nothing is wrong)."""
+        """``s`` with a dead-but-running turn fixed on disk (cheap when nothing is wrong). If
+        that cannot be written (a full disk), the session as it will be recorded: ended in
+        memory, its orphaned agent stopped; the next command with room records it."""
         if not self._looks_lost(s):
             return s
-        with self.store.transaction(s.id, history=not s.head_only) as fresh:
-            self._reconcile_locked(fresh)
+        fresh: Session | None = None
+        try:
+            with self.store.transaction(s.id, history=not s.head_only) as fresh:
+                self._reconcile_locked(fresh)
+        except WriteFailed:
+            if fresh is None:
+                raise
+            fresh.refresh()
+        assert fresh is not None
         return fresh
 
     def _looks_lost(self, s: Session) -> bool:
@@ -667,6 +684,11 @@ class BaseSessionManager(abc.ABC):
         if t.supervisor is None and t.handle is None:  # a launcher's handle: asked instead
             return self.env.clock() - parse_iso(t.started_at) > START_GRACE_S
         return not self.launcher(t).alive(s.id, t)
+
+    def is_lost(self, s: Session) -> bool:
+        """Whether ``s``'s running turn has lost what runs it (a turn just started, whose
+        supervisor is not recorded yet, is not lost)."""
+        return s.status in RUNS and self._looks_lost(s)
 
     def end_lost(self, s: Session) -> bool:
         """``s`` with a lost turn ended in memory only (its orphaned agent stopped), nothing
@@ -888,14 +910,20 @@ def check_cwd(path: Path, state_dir: Path | None = None) -> Path:
         raise InvalidInput(
             f"working directory {str(resolved)!r} is not valid UTF-8, which agents cannot use"
         ) from None
-    if state_dir is not None:
-        state = state_dir.resolve()
-        if resolved == state or resolved.is_relative_to(state):
-            raise InvalidInput(
-                f"working directory {str(path)!r} is inside zwarm's state dir ({state_dir}): "
-                "no agent runs there"
-            )
+    if state_dir is not None and in_state_dir(resolved, state_dir):
+        raise InvalidInput(
+            f"working directory {str(path)!r} is inside zwarm's state dir ({state_dir}): "
+            "no agent runs there"
+        )
     return resolved
+
+
+def in_state_dir(path: Path, state_dir: Path) -> bool:
+    """Whether ``path`` (symlinks followed, now) is ``state_dir`` or inside it: checked when a
+    session is made (``check_cwd``) and again before each of its turns starts (a directory
+    of the project may have been replaced by a link into the state dir since)."""
+    real, state = path.resolve(), state_dir.resolve()
+    return real == state or real.is_relative_to(state)
 
 
 def _nothing_billed(o: TurnOutcome) -> bool:

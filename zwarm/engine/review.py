@@ -9,12 +9,14 @@ the agent (``render_comments``), committing and merging a worktree session's bra
 - git acts on the session's worktree and the target checkout only as checked ``git.Tree``s
   (``workspace.checked``, ``git.checked``): a ``.git`` pointed elsewhere is refused;
 - ``merge`` runs only while its caller holds the session lock on a session that is not
-  running; everything that can refuse it is checked against what the branch will hold
-  (the agent's leftovers as an unreferenced commit) before anything is committed: a path the
-  merge writes that has uncommitted changes or holds a file git does not track, ignored or
-  not (``in_the_way``), and a predicted conflict; a conflict the real merge still meets is
-  aborted (``merge --abort`` / ``reset --merge``), so the target is left exactly as it was;
-  every refusal names the files, what was committed on the session's branch, and what next;
+  running; everything that can refuse it is checked, before anything is committed, against
+  what the branch will hold: the agent's leftovers as a commit no ref holds yet, which is
+  then exactly what the branch is put on (no ``add``/``commit`` runs in the agent's tree).
+  Refused: a path the merge writes that has uncommitted changes or holds a file git does
+  not track, ignored or not (``in_the_way``), and a predicted conflict; a conflict the real
+  merge still meets is aborted (``merge --abort`` / ``reset --merge``), so the target is
+  left exactly as it was; every refusal names the files, what was committed on the
+  session's branch, and what to do next;
 - ``apply`` is all or nothing (``git apply`` checks every hunk before writing), refuses the
   same paths ``merge`` does, and never commits or stages.
 """
@@ -268,7 +270,7 @@ def merge(
     clash = _predict_conflicts(where, environ, head, tip)
     if clash:
         raise MergeConflict(ws.branch, target, clash, _next_step(s, ws, target, pending))
-    committed = _commit_pending(s, ws, own, environ) if pending else None
+    committed = _commit_pending(ws, own, repo, environ, pending) if pending else None
     out["committed"] = committed
     tip = git.resolve_commit(f"refs/heads/{ws.branch}", repo, environ)
     after = _next_step(s, ws, target, committed, done=True)
@@ -312,32 +314,40 @@ def _check_worktree(s: Session, ws: Workspace) -> None:
 
 
 def _pending(s: Session, ws: Workspace, own: git.Tree, environ: Mapping[str, str]) -> str | None:
-    """What the branch will hold once the agent's uncommitted work is committed (a commit
-    made in a private index, kept by no ref), or None if there is nothing uncommitted."""
+    """The commit of what the agent left uncommitted in its worktree, on top of its branch
+    (made in a private index, kept by no ref yet: ``_commit_pending`` puts the branch on
+    it, so what was checked is exactly what is merged), or None if there is nothing."""
     from zwarm.engine import snapshots
 
     if not workspace.dirty(own, environ):
         return None
-    return snapshots.take(own, environ, f"session {s.id} leftovers")
+    head = git.run(["symbolic-ref", "-q", "HEAD"], own, environ, check=False)
+    on = head.stdout.decode("utf-8", "replace").strip()
+    if on != f"refs/heads/{ws.branch}":
+        raise WorkspaceError(
+            f"the worktree {ws.tree} has uncommitted work but is not on its branch {ws.branch} "
+            f"({on or 'detached HEAD'}): commit it there or switch back; nothing was merged"
+        )
+    msg = _message(s, ws, squash=True)
+    who = _identity(own, environ)
+    return snapshots.take(own, environ, "leftovers", message=msg, identity=who)
 
 
 def _commit_pending(
-    s: Session, ws: Workspace, own: git.Tree, environ: Mapping[str, str]
-) -> str | None:
-    """Commit everything changed in the worktree (its own index); the new commit or None.
-    Hardened as every call (``engine.git``): no hook, filter or signing program runs, so
-    files are committed as their bytes are on disk."""
-    if not workspace.dirty(own, environ):
-        return None
-    git.run(["add", "-A", "--", "."], own, environ)
-    msg = _message(s, ws, squash=True)
+    ws: Workspace, own: git.Tree, repo: git.Tree, environ: Mapping[str, str], commit: str
+) -> str:
+    """Put the session's branch on ``commit`` (``_pending``'s, whose parent is its tip: the
+    update fails if the branch moved meanwhile) and the worktree's index on it (its files
+    are what the commit holds). No hook, filter or signing program runs."""
+    parent = git.resolve_commit(f"{commit}^", repo, environ)
+    ref = f"refs/heads/{ws.branch}"
     git.run(
-        ["commit", "--no-verify", "--no-gpg-sign", "-q", "-m", msg],
-        own,
+        ["update-ref", "-m", "zwarm merge: the agent's leftovers", ref, commit, parent],
+        repo,
         environ,
-        extra_env=_identity(own, environ),
     )
-    return git.resolve_commit("HEAD", own, environ)
+    git.run(["reset", "-q"], own, environ, check=False)  # (index only; files stay)
+    return commit
 
 
 def _identity(tree: git.Where, environ: Mapping[str, str]) -> dict[str, str]:

@@ -86,12 +86,12 @@ def pending(store: "Store") -> bool:
 def capped(config: "Config") -> bool:
     """Whether any cap is configured: then every session or turn that would start running is
     queued first and started by a pass."""
-    d = config.data
-    if d["limits"]["max_running"] or d["limits"]["max_cost_per_day"]:
+    lim = config.table("limits")
+    if lim["max_running"] or lim["max_cost_per_day"]:
         return True
-    if any(g.get("max_running") for g in d["groups"].values()):
+    if any(g.get("max_running") for g in config.groups().values()):
         return True
-    return any(_agent_cap(config, table) for table in d)
+    return any(_agent_cap(config, table) for table in config.data)
 
 
 def _agent_cap(config: "Config", adapter: str) -> int:
@@ -99,7 +99,9 @@ def _agent_cap(config: "Config", adapter: str) -> int:
 
     if adapter in SCHEMA:
         return 0
-    value = config.data.get(adapter, {}).get("max_running", 0)
+    if adapter not in config.data:
+        return 0
+    value = config.table(adapter).get("max_running", 0)
     return value if isinstance(value, int) else 0
 
 
@@ -317,7 +319,7 @@ class Scheduler:
         return s
 
     def _spend(self, sessions: list[Session], now: float) -> float:
-        if not self.config.data["limits"]["max_cost_per_day"]:
+        if not self.config.get("limits", "max_cost_per_day"):
             return 0.0
         return limits.spent_today(sessions, now)
 
@@ -354,7 +356,7 @@ class Scheduler:
 
     def _cap(self, s: Session, running: _Running, spend: float) -> str | None:
         """Which cap keeps ``s`` waiting, or None."""
-        lim = self.config.data["limits"]
+        lim = self.config.table("limits")
         most = lim["max_running"]
         if most and running.total >= most:
             return f"waiting for a slot: {running.total} running ([limits] max_running = {most})"
@@ -364,7 +366,7 @@ class Scheduler:
             return (
                 f"waiting for a slot: {n} {s.adapter} running ([{s.adapter}] max_running = {most})"
             )
-        group = self.config.data["groups"].get(s.group, {}) if s.group else {}
+        group = self.config.groups().get(s.group, {}) if s.group else {}
         most = group.get("max_running", 0)
         if most and running.groups[s.group or ""] >= most:
             n = running.groups[s.group or ""]

@@ -3,8 +3,9 @@
 Owns detecting a session's repository at spawn (``detect``), planning and creating its
 worktree on a new branch (``plan``, ``create``), preparing it before the first turn (copying
 or linking git-ignored files, running the ``[workspace] setup`` commands: ``prepare``), taking
-the snapshots around each turn (``snapshot``), deciding whether removing it would lose work
-(``losses``) and removing it (``remove``). Worktrees live in ``[workspace] root`` (default
+the snapshots around each turn (``snapshot``, kept in the repository's snapshot store:
+``engine.snapshots``), deciding whether removing it would lose work (``losses``) and
+removing it (``remove``). Worktrees live in ``[workspace] root`` (default
 ``$XDG_DATA_HOME/zwarm/worktrees``), one folder per repository (``<name>-<hash of its path>``),
 one worktree per session. Must stay true:
 - a worktree is never inside the state dir, the repository, or another session's working
@@ -456,7 +457,8 @@ def _run_setup(
 def snapshot(
     ws: Workspace, environ: Mapping[str, str], sid: str, n: int, which: str, state_dir: Path
 ) -> str:
-    """Snapshot ``ws``'s tree for turn ``n`` (kept under ``refs/zwarm/<sid>/<n>/<which>``)."""
+    """Snapshot ``ws``'s tree for turn ``n`` (kept by ``refs/zwarm/<sid>/<n>/<which>`` in the
+    repository's snapshot store)."""
     return take(ws, environ, f"session {sid} turn {n} {which}", state_dir, keep=(sid, n, which))
 
 
@@ -473,8 +475,10 @@ def take(
     if not os.path.isdir(ws.tree):
         raise WorkspaceError(f"the working tree {ws.tree} is gone")
     tree = checked(ws, environ)
+    into = snapshots.open_store(repo_tree(ws, environ), environ)
     ref = snapshots.ref(*keep) if keep else None
-    return snapshots.take(tree, environ, label, keep=ref, exclude=state_within(tree, state_dir))
+    exclude = state_within(tree, state_dir)
+    return snapshots.take(tree, environ, label, keep=ref, exclude=exclude, into=into)
 
 
 def state_within(tree: git.Tree, state_dir: Path) -> list[str]:
@@ -510,10 +514,13 @@ def repo_tree(ws: Workspace, environ: Mapping[str, str]) -> git.Tree:
 
 
 def git_dir_tree(ws: Workspace, environ: Mapping[str, str]) -> git.Tree:
-    """Where to run git to read ``ws``'s objects (snapshots live in the repository's)."""
+    """Where to run git to read ``ws``'s commits and snapshots: its repository, reading its
+    snapshot store's objects too (``snapshots.reader``)."""
+    from zwarm.engine import snapshots
+
     if not os.path.isdir(ws.repo):
         raise WorkspaceError(f"the repository {ws.repo} is gone")
-    return repo_tree(ws, environ)
+    return snapshots.reader(repo_tree(ws, environ))
 
 
 # ---------------------------------------------------------------------------- removal

@@ -7,7 +7,8 @@ knows to be secret (``Secrets``), and the ``prctl`` calls (Linux, through ctypes
 and the bash tool's child subreaper need. Must stay true:
 - ``ZWARM_ORCH_API_KEY`` is read once, when a run starts, and then removed from the
   environment given to the API (``without_key``): no supervisor, agent or bash command that
-  the run starts inherits it;
+  the run starts inherits it, nor does any process another zwarm command starts when the user
+  exported it in their shell (``env.for_children``, where the name is declared);
 - it is not in the process's environment block either: ``/proc/<pid>/environ`` shows the
   block the process was started with, whatever ``os.environ`` says, so ``zwarm orchestrate``
   started with the key re-executes itself (same pid, same argv, ``python -I -m zwarm``)
@@ -46,10 +47,10 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from zwarm.env import looks_secret
+from zwarm.env import ORCH_KEY_VAR as ORCH_KEY_VAR  # (declared there: never given to a child)
+from zwarm.env import for_children, looks_secret
 from zwarm.errors import OrchestratorError
 
-ORCH_KEY_VAR = "ZWARM_ORCH_API_KEY"
 KEY_FD_VAR = "ZWARM_ORCH_KEY_FD"
 MAX_KEY_BYTES = 16384  # far below a pipe's buffer: the write never blocks before the exec
 MIN_SECRET = 8
@@ -64,7 +65,7 @@ _libc: ctypes.CDLL | None = None
 
 def without_key(environ: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``environ`` without the orchestrator-only key variable."""
-    return {k: v for k, v in environ.items() if k != ORCH_KEY_VAR}
+    return for_children(environ)
 
 
 def reexec_without_key(args: list[str]) -> str | None:

@@ -97,6 +97,7 @@ def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = Non
     """Flags > (when resuming) the run's own model, URL and budgets > ZWARM_ORCH_* env >
     config. A run's token and cost budgets are kept in the run: a resumed run keeps them
     unless a flag sets them anew."""
+    api.check_limits()  # a loosened budget or price is never used: say so, and refuse
     cfg = functools.partial(api.setting, "orchestrator")
     env = api.env.environ
     model = _pick(flags.get("model"), run and run.model, env.get("ZWARM_ORCH_MODEL"), cfg("model"))

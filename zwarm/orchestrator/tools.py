@@ -1171,9 +1171,10 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "merge",
         "Merge a finished worktree session's branch (its uncommitted work is committed "
-        "first) into the main checkout's branch or another. Refused while it runs or when "
-        "the target has uncommitted changes in the files it touches; a conflict is aborted "
-        "(nothing changes) and the conflicting files are listed.",
+        "first) into the main checkout's branch or another. Refused while it runs, or when "
+        "it would write a file of the target that has uncommitted changes or that git does "
+        "not track; a conflict is refused (nothing merged), listing the conflicting files, "
+        "what was committed and what to do next.",
         object_schema(
             {
                 "session_id": _SESSION_ID,

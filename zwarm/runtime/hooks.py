@@ -81,8 +81,12 @@ def launch(root: Path, sid: str) -> None:
 
 
 def unmarked(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the session markers ``procs`` identifies processes by."""
-    return {k: v for k, v in environ.items() if k not in (procs.MARKER, procs.SUPERVISOR_MARKER)}
+    """``environ`` without the session markers ``procs`` identifies processes by (nor the
+    orchestrator's own key, ``env.for_children``)."""
+    from zwarm.env import for_children
+
+    drop = (procs.MARKER, procs.SUPERVISOR_MARKER)
+    return {k: v for k, v in for_children(environ).items() if k not in drop}
 
 
 # ---------------------------------------------------------------------- the runner

@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from zwarm.env import NEUTRAL_CWD, python_argv
+from zwarm.env import NEUTRAL_CWD, for_children, python_argv
 from zwarm.model import Turn
 from zwarm.runtime import procs
 from zwarm.runtime.launcher import Launcher
@@ -150,7 +150,7 @@ class LocalLauncher(Launcher):
 
 
 def supervisor_env(environ: Mapping[str, str], sid: str) -> dict[str, str]:
-    env = {k: v for k, v in environ.items() if k != procs.MARKER}
+    env = {k: v for k, v in for_children(environ).items() if k != procs.MARKER}
     env[procs.SUPERVISOR_MARKER] = sid
     return env
 

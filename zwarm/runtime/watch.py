@@ -146,7 +146,7 @@ class Watch(threading.Thread):
         quiet = time.monotonic() - self._quiet_mono
         if not self._stalled and quiet >= limit:
             self._stalled = True
-            if self.manager.config.data["limits"]["on_stall"] == "kill":
+            if self.manager.config.get("limits", "on_stall") == "kill":
                 why = f"stalled: the agent wrote nothing for {quiet:.0f} s (stall_s = {limit:g})"
                 self._halt(Reason.STALLED, why + "; stopped ([limits] on_stall = kill)")
             else:

@@ -24,6 +24,9 @@ Owns reading turn logs and session state for HTTP clients and fanning it out. Mu
   read has no reader thread (the fleet watcher's look at the session directories, shared by
   all clients, wakes it when its meta.json changes), and the watcher runs only while a
   client streams, or for a grace period after;
+- a fleet row is the row ``zwarm ls --json`` lists: a running one carries what its launcher
+  says of it (``shown_status``: ``queued (slurm: Resources)``), asked once for all running
+  rows per look (``Zwarm.launcher_says``: one ``squeue``, whose answers are cached);
 - everything that blocks runs in a thread; the event loop only moves encoded frames, and
   only the loop's thread touches a ``Feed``.
 """
@@ -465,7 +468,11 @@ class Fleet:
         busy = {sid for sid, r in old.items() if r["status"] in ("running", "stalled")}
         self._stamps = stamps
         gone = [sid for sid in old if sid not in stamps]
-        fresh = {sid: self._row(api, sid) for sid in sorted(touched | busy) if sid in stamps}
+        found = {sid: self._row(api, sid) for sid in sorted(touched | busy) if sid in stamps}
+        fresh = {sid: got[0] if got else None for sid, got in found.items()}
+        running = [got[1] for got in found.values() if got and got[1] is not None]
+        for sid, says in api.launcher_says(running).items():  # one squeue for every job
+            fresh[sid] = {**(fresh[sid] or {}), **says}
         if not fresh and not gone:
             return [], old, touched
         rows = {sid: r for sid, r in old.items() if sid not in gone}
@@ -488,9 +495,10 @@ class Fleet:
                 events.append((seq, frame("session", r, self.event_id(seq))))
         return events, rows, touched
 
-    def _row(self, api: Zwarm, sid: str) -> dict[str, Any] | None:
+    def _row(self, api: Zwarm, sid: str) -> tuple[dict[str, Any], Session | None] | None:
         """``sid``'s row as ``ls --json`` lists it, plus what its running turn does now
-        (``activity``, ``live_tokens``); None if it is gone."""
+        (``activity``, ``live_tokens``), and the session if it runs (its launcher is asked
+        what it shows, ``Zwarm.launcher_says``, once for all); None if it is gone."""
         from zwarm.api import damaged_row, row
         from zwarm.errors import DamagedSession, SessionNotFound, ZwarmError
 
@@ -499,12 +507,12 @@ class Fleet:
         except SessionNotFound:
             return None
         except DamagedSession as e:
-            return {**damaged_row(sid, e.problem), "activity": None, "live_tokens": None}
+            return {**damaged_row(sid, e.problem), "activity": None, "live_tokens": None}, None
         except ZwarmError as e:
-            return {**damaged_row(sid, str(e)), "activity": None, "live_tokens": None}
+            return {**damaged_row(sid, str(e)), "activity": None, "live_tokens": None}, None
         r = row(s)
         r["activity"], r["live_tokens"] = self._live(api, s)
-        return r
+        return r, s if r["status"] in ("running", "stalled") else None
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
         from zwarm.cli.follow import TurnWatch, tokens_so_far

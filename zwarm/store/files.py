@@ -7,7 +7,8 @@ Owns every low-level file operation of the state directory. Must stay true:
   a state file is an error, never a hang) of at most the size the caller allows;
 - replacing a file is atomic (temp file in the same dir, optional fsync, rename, fsync dir):
   a reader sees the old or the new file, never a mix; a failed write (disk full) removes the
-  partial file and leaves the old one intact;
+  partial file and leaves the old one intact; a temp file left by a writer killed mid-write
+  is removed later by ``clean_temps`` (its naming pattern only, its writer gone or old);
 - every file zwarm creates is ``0600`` and every directory ``0700`` (``private_dir``: its
   parents too, whatever the umask); a failure is a ``StoreError`` with one line, except
   ``FileNotFoundError`` (the directory is gone), which callers handle.
@@ -19,11 +20,12 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from zwarm.errors import StoreError
+from zwarm.errors import WriteFailed
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -189,7 +191,7 @@ def write_private(path: Path, data: bytes, replace: bool = True) -> None:
                 os.unlink(path)
         if e.errno in (errno.ENOENT, errno.EEXIST):
             raise
-        raise StoreError(f"cannot write {path}: {e.strerror}") from None
+        raise WriteFailed(f"cannot write {path}: {e.strerror}") from None
 
 
 def atomic_write(path: Path, data: bytes, durable: bool = True, mode: int = 0o600) -> None:
@@ -211,9 +213,54 @@ def atomic_write(path: Path, data: bytes, durable: bool = True, mode: int = 0o60
             os.unlink(tmp)
         if e.errno == errno.ENOENT:
             raise
-        raise StoreError(f"cannot write {path}: {e.strerror}") from None
+        raise WriteFailed(f"cannot write {path}: {e.strerror}") from None
     if durable:
         fsync_dir(path.parent)
+
+
+# what ``atomic_write`` names its temp file: ".<name>.<writer's pid>.<8 hex>.tmp"
+_TEMP = re.compile(r"^\.[A-Za-z0-9._-]{1,200}\.([1-9][0-9]{0,9})\.[0-9a-f]{8}\.tmp\Z")
+STALE_TEMP_S = 3600.0  # a temp file this old is stale even if a process has its writer's pid
+
+
+def clean_temps(directory: Path, now: float) -> int:
+    """Remove the temp files ``atomic_write`` left in ``directory`` when its writer was killed
+    (a 60 MB meta.json's stays forever otherwise): only regular files named as it names them
+    (never a link, a directory, another name), whose writer is gone or which are older than
+    ``STALE_TEMP_S`` (its pid may have been reused); never one of this process's, so a
+    write still under way elsewhere is left alone, lock or not. How many were removed;
+    every error is ignored (the next call tries again)."""
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        m = _TEMP.match(name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        path = directory / name
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if now - st.st_mtime < STALE_TEMP_S and _alive(int(m.group(1))):
+                continue
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, another user's
+    return True
 
 
 def write_all(fd: int, data: bytes) -> None:

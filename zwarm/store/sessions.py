@@ -2,7 +2,8 @@
 
 Owns every path, name, lock and session write under the state directory. Must stay true:
 - ``meta.json`` is written only inside ``transaction`` (one locked read-modify-write: two zwarm
-  processes never lose each other's changes) and by ``create``; it is replaced atomically;
+  processes never lose each other's changes) and by ``create``; it is replaced atomically,
+  and a transaction removes the temp files of writes killed mid-way (``files.clean_temps``);
 - a session's finished turns may live in its history file (``zwarm.store.history``): ``load``
   and ``transaction`` put them back unless asked not to (``history=False``: a listing, a
   supervisor), and a save never changes an archived turn;
@@ -26,6 +27,8 @@ import contextlib
 import errno
 import os
 import re
+import stat
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -44,11 +47,13 @@ from zwarm.model.schema import MAX_META_BYTES, decode, encode
 from zwarm.store.files import (
     CLOEXEC,
     NOFOLLOW,
+    STALE_TEMP_S,
     DirFileKey,
     Key,
     NotRegularFile,
     TooLarge,
     atomic_write,
+    clean_temps,
     dir_file_key,
     file_key,
     fsync_dir,
@@ -70,6 +75,8 @@ MIN_PREFIX = 4
 _ID_LAYOUT = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"  # what an id prefix can look like
 _HEX = frozenset("0123456789abcdef")
 _TURN_LOG = re.compile(r"^turn_([1-9][0-9]{0,6})\.jsonl\Z")
+# what a spawn builds a session in, and what an rm with no room for trash/ renames it to
+_STAGE = re.compile(r"^\.(new-[0-9a-f-]{36}|rm-[0-9a-f-]{36}\.[0-9a-f]{8})\Z")
 
 __all__ = ["Key", "Store", "atomic_write", "file_key", "write_private"]
 
@@ -80,6 +87,7 @@ class Store:
         self.sessions = root / "sessions"
         self.names = root / "names"
         self.waiting = root / "scheduler" / "waiting"  # the scheduler's waiting files
+        self._made: dict[str, list[Path]] = {}  # per open transaction: the files it made
 
     # ----- layout
     def exists(self) -> bool:
@@ -241,11 +249,13 @@ class Store:
             os.close(fd)
 
     def write_turn_prompt(self, sid: str, n: int, prompt: bytes) -> None:
-        """Write new turn ``n``'s prompt (session lock held). A turn number never reuses a
-        turn's files: if ``turns/turn_<n>.*`` exists, meta.json does not know it (a record
-        that lost turns, or a start killed before its meta.json was saved), and it is
-        refused (``SessionStateError``, nothing written or overwritten), never guessed at.
-        A symbolic link there holds no data (an agent planted it): it is removed, unfollowed."""
+        """Write new turn ``n``'s prompt (in a ``transaction``, which removes it again if it
+        saves nothing). A turn number never reuses a turn's files: a ``turns/turn_<n>.*``
+        other than the prompt (its log: a turn that ran) means the record lost turns, and it
+        is refused (``SessionStateError``, nothing written or overwritten). A prompt alone is
+        a start killed before its meta.json was saved (its turn never ran): it is kept, set
+        aside as ``turn_<n>.prompt.unsent-<hex>``, never overwritten. A symbolic link there
+        holds no data (an agent planted it): it is removed, never followed."""
         d = self.checked_dir(sid) / "turns"
         try:
             names = os.listdir(d)
@@ -253,23 +263,31 @@ class Store:
             names = []
         except OSError as e:
             raise StoreError(f"cannot read {d}: {e.strerror}") from None
+        prompt_name = f"turn_{n}.prompt"
         there = []
         for x in sorted(x for x in names if x.startswith(f"turn_{n}.")):
             if os.path.islink(d / x):  # a link planted there holds nothing: removed, not followed
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(d / x)
-            else:
+            elif x != prompt_name and not x.startswith(prompt_name + ".unsent-"):
                 there.append(x)
-        try:
-            if there:
-                raise FileExistsError(errno.EEXIST, "exists", there[0])
-            write_private(d / f"turn_{n}.prompt", prompt, replace=False)
-        except FileExistsError as e:
+        if there:
             raise SessionStateError(
-                f"session {sid}: turns/{there[0] if there else e.filename} exists but meta.json "
-                f"knows no turn {n}: not overwritten, nothing started (move it away if it is "
-                "not needed)"
+                f"session {sid}: turns/{there[0]} exists but meta.json knows no turn {n}: "
+                "not overwritten, nothing started (move it away if it is not needed)"
+            )
+        path = d / prompt_name
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(path, d / f"{prompt_name}.unsent-{os.urandom(4).hex()}")  # kept aside
+        made = self._made.get(sid)
+        try:
+            write_private(path, prompt, replace=False)
+        except FileExistsError:  # made meanwhile: the session lock is not held
+            raise SessionStateError(
+                f"session {sid}: turns/{prompt_name} was made meanwhile: nothing started"
             ) from None
+        if made is not None:
+            made.append(path)
 
     def turn_logs(self, sid: str) -> list[int]:
         """The numbers of the turns whose log (``turns/turn_N.jsonl``) exists, in order; read
@@ -389,10 +407,23 @@ class Store:
         with self.lock(sid):
             s = self.load(sid, history)
             frozen = _archived(s)
-            yield s
-            if _archived(s) != frozen:
-                raise StoreError(f"session {sid}: an archived turn was changed (not saved)")
-            self._save(s)
+            made: list[Path] = []  # new turn files: removed if nothing is saved
+            self._made[sid] = made
+            try:
+                yield s
+                if _archived(s) != frozen:
+                    raise StoreError(f"session {sid}: an archived turn was changed (not saved)")
+                self._save(s)
+            except BaseException:
+                for path in made:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                raise
+            finally:
+                self._made.pop(sid, None)
+            # temp files of writes killed mid-way (meta.json's, the history's): the lock held,
+            # no other zwarm process writes them now
+            clean_temps(self.session_dir(sid), time.time())
 
     def _save(self, s: Session) -> None:
         """Move finished turns to the history if enough have gathered, then write meta.json."""
@@ -438,25 +469,68 @@ class Store:
             shutil.rmtree(stage, ignore_errors=True)
             raise
         fsync_dir(self.sessions)
+        self._sweep_stages()
+
+    def _sweep_stages(self) -> None:
+        """Delete what a spawn (``.new-<id>``) or an rm (``.rm-<id>.<hex>``) killed half-way
+        left in ``sessions/``, once it is ``STALE_TEMP_S`` old (a young one may be another
+        process's, still at work); through an fd, never following a link."""
+        with self.sessions_fd() as sfd:
+            if sfd is None:
+                return
+            now = time.time()
+            for name in os.listdir(sfd):
+                if not _STAGE.match(name):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
+                    if now - st.st_mtime >= STALE_TEMP_S:
+                        _delete(sfd, name)
 
     def remove(self, sid: str, name: str | None) -> None:
         """Delete a session dir: renamed out of ``sessions/`` first, so it vanishes atomically.
-        A session dir that is a link is unlinked (its target is never touched)."""
-        trash = self.root / "trash"
-        trash.mkdir(mode=0o700, exist_ok=True)
-        target = trash / f"{sid}.{os.urandom(4).hex()}"
+        A session dir that is a link is unlinked (its target is never touched). What an
+        ``rm`` killed half-way left in ``trash/`` goes too; ``trash/`` is used through an fd
+        opened without following a link (one planted there is refused, never followed)."""
+        trash, sweep = self.root / "trash", True
         try:
-            os.rename(self.session_dir(sid), target)
-        except FileNotFoundError:
-            raise SessionNotFound(sid) from None
-        self.release_name(name, sid)
-        if not real_dir(target):
-            with contextlib.suppress(OSError):
-                os.unlink(target)
-            return
-        import shutil
+            trash.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError:  # no room even for a directory: renamed to a hidden name, in place
+            trash, sweep = self.sessions, False
+        try:
+            tfd = os.open(trash, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC)
+        except OSError as e:
+            raise StoreError(f"cannot use {trash}: {e.strerror} (a link?)") from None
+        try:
+            target = f"{'' if sweep else '.rm-'}{sid}.{os.urandom(4).hex()}"
+            try:
+                os.rename(self.session_dir(sid), target, dst_dir_fd=tfd)
+            except FileNotFoundError:
+                raise SessionNotFound(sid) from None
+            self.release_name(name, sid)
+            # ours, and what an rm killed half-way left: everything in trash/ is being deleted
+            for entry in os.listdir(tfd) if sweep else [target]:
+                _delete(tfd, entry)
+        finally:
+            os.close(tfd)
 
-        shutil.rmtree(target, ignore_errors=True)
+
+def _delete(dfd: int, name: str) -> None:
+    """Delete ``name`` in the directory ``dfd``: a directory's tree, or anything else itself
+    (a link's target is never touched)."""
+    try:
+        is_dir = stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return
+    if not is_dir:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dfd)
+        return
+    import shutil
+
+    shutil.rmtree(name, dir_fd=dfd, ignore_errors=True)
 
 
 def _archived(s: Session) -> list[bytes]:

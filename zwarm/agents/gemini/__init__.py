@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Price, Setting
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
+from zwarm.rules import FREE
 
 APPROVAL_MODES = ("auto_edit", "default", "plan", "yolo")
 AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
@@ -86,7 +87,10 @@ class GeminiAgent(Agent):
             '"" = from the environment (GEMINI_API_KEY, Vertex AI, ADC); keys never on disk.',
         ),
         "max_attempts": Setting(
-            (int,), 0, doc="settings general.maxAttempts (tries per request); 0 = gemini's (10)."
+            (int,),
+            0,
+            doc="settings general.maxAttempts (tries per request); 0 = gemini's (10).",
+            trust=FREE,
         ),
         "user_settings": Setting(
             (bool,), True, doc="Start the session's settings from your ~/.gemini/settings.json."

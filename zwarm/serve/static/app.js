@@ -107,13 +107,23 @@
   function fmtWhen(iso) {
     return iso ? new Date(iso).toLocaleString() : "-";
   }
+  // What a running row's launcher says instead of "running" (its shown_status: "queued
+  // (slurm: Resources)"), as the CLI shows it (render.launcher_status); null otherwise.
+  function launcherStatus(r) {
+    if ((r.status !== "running" && r.status !== "stalled") || !r.shown_status) return null;
+    return oneLine(r.shown_status, 60);
+  }
   function statusText(r) {
+    const shown = launcherStatus(r);
+    if (shown !== null) return shown;
     let s = r.status || "-";
     if (s === "failed" && r.reason) s += " (" + r.reason.replace(/_/g, " ") + ")";
     return s;
   }
   function statusEl(r) {
-    const span = el("span", "status st-" + (r.status || "none"), statusText(r));
+    const shown = launcherStatus(r);
+    const word = shown !== null ? shown.split(" ", 1)[0] : r.status || "none";
+    const span = el("span", "status st-" + word, statusText(r));
     if (r.dangerous) span.append(el("span", "danger-flag", "!danger"));
     return span;
   }
@@ -474,7 +484,10 @@
     for (const t of turns) {
       const tr = el("tr");
       const st = el("td");
-      st.append(el("span", "status st-" + t.status, t.status));
+      // the latest turn as `zwarm show` says it: its launcher's word if it has one
+      const shown = t === turns[turns.length - 1] ? launcherStatus(view.detail) : null;
+      const word = shown !== null ? shown.split(" ", 1)[0] : t.status;
+      st.append(el("span", "status st-" + word, shown ?? t.status));
       const what = el("td", "prompt");
       what.append(el("div", "", oneLine(t.message, 400)));
       if (t.error) what.append(el("div", "err", oneLine(t.error, 400)));
