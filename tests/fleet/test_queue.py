@@ -386,7 +386,8 @@ def test_a_session_that_never_ran_costs_nothing(zw: ZW) -> None:
     """Issue 30.2 (a new user's eye): a session that ended before any turn started (``--after``
     a failed session; killed while queued) showed ``cost ? (estimated)`` in ``show``, ``?`` in
     ``ls`` and ``"cost_usd": null`` with ``"cost_complete": true``: nothing ran, so nothing
-    was billed, on a priced model or not."""
+    was billed, on a priced model or not (an unpriced one: ``$0.0000``, not ``$0.0000
+    (unknown)`` and a hint how to price it)."""
     env = {"FAKE_REPLAY": zw.sample("codex_simple"), "FAKE_FAIL_ON": "FAILME"}
     failed = zw.spawn("task FAILME", env_extra=env)
     wait_status(zw, failed, "failed")
@@ -407,7 +408,9 @@ def test_a_session_that_never_ran_costs_nothing(zw: ZW) -> None:
     for sid in never:
         d = zw.json("show", sid)
         assert (d["cost_usd"], d["cost_complete"]) == (0.0, True), d
-        assert "cost ?" not in zw.run("show", sid, check=True).stdout
+        shown = zw.run("show", sid, check=True).stdout
+        assert "cost ?" not in shown and "(unknown)" not in shown, shown
+        assert "no price for" not in shown  # nothing to price: no hint how to
     rows = {r["id"]: r for r in zw.json("ls")}
     assert all(rows[sid]["cost_usd"] == 0.0 for sid in never)
     hold.unlink()
