@@ -73,7 +73,7 @@ def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> s
 def price_hint(d: dict[str, Any]) -> str | None:
     """How to make an unknown cost known (said once, by ``show``): the agent reports none and
     zwarm has no price for the session's model."""
-    if d.get("cost_source") != "unknown" or d.get("damaged"):
+    if d.get("cost_source") != "unknown" or d.get("damaged") or _exact(d):
         return None
     table = f"[{oneline(d.get('adapter'), 32)}.prices]"
     model = d.get("model")
@@ -83,6 +83,21 @@ def price_hint(d: dict[str, Any]) -> str | None:
         f"no price for {which}: set one in .zwarm/config.toml, {table} "
         f"{key} = {{ input = USD, cached_input = USD, output = USD }} (per 1M tokens)"
     )
+
+
+def _exact(d: dict[str, Any]) -> bool:
+    """Whether the session's cost is known whole though its model has no price: every turn
+    cost nothing (it never started, or failed before the model answered)."""
+    return d.get("cost_usd") is not None and d.get("cost_complete") is not False
+
+
+def cost_label(d: dict[str, Any]) -> str:
+    """``show``'s cost with where it comes from: ``~$0.0123 (estimated)``; an exact zero of
+    an unpriced model is just ``$0.0000`` (never ``$0.0000 (unknown)``)."""
+    source = d.get("cost_source")
+    if source == "unknown" and _exact(d):
+        return row_cost(d)
+    return f"{row_cost(d)} ({oneline(source, 20)})"
 
 
 def row_cost(r: dict[str, Any]) -> str:
@@ -413,7 +428,7 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
     c.print(
         f"adapter {esc(d['adapter'])}  model {esc(d.get('model') or 'default', False)}  "
         f"tokens {fmt_tokens(usage.get('total_tokens'))}  "
-        f"cost {row_cost(d)} ({esc(d.get('cost_source'))})"
+        f"cost {esc(cost_label(d), False)}"
     )
     hint = price_hint(d)
     if hint:
