@@ -29,6 +29,10 @@ And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs thi
 agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
 in a login shell, whose ``/etc/profile`` resets PATH).
 
+And where zwarm's per-user files live (``xdg_dir``, ``xdg_runtime_dir``, ``user_home``): the
+one resolver of the XDG base directories and of the home directory, for every module that
+keeps a file per user (trust, pins, launchers, serve's tokens, worktrees, the row cache).
+
 Also owns which names look secret (``looks_secret``: an api key or other key, a token, secret,
 password, credential or auth value), for every part of zwarm that must keep such values out of what
 it writes or shows; and the environment every process zwarm starts gets (``for_children``):
@@ -76,14 +80,55 @@ def isolated(python: str) -> list[str]:
     return ["-I"]
 
 
+# The XDG base directories (one rule for all of zwarm's per-user files): an absolute
+# ``$XDG_*`` value, else its default under the user's home (``user_home``). A relative value
+# is ignored, as the XDG spec says: it would name a directory of whatever project zwarm runs in.
+XDG_DEFAULTS = {
+    "XDG_CONFIG_HOME": ".config",  # the trust file
+    "XDG_STATE_HOME": ".local/state",  # launch pins, launchers, serve's tokens (no runtime dir)
+    "XDG_DATA_HOME": ".local/share",  # worktrees
+    "XDG_CACHE_HOME": ".cache",  # the row cache
+}
+
+
+def user_home(environ: Mapping[str, str]) -> str:
+    """The user's home: ``$HOME`` if absolute, else the password database's; ``InvalidInput``
+    if neither is (a relative home would name a project directory)."""
+    home = environ.get("HOME", "")
+    if os.path.isabs(home):
+        return home
+    import pwd
+
+    try:
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        home = ""
+    if not os.path.isabs(home):
+        from zwarm.errors import InvalidInput
+
+        raise InvalidInput("cannot locate the home directory: set HOME")
+    return home
+
+
+def xdg_dir(environ: Mapping[str, str], var: str) -> Path:
+    """zwarm's directory in XDG base directory ``var`` (a key of ``XDG_DEFAULTS``):
+    ``$VAR/zwarm`` when ``$VAR`` is absolute, else ``<home>/<default>/zwarm``."""
+    base = environ.get(var, "")
+    if not os.path.isabs(base):
+        base = os.path.join(user_home(environ), XDG_DEFAULTS[var])
+    return Path(base) / "zwarm"
+
+
+def xdg_runtime_dir(environ: Mapping[str, str]) -> Path | None:
+    """``$XDG_RUNTIME_DIR/zwarm`` when that variable is absolute (it has no default: None)."""
+    run = environ.get("XDG_RUNTIME_DIR", "")
+    return Path(run) / "zwarm" if os.path.isabs(run) else None
+
+
 def user_state_dir(environ: Mapping[str, str]) -> Path:
     """``$XDG_STATE_HOME/zwarm`` (an absolute one; else ``~/.local/state/zwarm``): the user's
     own zwarm files (launch pins, launchers), where no agent's sandbox may write."""
-    base = environ.get("XDG_STATE_HOME") or ""
-    if not os.path.isabs(base):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = os.path.join(home, ".local", "state")
-    return Path(base) / "zwarm"
+    return xdg_dir(environ, "XDG_STATE_HOME")
 
 
 def launcher(python: str, environ: Mapping[str, str]) -> Path | None:

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from zwarm.env import looks_secret
+from zwarm.env import looks_secret, xdg_dir
 from zwarm.errors import (
     InvalidInput,
     LoosenedLimit,
@@ -72,28 +72,8 @@ def sha256(data: bytes) -> str:
 
 # ---------------------------------------------------------------------------- the trust file
 def trust_file(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CONFIG_HOME/zwarm/trust.json``, else ``$HOME/.config/...`` (relative values are
-    ignored, as the XDG spec says: they would name a project directory)."""
-    env = os.environ if environ is None else environ
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    if os.path.isabs(xdg):
-        return Path(xdg) / "zwarm" / "trust.json"
-    home = env.get("HOME", "")
-    if not os.path.isabs(home):
-        home = _passwd_home()
-    return Path(home) / ".config" / "zwarm" / "trust.json"
-
-
-def _passwd_home() -> str:
-    import pwd
-
-    try:
-        home = pwd.getpwuid(os.geteuid()).pw_dir
-    except KeyError:
-        home = ""
-    if not os.path.isabs(home):
-        raise InvalidInput("cannot locate zwarm's trust file: set HOME or XDG_CONFIG_HOME")
-    return home
+    """``$XDG_CONFIG_HOME/zwarm/trust.json``, else ``$HOME/.config/...`` (``env.xdg_dir``)."""
+    return xdg_dir(os.environ if environ is None else environ, "XDG_CONFIG_HOME") / "trust.json"
 
 
 # NamedTuples and plain classes, not dataclasses: this module is imported by commands that

@@ -77,12 +77,10 @@ def location(
 ) -> Path:
     """The cache file of the state dir whose ``sessions/`` directory is ``sessions``, for rows
     made by the code in ``sources`` (``code_tag``)."""
-    base = environ.get("XDG_CACHE_HOME") or ""
-    if not os.path.isabs(base):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = os.path.join(home, ".cache")
+    from zwarm.env import xdg_dir
+
     name = f"{sessions.st_dev:x}-{sessions.st_ino:x}-{code_tag(sources)}.jsonl"
-    return Path(base) / "zwarm" / "rows" / name
+    return xdg_dir(environ, "XDG_CACHE_HOME") / "rows" / name
 
 
 def siblings(path: Path) -> list[Path]:
