@@ -246,14 +246,13 @@ def update(fn: Callable[[TrustData], T], environ: Mapping[str, str] | None = Non
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    import fcntl
+    from zwarm.store.files import lock_fd
 
     try:
-        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = lock_fd(path.with_name(path.name + ".lock"))
     except OSError as e:
         raise TrustFileError(str(path), f"cannot lock: {e.strerror}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

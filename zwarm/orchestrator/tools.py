@@ -21,7 +21,6 @@ generated from ``TOOLS``; nothing about a tool is written twice. Must stay true:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import math
@@ -373,15 +372,14 @@ class Looked:
     def _update(self, fn: Callable[[dict[str, Any]], Any]) -> None:
         """Load-modify-write under a lock. Best effort: the flags are advisory, so a state dir
         that cannot be written must not make the tools themselves fail."""
-        from zwarm.store.files import private_dir
+        from zwarm.store.files import lock_fd, private_dir
 
         try:
             private_dir(self.dir)
-            fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = lock_fd(self.dir / ".lock")
         except OSError:
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             data = self.load()
             fn(data)
             atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
