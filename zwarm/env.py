@@ -73,16 +73,6 @@ def isolated(python: str) -> list[str]:
     return ["-I"]
 
 
-def user_state_dir(environ: Mapping[str, str]) -> Path:
-    """``$XDG_STATE_HOME/zwarm`` (an absolute one; else ``~/.local/state/zwarm``): the user's
-    own zwarm files (launch pins, launchers), where no agent's sandbox may write."""
-    base = environ.get("XDG_STATE_HOME") or ""
-    if not os.path.isabs(base):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = os.path.join(home, ".local", "state")
-    return Path(base) / "zwarm"
-
-
 def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     """An executable ``zwarm`` running this zwarm on ``python`` (``PYTHON -I -m zwarm``):
     ``<user_state_dir>/bin/<hash of PYTHON>/zwarm``, 0700, written (atomically) when missing
@@ -92,6 +82,7 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
 
     from zwarm.errors import StoreError
     from zwarm.store.files import atomic_write, private_dir, read_file
+    from zwarm.xdg import user_state_dir
 
     name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
     path = user_state_dir(environ) / "bin" / name / "zwarm"

@@ -22,6 +22,7 @@ from typing import Any
 
 from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
+from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import UNFINISHED, Step
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
@@ -350,7 +351,7 @@ def launcher_status(r: dict[str, Any]) -> str | None:
     ``unknown (slurm unreachable)`` (the cluster could not be asked); None otherwise. The
     dashboard's ``launcherStatus`` (serve/static/app.js) shows the same."""
     shown = r.get("shown_status")
-    if r.get("status") not in ("running", "stalled") or not shown:
+    if r.get("status") not in RUNS or not shown:
         return None
     return oneline(shown, 60)
 
@@ -472,7 +473,7 @@ def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
         said = " · ".join(filter(None, [place, d.get("wait")]))
     else:
         said = fleet_note(d, now).strip()
-    if said and d["status"] in ("queued", "parked", "stalled"):
+    if said and d["status"] in WAITING | {Status.STALLED}:
         c.print(f"[cyan]{esc(d['status'])}:[/] {esc(said)}")
 
 
@@ -508,7 +509,7 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
     u = t.get("usage") or {}
     code, sig = t.get("exit_code"), t.get("signal")
     ended = f"exit {code}" if code is not None else (f"signal {sig}" if sig else "")
-    running = t["status"] in ("running", "stalled")
+    running = t["status"] in RUNS
     status = shown if shown and running else t["status"]
     c.rule(f"turn {t['n']} {esc(status)} {ended}".strip())
     secs = took(t.get("started_at"), t.get("ended_at"), now)
@@ -539,7 +540,7 @@ def trajectory_header(d: dict[str, Any], live_tokens: int | None = None) -> str:
     turns and tokens (so far, for an active session: ``live_tokens`` when known)."""
     name = f" ({esc(oneline(d.get('name'), 40))})" if d.get("name") else ""
     total = (d.get("usage") or {}).get("total_tokens")
-    active = d.get("status") not in (None, "completed", "failed", "killed", "damaged")
+    active = d.get("status") not in IDLE | {None}
     if active and live_tokens is not None:
         total = live_tokens
     tokens = f"{fmt_tokens(total)} tokens" + (" so far" if active else "")

@@ -64,7 +64,7 @@ HANDLES_MAX = 8 << 20  # bytes read of a handles record
 
 
 def pins_dir(environ: Mapping[str, str]) -> Path:
-    from zwarm.env import user_state_dir
+    from zwarm.xdg import user_state_dir
 
     return user_state_dir(environ) / "pins"
 
