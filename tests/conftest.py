@@ -11,6 +11,9 @@ isolated too); every wait is on a condition with a generous deadline,
 never on elapsed time; a test's config.toml is trusted only by writing it through
 ``ZW.write_config`` (or ``zwarm.trust.trust_config``): there is no switch that trusts every
 config.
+
+Also owns the test tiers (docs/testing.md): every test gets exactly one of ``TIERS`` (by folder,
+``TIER_BY_PATH``, unless it carries one), and a ``unit`` test that starts a process fails.
 """
 
 from __future__ import annotations
@@ -327,6 +330,49 @@ def make_env(tmp: Path, state_dir: Path, record: Path) -> dict[str, str]:
         COLUMNS="200",
     )
     return env
+
+
+# The tiers (docs/testing.md): every test gets exactly one of TIERS, by folder (TIER_BY_PATH,
+# first match) unless it carries one itself; ``slow`` and ``perf`` are added on top.
+TIERS = ("unit", "subprocess", "real", "slurm", "browser")
+TIER_BY_PATH: tuple[tuple[str, str], ...] = (
+    ("tests/real/", "real"),
+    ("tests/slurm/", "slurm"),
+    ("tests/serve/test_dashboard.py", "browser"),
+    ("tests/unit/", "unit"),
+    ("tests/", "subprocess"),
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test its tier marker (see TIERS); a ``unit`` test is also guarded by
+    ``_no_process``."""
+    for item in items:
+        own = [m.name for m in item.iter_markers() if m.name in TIERS]
+        if len(set(own)) > 1:
+            raise pytest.UsageError(f"{item.nodeid}: more than one tier marker {own}")
+        if not own:
+            path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
+            tier = next(t for prefix, t in TIER_BY_PATH if path.startswith(prefix))
+            item.add_marker(getattr(pytest.mark, tier))
+        if item.get_closest_marker("unit") is not None:
+            item.fixturenames.insert(0, "_no_process")
+
+
+@pytest.fixture
+def _no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``unit`` test runs in this process only: starting a program (subprocess, fork,
+    posix_spawn, exec) fails it, saying to mark it ``subprocess`` instead."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(
+            "a test marked unit started a process: mark it subprocess (tests/conftest.py)"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, refuse)
 
 
 @pytest.fixture(autouse=True)

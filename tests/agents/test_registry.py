@@ -158,6 +158,7 @@ def test_list_price_comes_from_the_agents() -> None:
     assert agents.list_price("no-such-model") is None
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize(
     "argv",
     [None, ["--help"], ["ls"], ["ls", "--json"]],

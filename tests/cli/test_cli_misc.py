@@ -84,6 +84,7 @@ def test_demo_leaves_nothing_behind_unless_kept(zw) -> None:
     assert len(zw.json("--state-dir", str(kept / ".zwarm"), "ls")) == 1
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize(
     ("args", "with_click"), [(["--help"], True), (["ls"], False), (["ls", "--json"], False)]
 )

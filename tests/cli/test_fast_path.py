@@ -354,6 +354,7 @@ def _imports(zw: ZW, code: str, *args: str) -> str:
     return res.stderr
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize(
     ("entry", "template", "loads_click"),
     [
@@ -385,6 +386,7 @@ PROCESS_MODULE = re.compile(
 )
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize(
     "template",
     [
@@ -406,11 +408,13 @@ def test_a_reading_command_loads_nothing_to_run_processes(
     assert PROCESS_MODULE.findall(report) == []
 
 
+@pytest.mark.perf
 def test_a_spawn_imports_no_click(zw: ZW) -> None:
     report = _imports(zw, RUN.format(entry="run"), "spawn", "t")
     assert CLICK_MODULE.search(report) is None
 
 
+@pytest.mark.perf
 def test_importing_fast_loads_nothing_heavy(world: tuple[ZW, dict[str, str]]) -> None:
     report = _imports(world[0], "import zwarm.cli.fast")
     assert re.search(r"\|\s*zwarm\.cli\.fast$", report, re.M)  # the report is of the import

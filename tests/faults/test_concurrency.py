@@ -174,6 +174,7 @@ def _finished(zw: Any, sid: str) -> bool:
     return m["status"] != "running" and not m["queue"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_storm_of_concurrent_commands(zw: Any, strays: list[Any]) -> None:
     run_env = {**zw.env, "FAKE_REPLAY": zw.sample("codex_simple")}

@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ZW, ZWARM_BIN
 from tests.fleet._helpers import (
     configure,
@@ -50,6 +52,7 @@ def test_over_the_cap_sessions_queue_and_start_by_priority_then_first_come(zw: Z
     assert _prompts(zw) == ["task A", "task C", "task B", "task D"]
 
 
+@pytest.mark.slow
 def test_thirty_spawns_at_once_never_run_more_than_three(zw: ZW) -> None:
     configure(zw, "[limits]\nmax_running = 3\n")
     env, state = tally(zw, FAKE_REPLAY=zw.sample("codex_simple"), FAKE_SLEEP="0.3")

@@ -408,6 +408,7 @@ def test_a_port_in_use_is_one_line(zw, server: Server) -> None:
     assert "Traceback" not in res.stderr and len(res.stderr.splitlines()) == 1
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize("args", [["--help"], ["serve", "--help"]])
 def test_help_does_not_import_the_server(zw, args: list[str]) -> None:
     res = subprocess.run(

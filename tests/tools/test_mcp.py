@@ -131,6 +131,7 @@ def test_missing_extras_are_one_line(monkeypatch) -> None:
     assert "pip install 'zwarm[orchestrate]'" in res.stderr
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize("cmd", ["mcp", "orchestrate", "tools"])
 def test_help_does_not_import_the_extras(zw, cmd) -> None:
     code = (

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 
+@pytest.mark.subprocess
 def test_listing_pauses_gc_and_restores_it(zw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     sid = zw.spawn("task", env_extra=zw.replay("codex_simple"))
     zw.wait(sid)
@@ -28,6 +29,7 @@ def test_listing_pauses_gc_and_restores_it(zw: Any, monkeypatch: pytest.MonkeyPa
     assert gc.isenabled()  # and back on after
 
 
+@pytest.mark.subprocess
 def test_listing_restores_gc_after_an_error(zw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     sid = zw.spawn("task", env_extra=zw.replay("codex_simple"))
     zw.wait(sid)

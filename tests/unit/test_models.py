@@ -356,6 +356,7 @@ def test_the_listing_order_is_creation_time_then_id() -> None:
 POSTPONED_ON_PURPOSE = {("zwarm.config", "Config", "source")}
 
 
+@pytest.mark.perf
 def test_no_struct_postpones_its_annotations() -> None:
     """Every ``Struct`` in zwarm has its annotations as objects: a postponed one (``from
     __future__ import annotations``) is a string msgspec compiles and evaluates each time a

@@ -16,6 +16,8 @@ from conftest import wait_until
 from zwarm.model import ProcRef
 from zwarm.runtime import boot, procs
 
+pytestmark = pytest.mark.subprocess  # real processes to find, signal and wait for
+
 
 def _start(script: str, new_session: bool = True) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
@@ -335,6 +337,7 @@ def _members(items: list[tuple[ProcRef, str]]) -> list[ProcRef]:
     return [r for _, sid in items for r in procs.marked(sid)]
 
 
+@pytest.mark.perf
 def test_kill_sessions_scans_once_and_signals_all_before_waiting(
     cleanup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -382,6 +385,7 @@ def test_kill_sessions_escalates_all_together(cleanup) -> None:
         assert p.wait(timeout=30) == -signal.SIGKILL
 
 
+@pytest.mark.perf
 def test_waiting_on_pidfds_reads_no_proc_while_idle(
     cleanup, monkeypatch: pytest.MonkeyPatch
 ) -> None:

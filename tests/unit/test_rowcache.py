@@ -220,6 +220,7 @@ def cache_lines(store: Store) -> list[list[Any]]:
 FINISHED = [sid(n) for n in (1, 2, 3, 4, 7)]
 
 
+@pytest.mark.perf
 def test_a_warm_listing_reads_no_finished_session_and_lists_the_same(
     store: Store, lister: Lister, later: None
 ) -> None:
@@ -298,6 +299,7 @@ def test_a_changed_session_is_listed_as_it_is_now(
         assert mine[0]["last_message"] == "DONE"
 
 
+@pytest.mark.perf
 def test_a_changed_meta_json_costs_one_stat(
     store: Store, lister: Lister, later: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -539,6 +541,7 @@ def test_rows_are_appended_a_batch_of_whole_lines_at_a_time(
     assert len(writes) == 1 and len(cache_lines(store)) == 2  # the first batch only
 
 
+@pytest.mark.subprocess
 def test_ls_json_from_the_cache_is_byte_for_byte_the_same(tmp_path: Path, store: Store) -> None:
     """Through the CLI, with the real racy window: the first listing (files too young) caches
     nothing, one RACY_S later everything finished is cached, and the output never changes."""

@@ -63,6 +63,7 @@ def test_a_log_path_slurm_would_read_as_a_pattern_is_refused() -> None:
         slurm.sbatch_argv(TABLE, {}, SID, turn(), "/state%j/turns/turn_1.slurm.log")
 
 
+@pytest.mark.subprocess
 def test_job_script_holds_only_zwarm_values_quoted() -> None:
     script = slurm.job_script("/opt/py env/bin/python", "/shared/it's/.zwarm", SID, 3)
     assert script.startswith("#!/bin/sh\n")

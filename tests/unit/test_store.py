@@ -74,6 +74,7 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
     assert mode(p) == 0o600
 
 
+@pytest.mark.subprocess
 def test_atomic_write_failed_write_keeps_old_file(tmp_path: Path) -> None:
     """A write that fails half-way (file size limit: like a full disk) leaves the old file."""
     p = tmp_path / "meta.json"
@@ -292,6 +293,7 @@ _RACE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("stale", [False, True])
 def test_name_claim_race_one_winner(store: Store, stale: bool) -> None:
     """Concurrent claims of one name (fresh, or over a stale claim): exactly one wins."""
@@ -324,6 +326,7 @@ _UPDATER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_concurrent_updates_never_lose_changes(store: Store) -> None:
     sid = sid_("12")
     add(store, sid)

@@ -26,6 +26,9 @@ from zwarm.agents.codex import events as codex_events
 from zwarm.errors import ConfigError
 from zwarm.model import Reason, Status
 
+# pins the old regexes and what a supervisor imports (docs/testing.md, perf)
+pytestmark = pytest.mark.perf
+
 # ------------------------------------------------------------------------- codex failures
 
 # the patterns as they were compiled at import (before they became lazy)
@@ -166,6 +169,7 @@ def test_compact_head_reads_as_the_regex_did(i: int, monkeypatch: pytest.MonkeyP
         assert codex_events.scan_outcome(lines, now=1_800_000_000.0) == want
 
 
+@pytest.mark.subprocess
 def test_compact_turn_needs_no_pattern_compiled() -> None:
     code = (
         "import re, sys\n"
@@ -317,6 +321,7 @@ def test_surrogates_still_cleaned() -> None:
     assert jsonl.clean_text("a\udfffb") == "a\ufffdb"
 
 
+@pytest.mark.subprocess
 def test_a_codex_supervisor_imports_less() -> None:
     code = (
         "import sys\n"

@@ -15,8 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from zwarm.api import Zwarm
 from zwarm.env import Env
+
+# each test runs a real turn, and pins what it imports and scans (docs/testing.md, perf)
+pytestmark = [pytest.mark.subprocess, pytest.mark.perf]
 
 # never needed for a turn: the CLI and its rendering, the API facade, psutil (the supervisor
 # reads /proc), OpenSSL (hashlib), the archive modules shutil loads, traceback (errors only),
