@@ -45,8 +45,9 @@ from zwarm.errors import (
     WorkspaceError,
     ZwarmError,
 )
-from zwarm.model import ACTIVE, FINISHED, RUNS, Session, Status
+from zwarm.model import ACTIVE, FINISHED, RUNS, Session
 from zwarm.model.records import RUN_ID, Workspace, order_key
+from zwarm.model.status import ROW_STATUSES
 from zwarm.model.steps import Step, ended_turn
 from zwarm.store import Store
 
@@ -435,7 +436,7 @@ class Zwarm:
         """Every session as a compact row (see ``row``), oldest first; damaged ones included.
         With ``encoded`` (``zwarm ls --json``), each finished session outside any delegation
         tree is an ``EncodedRow``: its JSON, and only the keys a listing filters and sorts on."""
-        if status is not None and status not in {*(s.value for s in Status), "damaged"}:
+        if status is not None and status not in ROW_STATUSES:
             raise InvalidInput(f"unknown status {status!r}")
         self.tick()
         with _gc_paused():  # the rows make no cycles; collections cost 10-20% over 1,000
@@ -679,7 +680,7 @@ class Zwarm:
 
     def _lost(self, s: Session) -> bool:
         """Whether ``s`` (as last read) may have lost what runs it: read it again then."""
-        return s.status.value in _ACTIVE and not self._alive(s)
+        return s.status.value in ACTIVE and not self._alive(s)
 
     def _watch(self, sids: list[str], turns: bool = False) -> notify.Sessions:
         """What a waiter sleeps on: ``sids``' directories (and their turn logs)."""
@@ -714,7 +715,7 @@ class Zwarm:
         ids = [self.store.resolve(r) for r in refs or []]
         if all_running:
             rows = self.sessions() if self.store.exists() else []
-            ids += [r["id"] for r in rows if r["status"] in _ACTIVE]
+            ids += [r["id"] for r in rows if r["status"] in ACTIVE]
         ids = list(dict.fromkeys(ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         found: dict[str, Session] = {}
@@ -723,7 +724,7 @@ class Zwarm:
             while True:
                 found.update((sid, self.get(sid, history=False)) for sid in ids if sid in look)
                 states = {sid: found[sid].status.value for sid in ids}
-                done = [sid for sid, st in states.items() if st not in _ACTIVE]
+                done = [sid for sid, st in states.items() if st not in ACTIVE]
                 if (any_ and done) or len(done) == len(ids):
                     return {"timed_out": False, "statuses": states, "finished": done}
                 if deadline is not None and time.monotonic() >= deadline:
@@ -771,11 +772,10 @@ class Zwarm:
                 return self._each(refs or [], self._kill_one)
             finally:
                 self.tick(force=True)
-        rows = [r for r in self.sessions() if r["status"] in _ACTIVE]
+        rows = [r for r in self.sessions() if r["status"] in ACTIVE]
         self._readers(rows)
-        started = {"running", "stalled"}
-        waiting = [r["id"] for r in rows if r["status"] not in started]
-        return self._kill_many(waiting, [r["id"] for r in rows if r["status"] in started])
+        waiting = [r["id"] for r in rows if r["status"] not in RUNS]
+        return self._kill_many(waiting, [r["id"] for r in rows if r["status"] in RUNS])
 
     def _readers(self, rows: list[dict[str, Any]]) -> None:
         """The readers of these sessions' adapters, made once here, before ``_kill_many``'s
@@ -873,8 +873,8 @@ class Zwarm:
             rows = self.sessions()
             status = {r["id"]: r["status"] for r in rows}
             c = tree.cascade(rows, sid)
-            left = [d for d in c.detached if status.get(d) in _ACTIVE]
-            todo = [d for d in c.linked if status.get(d) in _ACTIVE and d not in killed]
+            left = [d for d in c.detached if status.get(d) in ACTIVE]
+            todo = [d for d in c.linked if status.get(d) in ACTIVE and d not in killed]
             if not todo:
                 break
             self._readers([r for r in rows if r["id"] in todo])
@@ -949,7 +949,7 @@ class Zwarm:
                 resolve=lambda ref: known.get(ref) or self.store.resolve(ref),
             )
         rows = self.sessions()
-        targets = [r["id"] for r in rows if r["status"] in _FINISHED]
+        targets = [r["id"] for r in rows if r["status"] in FINISHED]
         done: list[dict[str, Any]] = []
         kept: list[tuple[str, ZwarmError]] = []
         for sid in targets:
@@ -981,7 +981,7 @@ class Zwarm:
         rows = self.sessions() if rows is None else rows
         status = {r["id"]: r["status"] for r in rows}
         c = tree.cascade(rows, sid)
-        busy = [d for d in c.linked if status.get(d) in _ACTIVE]
+        busy = [d for d in c.linked if status.get(d) in ACTIVE]
         if busy and not force:
             if skip_busy:
                 return None
@@ -1218,8 +1218,6 @@ class Zwarm:
         return {"session_id": s.id, "turn": turn, **review.apply(ws, sp, self.env.environ, where)}
 
 
-_FINISHED = tuple(s.value for s in FINISHED)
-_ACTIVE = frozenset(s.value for s in ACTIVE)
 _KILL_THREADS = 32  # kill --all: transactions at once (each mostly waits for its fsyncs)
 
 
@@ -1419,7 +1417,7 @@ class EncodedRow(dict[str, Any]):
     @classmethod
     def of(cls, r: dict[str, Any], raw: bytes) -> dict[str, Any]:
         """``r`` (finished) kept as ``raw``, or ``r`` itself if it is in a delegation tree."""
-        if r["parent_session_id"] is not None or r["status"] not in _FINISHED:
+        if r["parent_session_id"] is not None or r["status"] not in FINISHED:
             return r
         e = cls((k, r[k]) for k in cls.KEYS)
         e.raw = msgspec.Raw(raw)
@@ -1436,7 +1434,7 @@ def _kept(
     if it takes it (``r`` just made from the files of ``key``), and with ``encoded`` an
     ``EncodedRow`` if it can be one: encoded once, while the row is fresh in memory, and
     the cache's line made of the same bytes."""
-    raw = _encoded(r) if encoded and r["status"] in _FINISHED else None  # else never used
+    raw = _encoded(r) if encoded and r["status"] in FINISHED else None  # else never used
     if cache is not None and key is not None:
         cache.put(r["id"], key, r, raw)
     return r if raw is None else EncodedRow.of(r, raw)
@@ -1665,7 +1663,7 @@ def _queue_places(rows: list[dict[str, Any]]) -> None:
     for place, r in enumerate(queued, 1):
         r["queue_position"] = place
         if r["turns"] == 1:
-            r["waiting_for"] = [a for a in r["after"] if status.get(a) not in _FINISHED]
+            r["waiting_for"] = [a for a in r["after"] if status.get(a) not in FINISHED]
 
 
 def _turn_changes(t: Any) -> dict[str, int] | None:

@@ -29,16 +29,13 @@ And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs thi
 agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
 in a login shell, whose ``/etc/profile`` resets PATH).
 
-Also owns which names look secret (``looks_secret``: an api key or other key, a token, secret,
-password, credential or auth value), for every part of zwarm that must keep such values out of what
-it writes or shows; and the environment every process zwarm starts gets (``for_children``):
+Also owns the environment every process zwarm starts gets (``for_children``):
 never the built-in orchestrator's own key (``ORCH_KEY_VAR``), wherever zwarm found it (a
 user who exported it in their shell runs ``zwarm spawn``, ``serve`` or ``mcp`` with it; only
 ``zwarm orchestrate`` reads it, ``orchestrator.guard``).
 """
 
 import os
-import re
 import stat
 import sys
 import time
@@ -76,16 +73,6 @@ def isolated(python: str) -> list[str]:
     return ["-I"]
 
 
-def user_state_dir(environ: Mapping[str, str]) -> Path:
-    """``$XDG_STATE_HOME/zwarm`` (an absolute one; else ``~/.local/state/zwarm``): the user's
-    own zwarm files (launch pins, launchers), where no agent's sandbox may write."""
-    base = environ.get("XDG_STATE_HOME") or ""
-    if not os.path.isabs(base):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = os.path.join(home, ".local", "state")
-    return Path(base) / "zwarm"
-
-
 def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     """An executable ``zwarm`` running this zwarm on ``python`` (``PYTHON -I -m zwarm``):
     ``<user_state_dir>/bin/<hash of PYTHON>/zwarm``, 0700, written (atomically) when missing
@@ -95,6 +82,7 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
 
     from zwarm.errors import StoreError
     from zwarm.store.files import atomic_write, private_dir, read_file
+    from zwarm.xdg import user_state_dir
 
     name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
     path = user_state_dir(environ) / "bin" / name / "zwarm"
@@ -114,18 +102,6 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     except (OSError, StoreError):
         return None
     return path
-
-
-# an api key or any other key (``OPENAI_KEY``, ``key``; not ``keyBindings`` or ``MONKEY``), a
-# token, secret, password, credential or auth value (not ``AUTHOR``)
-SECRET_NAME = re.compile(
-    r"api[_-]?key|(?:^|[_.-])key(?:$|[_.-])|token|secret|passw|credential|authoriz|auth(?!or)", re.I
-)
-
-
-def looks_secret(name: str) -> bool:
-    """Whether a variable or setting called ``name`` holds a secret, by its name."""
-    return SECRET_NAME.search(name) is not None
 
 
 class Env(msgspec.Struct):

@@ -178,10 +178,12 @@ class WouldLoseWork(WorkspaceError):
             what.append(f"{len(commits)} unmerged commit(s): " + "; ".join(commits[:5]))
         if files:
             what.append(f"{len(files)} uncommitted file(s): " + ", ".join(files[:10]))
-        super().__init__(
-            f"session {session_id}'s worktree has work that would be lost ({' / '.join(what)}); "
+        lost = (
+            f"worktree has work that would be lost ({' / '.join(what)}); "
             "merge it (zwarm merge) or use --force"
         )
+        self.why = f"its {lost}"  # what ``rm --finished`` says after "kept ID: " (the id once)
+        super().__init__(f"session {session_id}'s {lost}")
 
 
 class MergeConflict(WorkspaceError):

@@ -39,7 +39,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from zwarm.env import looks_secret
 from zwarm.errors import (
     InvalidInput,
     LoosenedLimit,
@@ -47,6 +46,8 @@ from zwarm.errors import (
     UnsafeStateDir,
     UntrustedConfig,
 )
+from zwarm.secret_names import looks_secret
+from zwarm.xdg import xdg_dir
 
 VERSION = 2  # 2: a config's trusted values (1: its hash only, still read)
 MAX_BYTES = 4 << 20
@@ -72,28 +73,8 @@ def sha256(data: bytes) -> str:
 
 # ---------------------------------------------------------------------------- the trust file
 def trust_file(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CONFIG_HOME/zwarm/trust.json``, else ``$HOME/.config/...`` (relative values are
-    ignored, as the XDG spec says: they would name a project directory)."""
-    env = os.environ if environ is None else environ
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    if os.path.isabs(xdg):
-        return Path(xdg) / "zwarm" / "trust.json"
-    home = env.get("HOME", "")
-    if not os.path.isabs(home):
-        home = _passwd_home()
-    return Path(home) / ".config" / "zwarm" / "trust.json"
-
-
-def _passwd_home() -> str:
-    import pwd
-
-    try:
-        home = pwd.getpwuid(os.geteuid()).pw_dir
-    except KeyError:
-        home = ""
-    if not os.path.isabs(home):
-        raise InvalidInput("cannot locate zwarm's trust file: set HOME or XDG_CONFIG_HOME")
-    return home
+    """``$XDG_CONFIG_HOME/zwarm/trust.json``, else ``$HOME/.config/...`` (``xdg.xdg_dir``)."""
+    return xdg_dir(os.environ if environ is None else environ, "XDG_CONFIG_HOME") / "trust.json"
 
 
 # NamedTuples and plain classes, not dataclasses: this module is imported by commands that
@@ -266,14 +247,13 @@ def update(fn: Callable[[TrustData], T], environ: Mapping[str, str] | None = Non
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    import fcntl
+    from zwarm.store.files import lock_fd
 
     try:
-        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = lock_fd(path.with_name(path.name + ".lock"))
     except OSError as e:
         raise TrustFileError(str(path), f"cannot lock: {e.strerror}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

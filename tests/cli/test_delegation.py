@@ -117,6 +117,26 @@ def test_an_agent_reaches_zwarm_from_a_login_shell_as_codex_runs_commands(zw) ->
     assert out.returncode == 0 and "zwarm" in out.stdout
 
 
+def test_a_child_started_from_a_login_shell_finds_the_agent_its_parent_found(zw) -> None:
+    """Issue 30.9, as a new user meets it: the agent CLI found on the PATH zwarm gave the
+    parent (nvm's bin, a virtualenv: set in .bashrc, which ``bash -lc`` skips) was gone from
+    the login shell's PATH, so ``"$ZWARM" spawn`` failed: "codex agent binary 'codex' not
+    found on PATH". A session started from inside an agent looks its agent up on the PATH
+    its parent's agent was given first (``engine.tree.AGENT_PATH_VAR``), then its own."""
+    login = 'bash -lc \'"$ZWARM" spawn "from a login shell" --name child 2> child-err.txt\''
+    env = zw.replay("codex_simple", FAKE_SHELL_1=login,
+                    PATH=os.pathsep.join([str(FAKE_BIN), "/usr/bin", "/bin"]))  # fmt: skip
+    root = zw.spawn("delegate", "--name", "root", env_extra=env)
+    rows = settled(zw, "root")
+    err = (zw.cwd / "child-err.txt").read_text()
+    assert "child" in rows, err
+    rows = settled(zw, "root", "child")
+    assert rows["child"]["parent_session_id"] == root
+    assert rows["child"]["status"] == "completed", rows["child"]
+    child_env = json.loads((zw.record / "env2.json").read_text())
+    assert child_env["PATH"].split(os.pathsep)[1] == str(FAKE_BIN)  # as its parent's agent
+
+
 def test_the_launcher_runs_the_interpreter_it_names_even_one_not_utf8(tmp_path) -> None:
     """``env.launcher``: one per interpreter, 0700, exactly ``PYTHON -I -m zwarm "$@"``, kept
     when intact and rewritten when not; a path that is not UTF-8 is written as it is."""

@@ -380,7 +380,7 @@ def test_the_fast_path_imports_no_click(
 
 
 # what only signals, waits for or starts a process, or reads a config: a reading command
-# never needs it (README, "Start-up": ~3 ms); _posixsubprocess and selectors come with them
+# never needs it (bench/README.md, "Start-up": ~3 ms); _posixsubprocess and selectors come with them
 PROCESS_MODULE = re.compile(
     r"\|\s*(threading|subprocess|_posixsubprocess|signal|select|selectors|tomllib)$", re.M
 )

@@ -295,12 +295,14 @@ def test_agent_env_is_users_plus_configured(zw: Any) -> None:
     sid = res.stdout.strip()
     # plus the session marker by which kill verifies a process is the session's own, and
     # what makes a session the agent spawns its child, in the same state dir (engine.tree),
-    # and how it runs zwarm: $ZWARM, a launcher in the user's state dir, its dir first on PATH
+    # and how it runs zwarm: $ZWARM, a launcher in the user's state dir, its dir first on PATH,
+    # and the PATH it was given (a child's agent is looked up there first)
     want = {**user, "ZW_ADDED": "from config", "ZW_BOTH": "config wins", "ZWARM_SESSION_ID": sid}
     want |= {"ZWARM_PARENT_SESSION": sid, "ZWARM_DIR": os.path.realpath(zw.state_dir)}
     launcher = Path(got["ZWARM"])
     assert launcher.parent.parent == Path(os.environ["XDG_STATE_HOME"]) / "zwarm" / "bin"
     want |= {"ZWARM": str(launcher), "PATH": f"{launcher.parent}:{user['PATH']}"}
+    want |= {"ZWARM_AGENT_PATH": user["PATH"]}  # where its children's agents are looked up
     assert got == want
 
 

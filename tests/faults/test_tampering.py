@@ -210,8 +210,8 @@ def test_wait_flag_answers_for_its_own_turn(zw: Any) -> None:
 
 
 def test_a_prompt_given_with_wait_leaves_every_argv(zw: Any) -> None:
-    """README promises prompts never appear in any argv; ``spawn "..." --wait`` kept the
-    prompt in its own argv for the whole turn. It now re-executes itself without it."""
+    """docs/threat-model.md promises prompts never appear in any argv; ``spawn "..." --wait``
+    kept the prompt in its own argv for the whole turn. It now re-executes itself without it."""
     canary = "CANARY-7f1d0c9e-in-argv"
     release = zw.tmp / "release"
     env = zw.replay("codex_simple", FAKE_WAIT_FILE=str(release))

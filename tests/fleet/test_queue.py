@@ -246,7 +246,7 @@ def test_after_names_existing_sessions_only(zw: ZW) -> None:
 
 def test_an_agents_cap_leaves_the_other_agents_free(zw: ZW) -> None:
     """Every command here runs with the same environment: a queued session's agent gets the
-    environment of the zwarm process that starts it (see the README)."""
+    environment of the zwarm process that starts it (see docs/fleet.md)."""
     configure(zw, "[claude]\nmax_running = 1\n")
     hold = zw.tmp / "hold"
     hold.touch()
@@ -383,3 +383,38 @@ def test_a_spawn_says_who_holds_the_scheduler_lock_and_gives_up_in_time(zw: ZW) 
     assert slow.returncode == 0 and err == b"", err
     sid = out.decode().strip()
     assert wait_status(zw, sid, "completed")
+
+
+def test_a_session_that_never_ran_costs_nothing(zw: ZW) -> None:
+    """Issue 30.2 (a new user's eye): a session that ended before any turn started (``--after``
+    a failed session; killed while queued) showed ``cost ? (estimated)`` in ``show``, ``?`` in
+    ``ls`` and ``"cost_usd": null`` with ``"cost_complete": true``: nothing ran, so nothing
+    was billed, on a priced model or not (an unpriced one: ``$0.0000``, not ``$0.0000
+    (unknown)`` and a hint how to price it)."""
+    env = {"FAKE_REPLAY": zw.sample("codex_simple"), "FAKE_FAIL_ON": "FAILME"}
+    failed = zw.spawn("task FAILME", env_extra=env)
+    wait_status(zw, failed, "failed")
+    never = []
+    for model in ("gpt-6-sol", "not-a-priced-model"):
+        res = zw.run("spawn", "next", "-m", model, "--adapter", "codex", "--after", failed,
+                     env_extra=env)  # fmt: skip
+        assert res.returncode == 1, res.stderr
+        never.append(res.stdout.strip())
+    configure(zw, CAP1)
+    hold = zw.tmp / "hold"
+    hold.touch()
+    running = zw.spawn("hold the slot", env_extra=zw.gated(hold, **env))
+    queued = zw.spawn("queued", env_extra=env)
+    assert meta(zw, queued)["status"] == "queued"
+    zw.run("kill", queued, check=True)
+    never.append(queued)
+    for sid in never:
+        d = zw.json("show", sid)
+        assert (d["cost_usd"], d["cost_complete"]) == (0.0, True), d
+        shown = zw.run("show", sid, check=True).stdout
+        assert "cost ?" not in shown and "(unknown)" not in shown, shown
+        assert "no price for" not in shown  # nothing to price: no hint how to
+    rows = {r["id"]: r for r in zw.json("ls")}
+    assert all(rows[sid]["cost_usd"] == 0.0 for sid in never)
+    hold.unlink()
+    wait_status(zw, running, "completed")

@@ -199,6 +199,30 @@ def test_scancel_from_outside_is_reconciled(sl: ZW) -> None:
     wait_until(lambda: not marked(sid), message="no process of it left")
 
 
+def test_a_job_named_in_meta_json_never_keeps_an_ended_turn_running(sl: ZW) -> None:
+    """Regression (security): listings asked Slurm about the job meta.json names, so an agent
+    that named another of the user's jobs there kept its turn ``running`` after its own job
+    ended (holding its slot, every ``wait`` on it hanging) for as long as that job ran. Its
+    state is now the recorded job's: the turn is reconciled as in the test above."""
+    # the decoy waits an hour in Slurm's queue (alive, and no CPU of the shared node taken)
+    decoy = _submit(sl, "--job-name=the-users-own-job", "--begin=now+3600", "--wrap=sleep 600")
+    try:
+        alive = ("RUNNING", "PENDING")
+        wait_until(lambda: job_state(decoy)[0] in alive, message="the decoy in Slurm's queue")
+        sid = sl.spawn("hang", env_extra=sl.replay("codex_simple", FAKE_HANG="1"))
+        own = job_of(sl, sid)  # running, or pending while the shared node is full: either way
+        wait_until(lambda: job_state(own)[0] in alive, message="its job in Slurm's queue")
+        _rewrite_job(sl, sid, decoy)
+        subprocess.run(["scancel", own], check=True, timeout=30)
+        row = wait_until(status(sl, sid), message="reconciled")
+        assert row["status"] == "failed" and row["reason"] == "slurm_cancelled", row
+        assert f"slurm job {own}" in row["error"] and decoy not in row["error"], row
+        assert job_state(decoy)[0] in alive  # left alone
+        wait_until(lambda: not marked(sid), message="no process of it left")
+    finally:
+        subprocess.run(["scancel", decoy], timeout=30)
+
+
 def test_after_becomes_a_slurm_dependency(sl: ZW) -> None:
     hold = sl.tmp / "hold"
     hold.touch()

@@ -184,15 +184,16 @@ def test_real_claude_code_orchestrates_through_zwarm_mcp(zw) -> None:
     )
 
 
-def _readme_text() -> str:
+def _docs_text() -> str:
     root = Path(__file__).resolve().parents[2]
-    return (root / "README.md").read_text()
+    return (root / "docs" / "orchestrator.md").read_text()
 
 
-def test_readme_registration_lines_work_with_the_pinned_clis(zw) -> None:
-    """The exact lines the README shows, run against the real binaries in a private HOME."""
+def test_docs_registration_lines_work_with_the_pinned_clis(zw) -> None:
+    """The exact lines docs/orchestrator.md shows, run against the real binaries in a private
+    HOME."""
     codex, claude = require("codex"), require("claude")
-    text_ = _readme_text()
+    text_ = _docs_text()
     lines = ["claude mcp add zwarm -- zwarm mcp", "codex mcp add zwarm -- zwarm mcp"]
     for line in lines:
         assert line in text_

@@ -301,6 +301,7 @@ def test_settings_hold_what_gemini_needs_and_no_key() -> None:
     assert got["mcpServers"]["s"] == {"env": {"TOKEN": "$MY_TOKEN"}, "headers": {}}
     assert got["security"]["environmentVariableRedaction"]["allowed"] == [
         "FOO", "ZWARM_SESSION_ID", "ZWARM_PARENT_SESSION", "ZWARM_DIR", "ZWARM",
+        "ZWARM_AGENT_PATH",
     ]  # fmt: skip
     text = json.dumps(got)
     assert "AIzaSy" not in text and "literal-secret" not in text and "zzz" not in text

@@ -1,9 +1,9 @@
-"""Which names look secret: one rule (``zwarm.env.looks_secret``) for the orchestrator's
+"""Which names look secret: one rule (``zwarm.secret_names.looks_secret``) for the orchestrator's
 redaction, gemini's copied settings and what ``zwarm trust`` masks."""
 
 import pytest
 
-from zwarm.env import looks_secret
+from zwarm.secret_names import looks_secret
 from zwarm.trust import masked
 
 

@@ -284,6 +284,7 @@ def test_rm_finished_removes_clean_worktrees_and_keeps_the_others(zw: ZW, repo: 
     # kept, and said so: not an error (issue 30.15)
     assert res.stderr.startswith(f"kept {busy}: ") and "would be lost" in res.stderr
     assert len(res.stderr.splitlines()) == 1 and "Error" not in res.stderr
+    assert res.stderr.count(busy) == 1, res.stderr  # the id said once ("kept ID: its ...")
     assert repo.branches() == ["main", "zwarm/busy"]
 
 

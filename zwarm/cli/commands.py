@@ -648,11 +648,12 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
             click.echo(rm_line(d))
     if finished:  # what --finished kept is no error: said so, and exit 1 all the same
         from zwarm.cli.text import clean
-        from zwarm.errors import WorkspaceError
+        from zwarm.errors import WorkspaceError, WouldLoseWork
 
         kept = [f for f in failed if isinstance(f[1], WorkspaceError)]
         for sid, err in kept:
-            click.echo(f"kept {sid}: {clean(str(err), newlines=False)}", err=True)
+            why = err.why if isinstance(err, WouldLoseWork) else str(err)
+            click.echo(f"kept {sid}: {clean(why, newlines=False)}", err=True)
         _exit_failed(ctx, [f for f in failed if f not in kept])
         ctx.exit(1 if kept else 0)
     _exit_failed(ctx, failed)

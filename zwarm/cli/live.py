@@ -34,6 +34,7 @@ from zwarm.cli.common import get_api
 from zwarm.cli.text import cells, oneline
 from zwarm.env import parse_iso
 from zwarm.model import RUNS, Status
+from zwarm.model.status import IDLE
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -46,7 +47,6 @@ WATCHED_ROWS = 200  # top watches the running sessions and this many of the late
 PAINTED_CELLS = 4096  # cells kept painted (see ``_Painter``)
 LAST_MIN = 12  # top's last column (what the agent does) keeps this many cells if it can
 SPIN_FPS = 1  # the spinner's steps per second while ``wait`` blocks (each redraw costs CPU)
-_IDLE = ("completed", "failed", "killed", "damaged")  # listed rows with nothing to watch
 
 
 # ---------------------------------------------------------------------- top
@@ -172,7 +172,7 @@ class Board:
 
         active = {}
         for r in self.rows:
-            if r["status"] in _IDLE:
+            if r["status"] in IDLE:
                 continue
             try:
                 s = self.api.store.load(r["id"], history=False)  # reconciled just now

@@ -22,6 +22,7 @@ from typing import Any
 
 from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
+from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import UNFINISHED, Step
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
@@ -73,7 +74,7 @@ def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> s
 def price_hint(d: dict[str, Any]) -> str | None:
     """How to make an unknown cost known (said once, by ``show``): the agent reports none and
     zwarm has no price for the session's model."""
-    if d.get("cost_source") != "unknown" or d.get("damaged"):
+    if d.get("cost_source") != "unknown" or d.get("damaged") or _exact(d):
         return None
     table = f"[{oneline(d.get('adapter'), 32)}.prices]"
     model = d.get("model")
@@ -83,6 +84,21 @@ def price_hint(d: dict[str, Any]) -> str | None:
         f"no price for {which}: set one in .zwarm/config.toml, {table} "
         f"{key} = {{ input = USD, cached_input = USD, output = USD }} (per 1M tokens)"
     )
+
+
+def _exact(d: dict[str, Any]) -> bool:
+    """Whether the session's cost is known whole though its model has no price: every turn
+    cost nothing (it never started, or failed before the model answered)."""
+    return d.get("cost_usd") is not None and d.get("cost_complete") is not False
+
+
+def cost_label(d: dict[str, Any]) -> str:
+    """``show``'s cost with where it comes from: ``~$0.0123 (estimated)``; an exact zero of
+    an unpriced model is just ``$0.0000`` (never ``$0.0000 (unknown)``)."""
+    source = d.get("cost_source")
+    if source == "unknown" and _exact(d):
+        return row_cost(d)
+    return f"{row_cost(d)} ({oneline(source, 20)})"
 
 
 def row_cost(r: dict[str, Any]) -> str:
@@ -213,7 +229,7 @@ _COLUMNS = (
 )
 # What is done, in order, while the table is too wide: (column, shrink to width, or 0: drop).
 # A column with nothing in it (every cell "-") goes before any of this. At 80 columns the
-# table keeps id, name, status (a long one cut), tokens, age and task (README).
+# table keeps id, name, status (a long one cut), tokens, age and task (docs/sessions.md).
 _SQUEEZE = (
     ("BRANCH", 16),
     ("SOURCE", 12),
@@ -335,7 +351,7 @@ def launcher_status(r: dict[str, Any]) -> str | None:
     ``unknown (slurm unreachable)`` (the cluster could not be asked); None otherwise. The
     dashboard's ``launcherStatus`` (serve/static/app.js) shows the same."""
     shown = r.get("shown_status")
-    if r.get("status") not in ("running", "stalled") or not shown:
+    if r.get("status") not in RUNS or not shown:
         return None
     return oneline(shown, 60)
 
@@ -413,7 +429,7 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
     c.print(
         f"adapter {esc(d['adapter'])}  model {esc(d.get('model') or 'default', False)}  "
         f"tokens {fmt_tokens(usage.get('total_tokens'))}  "
-        f"cost {row_cost(d)} ({esc(d.get('cost_source'))})"
+        f"cost {esc(cost_label(d), False)}"
     )
     hint = price_hint(d)
     if hint:
@@ -457,7 +473,7 @@ def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
         said = " · ".join(filter(None, [place, d.get("wait")]))
     else:
         said = fleet_note(d, now).strip()
-    if said and d["status"] in ("queued", "parked", "stalled"):
+    if said and d["status"] in WAITING | {Status.STALLED}:
         c.print(f"[cyan]{esc(d['status'])}:[/] {esc(said)}")
 
 
@@ -493,7 +509,7 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
     u = t.get("usage") or {}
     code, sig = t.get("exit_code"), t.get("signal")
     ended = f"exit {code}" if code is not None else (f"signal {sig}" if sig else "")
-    running = t["status"] in ("running", "stalled")
+    running = t["status"] in RUNS
     status = shown if shown and running else t["status"]
     c.rule(f"turn {t['n']} {esc(status)} {ended}".strip())
     secs = took(t.get("started_at"), t.get("ended_at"), now)
@@ -524,7 +540,7 @@ def trajectory_header(d: dict[str, Any], live_tokens: int | None = None) -> str:
     turns and tokens (so far, for an active session: ``live_tokens`` when known)."""
     name = f" ({esc(oneline(d.get('name'), 40))})" if d.get("name") else ""
     total = (d.get("usage") or {}).get("total_tokens")
-    active = d.get("status") not in (None, "completed", "failed", "killed", "damaged")
+    active = d.get("status") not in IDLE | {None}
     if active and live_tokens is not None:
         total = live_tokens
     tokens = f"{fmt_tokens(total)} tokens" + (" so far" if active else "")

@@ -9,7 +9,7 @@ turn hit by a usage or rate limit resumes (``park_until``) and what the state di
   session's limits; 0 in the config means no limit;
 - a budget counts the whole session: every turn's usage and cost (deltas, as recorded) plus,
   while a turn streams, what it has reported so far; a cost that is unknown counts as nothing
-  (said in the README: a cost budget needs the agent's cost or a price);
+  (said in docs/fleet.md: a cost budget needs the agent's cost or a price);
 - this module reads the config and sessions it is given; it starts, stops or writes nothing.
 """
 

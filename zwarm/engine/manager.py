@@ -128,7 +128,10 @@ class BaseSessionManager(abc.ABC):
 
     def agent_env(self) -> dict[str, str]:
         env = for_children(self.env.environ)  # never the orchestrator's own key
-        env.update(self.config.table(self.name)["env"])
+        configured = self.config.table(self.name)["env"]
+        env.update(configured)
+        if "PATH" not in configured:  # a child's agent: where its parent's agent was found
+            env["PATH"] = tree.agent_path(env)
         return env
 
     def estimate_cost(self, usage: Usage, model: str | None) -> float | None:
@@ -437,6 +440,7 @@ class BaseSessionManager(abc.ABC):
         # what the agent spawns is a child of this session, in this state dir (engine.tree)
         env[tree.PARENT_VAR] = s.id
         env[tree.DIR_VAR] = os.path.realpath(self.store.root)
+        env[tree.AGENT_PATH_VAR] = env.get("PATH") or os.defpath  # for its children's agents
         zwarm = launcher(self.env.python, env)  # "$ZWARM" survives a login shell; PATH not
         if zwarm is not None:
             env[tree.ZWARM_VAR] = str(zwarm)

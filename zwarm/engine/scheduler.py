@@ -41,10 +41,8 @@ never a file), and it ends after a bound (``LOCK_WAIT_S``, ``ZWARM_LOCK_WAIT_S``
 
 import contextlib
 import errno
-import fcntl
 import os
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -56,7 +54,7 @@ from zwarm.engine import limits, transitions
 from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, SessionNotFound, StoreError, ZwarmError
 from zwarm.model import RUNS, WAITING, Reason, Session, Status, Turn
-from zwarm.store.files import CLOEXEC, NOFOLLOW
+from zwarm.store.files import CLOEXEC, NOFOLLOW, open_lock, take_lock
 
 if TYPE_CHECKING:
     from zwarm.config import Config
@@ -159,9 +157,8 @@ class Scheduler:
         held it for ``timeout`` seconds (None: ``lock_wait()``). A wait past
         ``NOTICE_AFTER_S`` is said once (``Env.notice``), naming the process holding it."""
         self._ensure()
-        flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC
         try:
-            fd = os.open(self.dir / "lock", flags, 0o600)
+            fd = open_lock(self.dir / "lock")
         except OSError as e:
             raise StoreError(f"cannot open the scheduler lock: {e.strerror}") from None
         notice = self.env.notice
@@ -172,7 +169,7 @@ class Scheduler:
 
         try:
             wait = self.lock_wait() if timeout is None else timeout
-            yield _flock(fd, wait, waiting)
+            yield take_lock(fd, wait, waiting, NOTICE_AFTER_S)
         finally:
             os.close(fd)
 
@@ -507,25 +504,6 @@ def _dependencies(
             reason = f", {d.reason.value}" if d.reason and d.reason.value != d.status.value else ""
             return waiting, f"dependency failed: session {dep} ended {d.status.value}{reason}"
     return waiting, None
-
-
-def _flock(fd: int, timeout: float, waiting: Callable[[], None]) -> bool:
-    """Take the lock on ``fd`` within ``timeout`` seconds (whether it was); ``waiting`` is
-    called once if that takes longer than ``NOTICE_AFTER_S``."""
-    start = time.monotonic()
-    deadline, told = start + timeout, False
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            now = time.monotonic()
-            if now >= deadline:
-                return False
-            if not told and now - start >= NOTICE_AFTER_S:
-                told = True
-                waiting()
-            time.sleep(0.01 if now - start < NOTICE_AFTER_S else 0.05)
 
 
 def lock_holder(fd: int) -> str:

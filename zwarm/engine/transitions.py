@@ -11,6 +11,7 @@ true:
   time, and is then ended (``end``) when a new turn resumes it;
 - a turn reaches a finished status exactly once (``end``): ``completed``, or ``failed``/
   ``killed`` with a typed ``Reason`` and a message; a finished turn never changes again;
+  one whose agent never started (``started`` False) ends costing exactly 0;
 - callers apply these inside ``Store.transaction`` (one locked read-modify-write).
 """
 
@@ -106,6 +107,8 @@ def end(
     was = t.status
     _move(s, t, to)
     t.reason, t.error, t.wait, t.quiet_since = reason, error, None, None
+    if not t.started and t.cost_usd is None:
+        t.cost_usd = 0.0  # its agent never started: nothing was billed
     if was is not Status.PARKED or t.ended_at is None:
         t.ended_at = now
     s.updated_at = now

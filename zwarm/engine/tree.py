@@ -3,7 +3,9 @@ subtree used, and what a kill or rm of a parent reaches.
 
 Owns the variables the engine puts in every agent's environment (``PARENT_VAR``: the
 session whose agent runs; ``DIR_VAR``: its state dir; ``ZWARM_VAR``: the absolute path of
-a ``zwarm`` that runs this zwarm, whose directory also comes first on ``PATH``), the rule
+a ``zwarm`` that runs this zwarm, whose directory also comes first on ``PATH``;
+``AGENT_PATH_VAR``: the ``PATH`` the agent was given, which a child's agent is looked up on
+first, ``agent_path``), the rule
 that gives a new session its place in a tree (``lineage``), the children and descendants of a
 session over a listing, the roll-up of a subtree's usage and cost (``roll_up``), which
 sessions go with a parent (``cascade``) and a parent's budget over its whole subtree
@@ -20,9 +22,13 @@ sessions go with a parent (``cascade``) and a parent's budget over its whole sub
   when no part is known;
 - every file is untrusted: parent links that loop, or name sessions that are gone or damaged,
   end a walk there (never an endless loop, never a crash);
+- ``AGENT_PATH_VAR``, like ``PATH``, is the spawning agent's to change: it only says where
+  its child's agent CLI is looked up, as ``PATH`` itself does, never what runs with which
+  sandbox (the trusted config and the session's pin say that);
 - this module reads what it is given (or the store); it writes and signals nothing.
 """
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -39,7 +45,24 @@ if TYPE_CHECKING:
 PARENT_VAR = "ZWARM_PARENT_SESSION"  # the session whose agent runs (set by the engine)
 DIR_VAR = "ZWARM_DIR"  # its state dir: a spawn from inside the agent lands in the same one
 ZWARM_VAR = "ZWARM"  # how the agent runs zwarm: "$ZWARM" spawn ... (``env.launcher``)
+AGENT_PATH_VAR = "ZWARM_AGENT_PATH"  # the PATH the agent was given (``agent_path``)
 _ID = re.compile(SESSION_ID)
+
+
+def agent_path(environ: Mapping[str, str]) -> str:
+    """The ``PATH`` an agent started from ``environ`` is looked up on (and runs with): the one
+    the spawning agent was given first (``AGENT_PATH_VAR``), then ``environ``'s own. Codex runs
+    every command in ``bash -lc``, whose profile resets ``PATH``: the agent CLI its parent was
+    found on (nvm's bin, a virtualenv, set in ``.bashrc``) was gone for a child."""
+    own = environ.get("PATH") or os.defpath
+    given = environ.get(AGENT_PATH_VAR)
+    if not given:
+        return own
+    parts: list[str] = []
+    for d in [*given.split(os.pathsep), *own.split(os.pathsep)]:
+        if d and d not in parts:  # an empty entry (the working directory) is never added
+            parts.append(d)
+    return os.pathsep.join(parts)
 
 
 class Lineage(msgspec.Struct, frozen=True):

@@ -39,11 +39,9 @@ _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 # ---------------------------------------------------------------------------- where
 def default_root(environ: Mapping[str, str]) -> Path:
-    base = environ.get("XDG_DATA_HOME") or ""
-    if not os.path.isabs(base):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = os.path.join(home, ".local", "share")
-    return Path(base) / "zwarm" / "worktrees"
+    from zwarm.xdg import xdg_dir
+
+    return xdg_dir(environ, "XDG_DATA_HOME") / "worktrees"
 
 
 def root_of(configured: str, environ: Mapping[str, str]) -> Path:
@@ -51,8 +49,9 @@ def root_of(configured: str, environ: Mapping[str, str]) -> Path:
     if not configured:
         return _real(default_root(environ))
     if configured == "~" or configured.startswith("~/"):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        configured = home + configured[1:]
+        from zwarm.xdg import user_home
+
+        configured = user_home(environ) + configured[1:]
     return _real(Path(configured))
 
 

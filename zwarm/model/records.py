@@ -284,7 +284,9 @@ class Session(Struct):
     ``reason`` are derived from ``turns`` by ``refresh()``; they are stored so that a listing
     reads one small file. ``cost_usd`` is the sum of the finished turns' known costs (None
     when none is known) and ``cost_complete`` whether every finished turn's cost is known:
-    when it is not, ``cost_usd`` is a lower bound (shown ``≥ $X``), never the whole cost.
+    when it is not, ``cost_usd`` is a lower bound (shown ``≥ $X``), never the whole cost. A
+    session that ended without any turn having started (a failed dependency, killed while
+    queued) cost exactly 0.
     """
 
     id: Annotated[str, Meta(pattern=SESSION_ID)]
@@ -460,6 +462,8 @@ class Session(Struct):
                     costs.append(t.cost_usd)
             if t.final_message and (t.n > 1 or msg is None):
                 msg = t.final_message
+        if a is None and turns and all(t.status.finished and not t.started for t in turns):
+            costs.append(0.0)  # it never ran (a failed dependency, killed queued): nothing billed
         self.usage = Usage(i, c, o, r)
         # the known parts add up; None when no part is known (never shown as zero), and a
         # lower bound (``cost_complete`` False) while some finished turn's cost is unknown

@@ -7,6 +7,10 @@ status of its latest turn; every finished status is final (``engine.transitions`
 The groups: ``RUNS`` (an agent process runs, or is meant to: it holds a slot under the caps
 and its launcher is checked for life), ``WAITING`` (no process: the scheduler starts it later,
 ``zwarm.engine.scheduler``), ``ACTIVE`` (either: not finished), ``FINISHED`` (final).
+A listed row may also say ``DAMAGED`` (its session record cannot be read; not a ``Status``):
+``ROW_STATUSES`` are the words a row's status can be, ``IDLE`` those with nothing to watch.
+Every other module uses these groups, never a spelled-out set of status words (the web
+dashboard, ``serve/static/app.js``, mirrors ``ACTIVE`` and ``RUNS`` and says so).
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ RUNS = frozenset({Status.RUNNING, Status.STALLED})
 WAITING = frozenset({Status.QUEUED, Status.PARKED})
 ACTIVE = RUNS | WAITING
 FINISHED = frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED})
+DAMAGED = "damaged"  # a listed row's status when its session record cannot be read
+ROW_STATUSES = (*(s.value for s in Status), DAMAGED)  # in Status's order, for --status
+IDLE: frozenset[str] = FINISHED | {DAMAGED}  # listed rows with nothing to watch
 
 
 class Reason(enum.StrEnum):

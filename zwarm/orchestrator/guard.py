@@ -21,10 +21,10 @@ and the bash tool's child subreaper need. Must stay true:
   the re-execution: root reads an environment block without the key);
 - every value zwarm knows to be secret (the run's key, the ``api_key_env`` variable's value,
   variables of its environment and the agents' configured ``env`` whose names look secret,
-  ``zwarm.env.looks_secret``) is replaced by ``[redacted NAME]`` in what the model is sent and
-  the run store keeps (``Secrets.redact``), whatever wrote it there (a bash command reading
-  another process's environment, an agent's output). Values shorter than ``MIN_SECRET``
-  characters are not secrets (a flag, a port) and are left alone;
+  ``zwarm.secret_names.looks_secret``) is replaced by ``[redacted NAME]`` in what the model
+  is sent and the run store keeps (``Secrets.redact``), whatever wrote it there (a bash
+  command reading another process's environment, an agent's output). Values shorter than
+  ``MIN_SECRET`` characters are not secrets (a flag, a port) and are left alone;
 - the variable named by ``[orchestrator] api_key_env`` (default ``OPENAI_API_KEY``) is the
   user's shared key: sessions keep it, as they keep the rest of the user's environment, since
   the codex agent itself reads ``OPENAI_API_KEY``; only the bash tool never gets it (its
@@ -48,8 +48,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from zwarm.env import ORCH_KEY_VAR as ORCH_KEY_VAR  # (declared there: never given to a child)
-from zwarm.env import for_children, looks_secret
+from zwarm.env import for_children
 from zwarm.errors import OrchestratorError
+from zwarm.secret_names import looks_secret
 
 KEY_FD_VAR = "ZWARM_ORCH_KEY_FD"
 MAX_KEY_BYTES = 16384  # far below a pipe's buffer: the write never blocks before the exec

@@ -26,7 +26,6 @@ Must stay true:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -40,7 +39,7 @@ from typing import Any
 
 from zwarm.errors import InvalidInput, OrchestratorError
 from zwarm.model.records import RUN_ID as RUN_ID_PATTERN
-from zwarm.store.files import CLOEXEC, NOFOLLOW, private_dir, read_file
+from zwarm.store.files import CLOEXEC, NOFOLLOW, open_lock, private_dir, read_file, take_lock
 
 DB_NAME = "orchestrator.db"
 USER_VERSION = 1
@@ -522,17 +521,14 @@ class RunStore:
         d = self.state_dir / "orchestrator" / "locks"
         _private_dirs(d)
         try:
-            fd = os.open(d / run_id, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC,
-                         0o600)  # fmt: skip
+            fd = open_lock(d / run_id)
         except OSError as e:
             raise OrchestratorError(f"cannot open the lock of run {run_id}: {e.strerror}") from None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not take_lock(fd, 0):
                 raise OrchestratorError(
                     f"run {run_id} is being run (or compacted) by another zwarm process"
-                ) from None
+                )
             yield
         finally:
             os.close(fd)

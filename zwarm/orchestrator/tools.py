@@ -21,7 +21,6 @@ generated from ``TOOLS``; nothing about a tool is written twice. Must stay true:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import math
@@ -39,7 +38,7 @@ from zwarm import agents
 from zwarm.api import Zwarm, row
 from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, InvalidInput, SessionStateError, ZwarmError
-from zwarm.model import ACTIVE, Session, Status
+from zwarm.model import ACTIVE, FINISHED, Session, Status
 from zwarm.model.steps import Step
 from zwarm.store import atomic_write
 
@@ -338,7 +337,7 @@ class Looked:
             self._update(lambda d: d.setdefault("since", now))
 
     def is_new(self, state: Mapping[str, Any], r: Mapping[str, Any]) -> bool:
-        if r.get("status") not in _FINISHED:
+        if r.get("status") not in FINISHED:
             return False
         since = state.get("since")
         updated = r.get("updated_at")
@@ -354,7 +353,7 @@ class Looked:
 
     def mark(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Remember these rows' finished states as seen."""
-        marks = {r["id"]: _seen_key(r) for r in rows if r.get("status") in _FINISHED}
+        marks = {r["id"]: _seen_key(r) for r in rows if r.get("status") in FINISHED}
         if not marks:
             return
 
@@ -373,15 +372,14 @@ class Looked:
     def _update(self, fn: Callable[[dict[str, Any]], Any]) -> None:
         """Load-modify-write under a lock. Best effort: the flags are advisory, so a state dir
         that cannot be written must not make the tools themselves fail."""
-        from zwarm.store.files import private_dir
+        from zwarm.store.files import lock_fd, private_dir
 
         try:
             private_dir(self.dir)
-            fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = lock_fd(self.dir / ".lock")
         except OSError:
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             data = self.load()
             fn(data)
             atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
@@ -389,10 +387,6 @@ class Looked:
             pass
         finally:
             os.close(fd)
-
-
-_FINISHED = ("completed", "failed", "killed")
-_WAITS_ON = frozenset(st.value for st in ACTIVE)  # running, stalled, queued, parked
 
 
 def _seen_key(r: Mapping[str, Any]) -> str:
@@ -678,16 +672,16 @@ def _wait(tb: Toolbox, a: dict[str, Any]) -> Result:
     timeout = min(asked, cap)
     started = time.monotonic()
     rows, done = _wait_loop(tb, ids, state, looked, timeout, bool(a.get("all")))
-    looked.mark(r for r in rows.values() if r["status"] in _FINISHED)
+    looked.mark(r for r in rows.values() if r["status"] in FINISHED)
     out: Result = {
         "timed_out": not done,
         "waited_s": round(time.monotonic() - started, 1),
         "finished": [
             _finished_view(r, looked.is_new(state, r))
             for r in rows.values()
-            if r["status"] in _FINISHED
+            if r["status"] in FINISHED
         ],
-        "running": [sid for sid, r in rows.items() if r["status"] not in _FINISHED],
+        "running": [sid for sid, r in rows.items() if r["status"] not in FINISHED],
     }
     if asked > cap:
         out["note"] = f"timeout capped at {cap:g} s per call; call wait again to keep waiting"
@@ -702,7 +696,7 @@ def _own_pending(tb: Toolbox, looked: Looked, state: Mapping[str, Any]) -> list[
     return [
         r["id"]
         for r in tb.api.sessions()
-        if r.get("source") == tb.source and (r["status"] in _WAITS_ON or looked.is_new(state, r))
+        if r.get("source") == tb.source and (r["status"] in ACTIVE or looked.is_new(state, r))
     ]
 
 
@@ -718,7 +712,7 @@ def _wait_loop(
     delay = 0.05
     while True:
         rows = {sid: row(tb.api.get(sid)) for sid in ids}
-        finished = [r for r in rows.values() if r["status"] in _FINISHED]
+        finished = [r for r in rows.values() if r["status"] in FINISHED]
         if len(finished) == len(ids):
             return rows, True
         if not all_ and any(looked.is_new(state, r) for r in finished):

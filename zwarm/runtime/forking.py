@@ -193,19 +193,19 @@ def start_lock(root: Path) -> int | None:
     turn. ``Busy`` if another holds it; None if there is no lock to take (a link, a FIFO or
     an unwritable state dir: a server is started anyway, as one that loses the race to bind
     its address exits at once)."""
-    import fcntl
+    from zwarm.store.files import open_lock, take_lock
 
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(root / START_LOCK, flags, 0o600)
+        fd = open_lock(root / START_LOCK)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise Busy from None
+        taken = take_lock(fd, 0)
     except OSError:
+        taken = None
+    if not taken:
         os.close(fd)
+        if taken is False:
+            raise Busy
         return None
     return fd

@@ -17,7 +17,9 @@ one turn and has the next queued one submitted as a job of its own. Must stay tr
   zwarm recorded submitting for that turn (``store.pins``: the handle record, written by
   ``start`` where the agent cannot write, before the turn naming it is saved) and only if
   Slurm reports it as the session's (its name is ``job_name``, its owner this user), with
-  the name as ``scancel``'s own filter; anything else is refused and said;
+  the name as ``scancel``'s own filter; anything else is refused and said; and a turn's
+  state is that of the job recorded for it (``_watched``), so a job ``meta.json`` names
+  instead never keeps a turn that ended "running";
 - every Slurm command runs under a short timeout: a slow or dead controller answers
   ``unknown`` (``Probe.shown``), never hangs a listing, and never ends a turn;
 - a compute node runs a turn only if its job is the one zwarm recorded submitting for the
@@ -169,7 +171,7 @@ class SlurmLauncher(Launcher):
                 raise OSError(
                     f"the state dir {root} is on {kind}, which Slurm's other nodes "
                     f"({', '.join(others[:3])}) cannot see: put it on a filesystem the nodes "
-                    "share, at the same path (README: Running on a Slurm cluster)"
+                    "share, at the same path (docs/slurm.md)"
                 )
         self._shared_checked = True
 
@@ -197,8 +199,14 @@ class SlurmLauncher(Launcher):
     def alive(self, sid: str, turn: Turn) -> bool:
         return self.survey([(sid, turn)])[sid].alive
 
+    def _watched(self, sid: str, turn: Turn) -> str | None:
+        """The job whose state is the turn's: the one zwarm recorded submitting for it, else
+        (a turn started before such records were kept) the one ``meta.json`` names; never a
+        job the agent named instead of its own (it would keep a finished turn "running")."""
+        return self._recorded(sid, turn.n) or job_of(turn)
+
     def survey(self, items: Sequence[tuple[str, Turn]]) -> dict[str, Probe]:
-        jobs = {sid: job_of(t) for sid, t in items}
+        jobs = {sid: self._watched(sid, t) for sid, t in items}
         known = jobs_state([j for j in jobs.values() if j is not None])
         out: dict[str, Probe] = {}
         for sid, _ in items:
@@ -207,7 +215,7 @@ class SlurmLauncher(Launcher):
         return out
 
     def lost(self, sid: str, turn: Turn) -> tuple[Reason, str]:
-        job = job_of(turn)
+        job = self._watched(sid, turn)
         if job is None:
             from zwarm.model import Reason
 

@@ -63,12 +63,12 @@ def token_dir(environ: Mapping[str, str]) -> Path:
     """Where token files are kept: ``$XDG_RUNTIME_DIR/zwarm`` if that variable names a
     private (0700) directory of this user, as the XDG spec says it is, else zwarm's user state
     dir (the launch pins' parent, ``$XDG_STATE_HOME/zwarm``) ``/serve``."""
-    run = environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(run) and _private_dir(run):
-        return Path(run) / "zwarm"
-    from zwarm.store.pins import pins_dir
+    from zwarm.xdg import user_state_dir, xdg_runtime_dir
 
-    return pins_dir(environ).parent / "serve"
+    run = xdg_runtime_dir(environ)
+    if run is not None and _private_dir(str(run.parent)):
+        return run
+    return user_state_dir(environ) / "serve"
 
 
 def token_path(environ: Mapping[str, str], state_dir: Path) -> Path:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from zwarm.model.records import order_key
+from zwarm.model.status import RUNS
 from zwarm.model.steps import ended_turn
 
 if TYPE_CHECKING:
@@ -465,7 +466,7 @@ class Fleet:
         first, self._first = self._first, False
         touched = {sid for sid, st in stamps.items() if self._stamps.get(sid) != st}
         touched |= self._stamps.keys() - stamps.keys()  # removed: their hubs say so
-        busy = {sid for sid, r in old.items() if r["status"] in ("running", "stalled")}
+        busy = {sid for sid, r in old.items() if r["status"] in RUNS}
         self._stamps = stamps
         gone = [sid for sid in old if sid not in stamps]
         found = {sid: self._row(api, sid) for sid in sorted(touched | busy) if sid in stamps}
@@ -512,7 +513,7 @@ class Fleet:
             return {**damaged_row(sid, str(e)), "activity": None, "live_tokens": None}, None
         r = row(s)
         r["activity"], r["live_tokens"] = self._live(api, s)
-        return r, s if r["status"] in ("running", "stalled") else None
+        return r, s if r["status"] in RUNS else None
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
         from zwarm.cli.follow import TurnWatch, tokens_so_far
@@ -534,7 +535,7 @@ class Fleet:
         """Drop the watches of turns that no longer run."""
         for key in list(self._watches):
             r = rows.get(key[0])
-            if r is None or r["status"] not in ("running", "stalled") or r["turns"] != key[1]:
+            if r is None or r["status"] not in RUNS or r["turns"] != key[1]:
                 del self._watches[key]
 
 

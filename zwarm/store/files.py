@@ -11,7 +11,9 @@ Owns every low-level file operation of the state directory. Must stay true:
   is removed later by ``clean_temps`` (its naming pattern only, its writer gone or old);
 - every file zwarm creates is ``0600`` and every directory ``0700`` (``private_dir``: its
   parents too, whatever the umask); a failure is a ``StoreError`` with one line, except
-  ``FileNotFoundError`` (the directory is gone), which callers handle.
+  ``FileNotFoundError`` (the directory is gone), which callers handle;
+- every ``flock`` zwarm takes is taken here (``open_lock``/``take_lock``/``lock_fd``/``locked``):
+  the lock file is opened like every other state file, never through a link.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import fcntl
 import os
 import re
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from zwarm.errors import WriteFailed
@@ -305,12 +308,49 @@ def real_dir(path: Path) -> bool:
         return False
 
 
-def lock_fd(path: Path) -> int:
-    """An fd holding an exclusive ``flock`` on ``path`` (created 0600, never a link, opened
-    without blocking on a FIFO); closing it releases the lock."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC, 0o600)
-    try:
+# ---------------------------------------------------------------------------- locks
+# The one flock helper family of zwarm: every lock file is opened by ``open_lock`` and taken
+# by ``take_lock`` (blocking, one try, or within a timeout), so none follows a link.
+def open_lock(path: Path) -> int:
+    """An fd of lock file ``path`` (created 0600, never a link, opened without blocking on a
+    FIFO, close-on-exec), not locked yet; ``OSError`` if it cannot be opened."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | CLOEXEC, 0o600)
+
+
+def take_lock(
+    fd: int,
+    timeout: float | None = None,
+    waiting: Callable[[], None] | None = None,
+    notice_after: float = 1.0,
+) -> bool:
+    """Take the exclusive ``flock`` on ``fd``: waiting as long as it takes (``timeout``
+    None), one try (0), or within ``timeout`` seconds; whether it was taken. ``waiting`` is
+    called once when a timed wait lasts ``notice_after`` seconds."""
+    if timeout is None:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    start = time.monotonic()
+    deadline, told = start + timeout, False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            if waiting is not None and not told and now - start >= notice_after:
+                told = True
+                waiting()
+            time.sleep(0.01 if now - start < notice_after else 0.05)
+
+
+def lock_fd(path: Path) -> int:
+    """An fd holding an exclusive ``flock`` on ``path`` (``open_lock``, waiting as long as it
+    takes); closing it releases the lock."""
+    fd = open_lock(path)
+    try:
+        take_lock(fd)
     except BaseException:
         os.close(fd)
         raise

@@ -10,7 +10,8 @@ id), recorded by the launcher that started it, so that ``kill`` signals only wha
 started, never what ``meta.json`` names (``runtime.slurm``).
 By default the state dir lies inside the agent's working directory, so a sandboxed agent can
 rewrite ``meta.json``; the pin lies outside every sandbox's writable roots (unless the user
-makes their home the agent's working directory, which README warns about). Must stay true:
+makes their home the agent's working directory, which docs/threat-model.md warns about).
+Must stay true:
 - a turn starts only if the session has a pin for this state dir and ``meta.json`` agrees
   with it on agent and directory; whether the sandbox is bypassed comes from the pin (or the
   trusted config), never from ``meta.json``; so does which launcher runs each new turn;
@@ -63,7 +64,7 @@ HANDLES_MAX = 8 << 20  # bytes read of a handles record
 
 
 def pins_dir(environ: Mapping[str, str]) -> Path:
-    from zwarm.env import user_state_dir
+    from zwarm.xdg import user_state_dir
 
     return user_state_dir(environ) / "pins"
 

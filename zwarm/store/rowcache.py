@@ -64,7 +64,6 @@ _RACY_NS = int(RACY_S * 1e9)
 SLACK = 1000  # dead lines tolerated before a compaction, beyond one per live line
 _BATCH = 256  # lines made and appended at once: ~350 KB, the same memory reused (a
 # cold listing of 10,000 rows would otherwise touch 14 MB of fresh pages for one write)
-_FINISHED = frozenset(s.value for s in FINISHED)
 _HEAD_MAX = 256  # a line's id and key fit in this many bytes (``_head``: 8 numbers, an id)
 LOCAL_FS = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "bcachefs", "f2fs", "zfs", "jfs", "reiserfs"}
@@ -77,12 +76,10 @@ def location(
 ) -> Path:
     """The cache file of the state dir whose ``sessions/`` directory is ``sessions``, for rows
     made by the code in ``sources`` (``code_tag``)."""
-    base = environ.get("XDG_CACHE_HOME") or ""
-    if not os.path.isabs(base):
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = os.path.join(home, ".cache")
+    from zwarm.xdg import xdg_dir
+
     name = f"{sessions.st_dev:x}-{sessions.st_ino:x}-{code_tag(sources)}.jsonl"
-    return Path(base) / "zwarm" / "rows" / name
+    return xdg_dir(environ, "XDG_CACHE_HOME") / "rows" / name
 
 
 def siblings(path: Path) -> list[Path]:
@@ -201,7 +198,7 @@ class RowCache:
             row = decode_row(memoryview(raw)[len(head) : -1])
         except ValueError:
             return None
-        if row["id"] != sid or row["status"] not in _FINISHED:
+        if row["id"] != sid or row["status"] not in FINISHED:
             return None
         self._kept[sid] = raw
         return row
@@ -210,7 +207,7 @@ class RowCache:
         """Keep ``row`` (just made from the files of ``key``) if it may be cached. ``raw``:
         its JSON (exactly ``msgspec.json.encode(row)``) if the listing holds it already, to
         make the line of; else the row is encoded by ``save``, a batch at a time."""
-        if row["status"] not in _FINISHED or row.get("damaged"):
+        if row["status"] not in FINISHED or row.get("damaged"):
             return
         newest = max(key[2], key[3], key[6], key[7])
         if newest > self._now - _RACY_NS:  # racy (or a file from the future: a stepped clock)

@@ -38,15 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from zwarm.agents.gemini import AUTH_TYPES
-from zwarm.env import looks_secret
 from zwarm.errors import InvalidInput
+from zwarm.secret_names import looks_secret
 
 HOME_DIR = "gemini-home"
 MARKER = "ZWARM_SESSION_ID"  # zwarm.runtime.procs.MARKER (agents never import the runtime)
 # what the engine puts in every agent's environment and its shell commands need: the marker,
 # and the parent/state dir by which a `zwarm spawn` from inside becomes a child session, and
-# the launcher it runs zwarm with (zwarm.engine.tree)
-KEEP = (MARKER, "ZWARM_PARENT_SESSION", "ZWARM_DIR", "ZWARM")
+# the launcher it runs zwarm with, and the PATH a child's agent is looked up on (zwarm.engine.tree)
+KEEP = (MARKER, "ZWARM_PARENT_SESSION", "ZWARM_DIR", "ZWARM", "ZWARM_AGENT_PATH")
 
 MAX_USER_SETTINGS = 1 << 20
 _ENV_REF = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)$")

@@ -9,6 +9,7 @@
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
+  // mirrors zwarm/model/status.py: ACTIVE, and RUNS (running, stalled) below
   const ACTIVE = new Set(["running", "stalled", "queued", "parked"]);
   const MAX_ROWS = 500; // rows the board shows (newest first)
   const MAX_STEPS = 3000; // steps kept on the page; older ones are dropped from view
