@@ -10,13 +10,15 @@ every test gets its own zwarm trust file and launch pins (``XDG_CONFIG_HOME`` an
 stay true: nothing here touches anything outside ``tmp_path`` (HOME, TMPDIR, the trust file,
 pins and worktrees are isolated too); a fixture only wires up what tests/support.py defines.
 
-Also owns the test tiers (docs/testing.md): every test gets exactly one of ``TIERS`` (by folder,
-``TIER_BY_PATH``, unless it carries one), and a ``unit`` test that starts a process fails.
+Also applies the test tiers (docs/testing.md): every test gets exactly one of ``TIERS`` (by
+folder, ``TIER_BY_PATH`` in tests/support.py, unless it carries one), and a ``unit`` test that
+starts a process or connects over the network fails.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -32,6 +34,8 @@ from tests.support import (  # noqa: F401
     ROOT,
     SAMPLES,
     TESTS,
+    TIER_BY_PATH,
+    TIERS,
     VENV_BIN,
     ZW,
     ZWARM_BIN,
@@ -62,20 +66,6 @@ def midday(zw: ZW) -> Iterator[str]:
         time.tzset()
 
 
-# The tiers (docs/testing.md): every test gets exactly one of TIERS, by folder (TIER_BY_PATH,
-# first match) unless it carries one itself; ``slow`` and ``perf`` are added on top.
-TIERS = ("unit", "subprocess", "real", "slurm", "browser")
-
-
-TIER_BY_PATH: tuple[tuple[str, str], ...] = (
-    ("tests/real/", "real"),
-    ("tests/slurm/", "slurm"),
-    ("tests/serve/test_dashboard.py", "browser"),
-    ("tests/unit/", "unit"),
-    ("tests/", "subprocess"),
-)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give each test its tier marker (see TIERS); a ``unit`` test is also guarded by
     ``_no_process``."""
@@ -94,7 +84,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def _no_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """A ``unit`` test runs in this process only: starting a program (subprocess, fork,
-    posix_spawn, exec) fails it, saying to mark it ``subprocess`` instead."""
+    posix_spawn, exec) or connecting over the network fails it, saying to mark it
+    ``subprocess`` instead."""
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError(
@@ -105,6 +96,16 @@ def _no_process(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp"):
         if hasattr(os, name):
             monkeypatch.setattr(os, name, refuse)
+    real_connect = socket.socket.connect
+
+    def connect(sock: socket.socket, address: Any) -> None:
+        if sock.family != socket.AF_UNIX:
+            raise AssertionError(
+                "a test marked unit opened a network connection: mark it subprocess"
+            )
+        real_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
 
 
 @pytest.fixture(autouse=True)

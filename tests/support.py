@@ -1,8 +1,9 @@
 """Shared test helpers: plain functions, classes and constants (fixtures are in conftest.py).
 
-Owns the paths (``ROOT``, ``SAMPLES``, ``FAKE_BIN``, ``ZWARM_BIN``), ``wait_until``, the ``ZW``
-world class that the ``zw`` fixture (tests/conftest.py) builds, ``make_env``, the fork-server
-finders and the helpers a few tests share (``StdoutRecorder``, ``parked_note``, ``midday_tz``).
+Owns the test tiers' table (``TIERS``, ``TIER_BY_PATH``: docs/testing.md), the paths
+(``ROOT``, ``SAMPLES``, ``FAKE_BIN``, ``ZWARM_BIN``), ``wait_until``, the ``ZW`` world class
+that the ``zw`` fixture (tests/conftest.py) builds, ``make_env``, the fork-server finders and
+the helpers a few tests share (``StdoutRecorder``, ``parked_note``, ``midday_tz``).
 Test files import these from here, never from a ``conftest.py``. Must stay true: nothing here
 touches anything outside the test's ``tmp_path``; every wait is on a condition with a generous
 deadline, never on elapsed time; a test's config.toml is trusted only by writing it through
@@ -30,6 +31,19 @@ SAMPLES = TESTS / "fixtures" / "samples"
 FAKE_BIN = TESTS / "fakes" / "bin"
 VENV_BIN = Path(sys.executable).parent
 ZWARM_BIN = VENV_BIN / "zwarm" if (VENV_BIN / "zwarm").exists() else ROOT / ".venv/bin/zwarm"
+
+# The tiers (docs/testing.md): every test gets exactly one of TIERS, by folder (TIER_BY_PATH,
+# first match) unless it carries one itself; ``slow`` and ``perf`` are added on top.
+TIERS = ("unit", "subprocess", "real", "slurm", "browser")
+
+
+TIER_BY_PATH: tuple[tuple[str, str], ...] = (
+    ("tests/real/", "real"),
+    ("tests/slurm/", "slurm"),
+    ("tests/serve/test_dashboard.py", "browser"),
+    ("tests/unit/", "unit"),
+    ("tests/", "subprocess"),
+)
 
 # Generous: the machine is small and shared.
 DEFAULT_TIMEOUT = 60.0
