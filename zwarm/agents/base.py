@@ -41,7 +41,6 @@ RESERVED_TABLES = frozenset(
 )
 
 Price = Mapping[str, float]  # USD per 1M tokens: input, cached_input, output
-PRICE_KEYS = ("input", "cached_input", "output")
 
 # Bounds on what an agent's output may put in meta.json (see zwarm.model.records).
 _MAX_ERROR = 16_000
