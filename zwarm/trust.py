@@ -489,13 +489,6 @@ class CheckedTable(Mapping[str, Any]):
         return f"CheckedTable({self._table!r}, keys={list(self._values)!r})"
 
 
-def config_status(path: str, raw: bytes, where: Path) -> str:
-    entry = read_trust(where).configs.get(os.path.abspath(path))
-    if entry is None:
-        return UNTRUSTED
-    return TRUSTED if entry.sha256 == sha256(raw) else CHANGED
-
-
 def nested(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """``{"table.key": value}`` as ``{table: {key: value}}`` (how the trust file keeps it)."""
     out: dict[str, dict[str, Any]] = {}

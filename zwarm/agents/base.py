@@ -41,7 +41,6 @@ RESERVED_TABLES = frozenset(
 )
 
 Price = Mapping[str, float]  # USD per 1M tokens: input, cached_input, output
-PRICE_KEYS = ("input", "cached_input", "output")
 
 # Bounds on what an agent's output may put in meta.json (see zwarm.model.records).
 _MAX_ERROR = 16_000
@@ -380,6 +379,9 @@ def _counts(u: Usage) -> tuple[int, int, int, int]:
 
 
 def _cut(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters (a bound on what meta.json keeps), not
+    ``cli.text.cut``'s terminal cells: a stored bound must not depend on how wide characters
+    show, and the supervisors that run this import nothing of the CLI."""
     if text is None or len(text) <= limit:
         return text
     return text[: limit - 1] + "…"

@@ -56,11 +56,10 @@ def fleet_options(f: F) -> F:
 
 def _print(as_json: bool, s: Any, what: str) -> None:
     if as_json:
-        import json
-
         from zwarm.api import row
+        from zwarm.cli.output import emit_json
 
-        click.echo(json.dumps(row(s), separators=(",", ":")))
+        emit_json(row(s))
         return
     t = s.current
     click.echo(f"{s.id} {what} (turn {t.n}, {t.status.value})")

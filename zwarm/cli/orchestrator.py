@@ -27,6 +27,7 @@ from typing import Any
 
 import click
 
+from zwarm.cli import output
 from zwarm.cli.common import get_api
 from zwarm.cli.fast import read_task
 
@@ -53,6 +54,7 @@ def tools_command(fmt: str) -> None:
     """
     from zwarm.orchestrator.tools import schemas
 
+    # indented, not emit_json: a schema is read by people and pasted into configs
     click.echo(json.dumps(schemas(fmt), indent=2, ensure_ascii=False))
 
 
@@ -155,7 +157,6 @@ def run_command(
       zwarm orchestrate show last --all
     """
     _need("openai", "orchestrate", "orchestrate")
-    from zwarm.cli import output
     from zwarm.orchestrator import guard
     from zwarm.orchestrator import loop as orch
 
@@ -198,7 +199,7 @@ def _compact(
     with p.rs:
         out = orch.compact_now(api, orch.OpenAIChat(p.settings), p, progress)
     if as_json:
-        click.echo(json.dumps({"run_id": p.run.id, **out.__dict__}, separators=(",", ":")))
+        output.emit_json({"run_id": p.run.id, **out.__dict__})
     elif out.compacted:
         click.echo(f"run {p.run.id}: {orch.compacted_text(out)}")
     else:
@@ -244,7 +245,7 @@ def show_command(ctx: click.Context, run: str, everything: bool, as_json: bool) 
 
 def _report(run: Any, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(run.to_dict(), ensure_ascii=False, separators=(",", ":")))
+        output.emit_json(run.to_dict())
     elif run.status == "finished":
         from zwarm.cli.text import clean
 

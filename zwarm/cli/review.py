@@ -9,7 +9,6 @@ has to say goes to stderr; ``--json`` output is one compact JSON value.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -23,7 +22,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 
 def _emit(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    from zwarm.cli.output import emit_json
+
+    emit_json(data)
 
 
 def _note(text: str | None) -> None:

@@ -12,12 +12,12 @@ Owns how runs and their transcripts look in a terminal and in ``--json``; the ru
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
+from zwarm.cli import output
 from zwarm.cli.text import clean, oneline
 
 
@@ -34,7 +34,7 @@ def list_runs(api: Any, as_json: bool) -> None:
         click.echo(f"warning: {clean(p, newlines=False)}", err=True)
     if as_json:
         rows = [r.to_dict() if not isinstance(r, Exception) else _damaged(i, r) for i, r in items]
-        click.echo(json.dumps(rows, ensure_ascii=False, separators=(",", ":")))
+        output.emit_json(rows)
         return
     if not items:
         click.echo("no orchestrator runs")
@@ -80,7 +80,7 @@ def show_run(api: Any, ref: str, everything: bool, as_json: bool) -> None:
             "compactions": compactions,
             "rounds": rounds,
         }
-        click.echo(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
+        output.emit_json(out)
         return
     _header(run, len(compactions))
     for s in stored:

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from zwarm import trust, trust_plan
+from zwarm.cli import output
 from zwarm.env import Env
 from zwarm.errors import InvalidInput
 
@@ -143,7 +144,7 @@ def _show_listing(data: dict[str, Any], as_json: bool) -> None:
 
 def _emit(as_json: bool, data: Any, lines: list[str]) -> None:
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+        output.emit_json(data)
     else:
         from zwarm.cli.text import visible
 

@@ -99,6 +99,8 @@ def load_digest(data: bytes) -> Digest:
 
 
 def _cut(text: str, limit: int) -> str:
+    """The head only, the cut said after it: a digest of an earlier turn in a follow-up
+    prompt, where the start of a message says what it asked (characters: a model's budget)."""
     if len(text) <= limit:
         return text
     return text[: max(0, limit - 40)] + f" [... {len(text) - limit + 40} chars cut]"
@@ -159,6 +161,8 @@ def _code(e: int | None) -> str:
 
 
 def _oneline(s: str) -> str:
+    """Whitespace runs as one space: unlike ``cli.text.oneline`` nothing is removed, as this
+    goes into a prompt (the agent should see what was there), not onto a terminal."""
     return " ".join(s.split())
 
 

@@ -44,7 +44,7 @@ import errno
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -550,8 +550,3 @@ def _command(pid: int) -> str:
 def _unlink(path: os.PathLike[str] | str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-
-
-def sessions_waiting(found: Iterable[Session]) -> list[Session]:
-    """The queued sessions of ``found`` in the order a pass considers them."""
-    return sorted((s for s in found if s.status is Status.QUEUED), key=_order)

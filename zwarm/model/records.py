@@ -497,7 +497,6 @@ class TurnOutcome(Struct):
     model: str | None = None
     usage: Usage | None = None
     cost_usd: float | None = None
-    notes: list[str] = msgspec.field(default_factory=list)
     reason: Reason | None = None
     retry_after_s: float | None = None
     reset_at: float | None = None

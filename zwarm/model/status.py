@@ -67,8 +67,3 @@ class Reason(enum.StrEnum):
     SLURM_NODE_FAIL = "slurm_node_fail"  # its node failed (or failed to boot)
     SLURM_PREEMPTED = "slurm_preempted"  # Slurm preempted it for other work
     SLURM_CANCELLED = "slurm_cancelled"  # cancelled outside zwarm (scancel, an administrator)
-
-
-# Failures a later attempt may get past on its own: the turn can be parked until the limit
-# resets ([limits] on_usage_limit = "wait").
-PARKABLE = frozenset({Reason.USAGE_LIMIT, Reason.RATE_LIMITED})
