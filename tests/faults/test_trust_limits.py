@@ -87,6 +87,32 @@ CASES = [
     _cap("codex", "max_running", 3, 1, 6, "0 (no limit) (the default)"),
     _cap("orchestrator", "max_steps", 30, 10, 90, "60 (the default)"),
     _cap("orchestrator", "max_cost_usd", 2, 1, 4, "0 (no limit) (the default)"),
+    # an agent's own sandbox or permission mode: removed, the agent's (looser) default applies
+    _cap(
+        "codex",
+        "sandbox",
+        "read-only",
+        None,
+        "danger-full-access",
+        '"workspace-write" (the default)',
+    ),
+    _cap(
+        "claude",
+        "permission_mode",
+        "default",
+        "plan",
+        "bypassPermissions",
+        '"acceptEdits" (the default)',
+    ),
+    _cap("gemini", "approval_mode", "default", "plan", "yolo", '"auto_edit" (the default)'),
+    Case(
+        "codex.dangerous",
+        "[codex]\ndangerous = false\n",
+        None,
+        [("[codex]\ndangerous = true\n", "false", "true")],
+        lambda api: api.config.get("codex", "dangerous"),
+        False,
+    ),
     Case(
         "groups.g.max_running",
         "[groups.g]\nmax_running = 2\n",

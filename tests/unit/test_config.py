@@ -213,3 +213,19 @@ def test_claude_cost_is_reported(tmp_path: Path) -> None:
     assert m.cost_source("sonnet") == "reported"
     assert m.cost_source(None) == "reported"
     assert m.agent.price(m.config.table("claude"), "gpt-5") is None  # codex's, not claude's
+
+
+def test_each_agents_modes_are_ordered_as_limits_over_exactly_its_choices() -> None:
+    """An agent's sandbox or permission mode is a limit (loosening it needs trust): its order,
+    tightest first, names every choice the setting accepts, once."""
+    from zwarm import agents
+
+    for name in ("codex", "claude", "gemini"):
+        agent = agents.get(name)
+        for key, setting in agent.settings.items():
+            if setting.trust.order and setting.choices:
+                assert sorted(setting.trust.order) == sorted(setting.choices), (name, key)
+                assert setting.trust.order.index(setting.default) < len(setting.trust.order) - 1
+    assert {s.trust.order for s in (agents.get("codex").settings["sandbox"],)} == {
+        ("read-only", "workspace-write", "danger-full-access")
+    }

@@ -29,7 +29,7 @@ from zwarm.errors import InvalidInput
 from zwarm.model import Reason, TurnOutcome, Usage
 from zwarm.model.records import AGENT_NAME, AGENT_SESSION_ID
 from zwarm.model.steps import Step
-from zwarm.rules import CAP, EXECUTES, FREE, PRICES, Rule
+from zwarm.rules import CAP, DANGEROUS, EXECUTES, FREE, PRICES, Rule
 
 RESUME_ID = re.compile(AGENT_SESSION_ID)
 NAME = re.compile(AGENT_NAME)
@@ -90,7 +90,7 @@ COMMON_SETTINGS: Mapping[str, Setting] = MappingProxyType(
     {
         "command": Setting((str, list), []),
         "model": Setting((str,), "", trust=FREE),
-        "dangerous": Setting((bool,), False),
+        "dangerous": Setting((bool,), False, trust=DANGEROUS),
         "extra_args": Setting((list,), []),
         "env": Setting((dict,), {}),
         "prices": Setting((dict,), {}, trust=PRICES),

@@ -17,8 +17,14 @@ from typing import Any, ClassVar
 from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Setting, UsageFeed
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
+from zwarm.rules import Rule
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan", "auto")
+# the same, tightest first, as a headless run (-p) meets them: plan reads only; dontAsk and
+# default run reads and pre-approved tools (a prompt is a denial); acceptEdits adds edits; auto
+# lets a classifier approve the rest; bypassPermissions asks nothing (Claude Code's
+# permission-modes docs)
+PERMISSION_ORDER = ("plan", "dontAsk", "default", "acceptEdits", "auto", "bypassPermissions")
 
 
 def claude_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
@@ -52,6 +58,7 @@ class ClaudeAgent(Agent):
             "acceptEdits",
             PERMISSION_MODES,
             "Passed as --permission-mode: acceptEdits, default, plan, dontAsk, auto, ...",
+            trust=Rule("at_most", order=PERMISSION_ORDER),  # a limit: only loosening needs trust
         ),
     }
 

@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Price, Setting
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
+from zwarm.rules import Rule
 
-SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
+SANDBOXES = ("read-only", "workspace-write", "danger-full-access")  # tightest first
 
 # USD per 1M tokens. Shipped defaults (public list prices); override under [codex.prices.MODEL].
 # Standard tier, requests up to 272K input tokens (longer ones and the Fast tier cost more).
@@ -132,6 +133,7 @@ class CodexAgent(Agent):
             "workspace-write",
             SANDBOXES,
             "Sandbox passed as -s: read-only, workspace-write or danger-full-access.",
+            trust=Rule("at_most", order=SANDBOXES),  # a limit: only loosening needs trust
         ),
         "config": Setting(
             (dict,),

@@ -20,9 +20,12 @@ from typing import Any, ClassVar
 from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Price, Setting
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
-from zwarm.rules import FREE
+from zwarm.rules import FREE, Rule
 
 APPROVAL_MODES = ("auto_edit", "default", "plan", "yolo")
+# the same, tightest first: plan reads only; default asks (headless: denies) for each tool;
+# auto_edit approves edits; yolo approves everything
+APPROVAL_ORDER = ("plan", "default", "auto_edit", "yolo")
 AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
 
 # USD per 1M tokens, prompts up to 200K tokens (longer ones cost more on the Pro models).
@@ -79,6 +82,7 @@ class GeminiAgent(Agent):
             "auto_edit",
             APPROVAL_MODES,
             "Passed as --approval-mode: auto_edit (file edits, no shell), default, plan, yolo.",
+            trust=Rule("at_most", order=APPROVAL_ORDER),  # a limit: only loosening needs trust
         ),
         "auth": Setting(
             (str,),
