@@ -218,3 +218,24 @@ def test_the_stream_ids_name_turn_offset_and_rank(zw, serve, tmp_path: Path) -> 
     for s in steps:
         turn, offset, rank = _cursor(s.id or "")
         assert turn == 1 and offset in ends and rank == 1
+
+
+def test_a_new_clients_snapshot_holds_the_sessions_made_since_the_last_look(zw, serve) -> None:
+    """The fleet watcher looks every second and keeps its rows between looks; a client that
+    connects just after a session was made must not get the older look's rows as its snapshot
+    (the dashboard would say "No sessions yet", then draw the rows): its snapshot waits for a
+    look that started after it connected. Five times, each a session made, then a client at
+    once (the old code answered from the last look nearly every time)."""
+    srv = serve(env_extra=zw.replay("codex_simple"))
+    watching = srv.stream("/api/events")  # keeps the watcher running between the clients
+    first = watching.next()
+    assert first is not None and first.event == "snapshot" and first.data == {"sessions": []}
+    made: list[str] = []
+    for i in range(5):
+        made.append(srv.post("/api/sessions", {"task": f"task {i}"}).json()["id"])
+        client = srv.stream("/api/events")
+        snap = client.next()
+        assert snap is not None and snap.event == "snapshot"
+        assert {r["id"] for r in snap.data["sessions"]} == set(made), i
+        client.close()
+    watching.close()

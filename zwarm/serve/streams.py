@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import json
 import os
 import re
@@ -410,6 +411,21 @@ class Fleet:
         self._watches: dict[tuple[str, int], TurnWatch] = {}
         self._api: Zwarm | None = None
         self._first = True
+        self._wake = asyncio.Event()  # set: look now, not after the interval
+        self._looks = (0, 0)  # (looks started, looks published)
+        self._looked = asyncio.Condition()
+
+    async def fresh(self, timeout: float) -> None:
+        """Until a look that started after this call is published (or ``timeout``): a new
+        client's snapshot then holds every session on disk when it connected, never the rows of
+        a look older than sessions made meanwhile (which read as "No sessions yet")."""
+        want = self._looks[0] + 1
+        self._wake.set()
+        async with self._looked:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._looked.wait_for(lambda: self._looks[1] >= want), timeout
+                )
 
     def event_id(self, seq: int) -> str:
         return f"{self.epoch}.{seq}"
@@ -433,13 +449,20 @@ class Fleet:
         unneeded_since: float | None = None
         while True:
             started = time.monotonic()
+            self._wake.clear()
+            n = self._looks[0] + 1
+            self._looks = (n, self._looks[1])
             events, rows, touched = await asyncio.to_thread(self._scan)
             self._publish(events, rows)
+            async with self._looked:
+                self._looks = (n, n)
+                self._looked.notify_all()
             for sid in touched:
                 self.streams.poke(sid)
             took = time.monotonic() - started
             self.interval = min(10.0, max(SCAN_S, 10 * took))  # a huge fleet: look less often
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):  # a new client may ask for a look sooner
+                await asyncio.wait_for(self._wake.wait(), self.interval)
             if needed():
                 unneeded_since = None
             elif unneeded_since is None:
@@ -678,6 +701,7 @@ class Streams:
             index = fleet.resume_index(last)
             while True:
                 if index is None:
+                    await fleet.fresh(timeout=max(10.0, 2 * fleet.interval))
                     rows, seq = fleet.snapshot()
                     index = fleet.feed.after(seq)
                     data = {"sessions": rows}
