@@ -356,3 +356,26 @@ def kill_leftovers(world: ZW) -> None:
         world.api().kill(all_=True)
     except Exception as e:  # teardown must not mask the test's own result
         print(f"zw teardown: could not kill leftover sessions: {e}", file=sys.stderr)
+
+
+def bare_session(*turns: Any) -> Any:
+    """A ``Session`` record with ``turns`` and nothing else, for tests of the state machine."""
+    from zwarm.model import Session
+
+    s = Session(
+        id="0" * 8 + "-0000-4000-8000-" + "0" * 12,
+        adapter="codex",
+        task="t",
+        cwd="/tmp",
+        created_at="2026-11-23T14:00:00+00:00",
+        updated_at="2026-11-23T14:00:00+00:00",
+    )
+    s.turns.extend(turns)
+    return s
+
+
+def bare_turn(n: int, status: Any) -> Any:
+    """Turn ``n`` of a ``bare_session``, in ``status``."""
+    from zwarm.model import Turn
+
+    return Turn(n, status, "m", "task", "2026-11-23T14:00:00+00:00")

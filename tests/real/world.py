@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ from tests.fakes.llm import (
     nested,
 )
 from tests.support import VENV_BIN, ZWARM_BIN
+from tests.support import wait_until as _wait_until
 from zwarm.api import Zwarm
 from zwarm.env import Env
 from zwarm.trust_plan import trust_config
@@ -90,15 +90,8 @@ def require(name: str) -> str:
 def wait_until(
     predicate: Callable[[], Any], timeout: float = DEADLINE, message: str = "condition"
 ) -> Any:
-    """Poll ``predicate`` until truthy (returned); fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {message}")
-        time.sleep(0.05)
+    """``tests.support.wait_until`` with this world's longer default deadline."""
+    return _wait_until(predicate, timeout, message=message)
 
 
 # --------------------------------------------------------------------------- gated fakes

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import bare_session, bare_turn
 from zwarm import config
 from zwarm.agents.claude import events as claude_events
 from zwarm.agents.codex import events as codex_events
 from zwarm.engine import limits, transitions
 from zwarm.engine.transitions import TransitionError
 from zwarm.errors import ConfigError, InvalidInput
-from zwarm.model import Reason, Session, Status, Turn, TurnOutcome, Usage
+from zwarm.model import Reason, Status, Turn, TurnOutcome, Usage
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"
 NOW = 1795444174.0  # 2026-11-23 14:29:34 UTC, when the samples were captured
@@ -175,33 +176,18 @@ def test_claude_live_usage_counts_each_message_once() -> None:
 
 
 # ---------------------------------------------------------------------- the state machine
-def _session(*turns: Turn) -> Session:
-    s = Session(
-        id="0" * 8 + "-0000-4000-8000-" + "0" * 12,
-        adapter="codex",
-        task="t",
-        cwd="/tmp",
-        created_at="2026-11-23T14:00:00+00:00",
-        updated_at="2026-11-23T14:00:00+00:00",
-    )
-    s.turns.extend(turns)
-    return s
-
-
-def _turn(n: int, status: Status) -> Turn:
-    return Turn(n, status, "m", "task", "2026-11-23T14:00:00+00:00")
 
 
 NOW_ISO = "2026-11-23T15:00:00+00:00"
 
 
 def test_queued_turns_start_or_end_without_running() -> None:
-    s = _session()
-    transitions.begin(s, _turn(1, Status.QUEUED))
+    s = bare_session()
+    transitions.begin(s, bare_turn(1, Status.QUEUED))
     t = s.turns[0]
     assert not t.started and t.queued_at == t.started_at
     with pytest.raises(TransitionError):
-        transitions.begin(s, _turn(2, Status.RUNNING))  # a queued turn is active
+        transitions.begin(s, bare_turn(2, Status.RUNNING))  # a queued turn is active
     with pytest.raises(TransitionError):
         transitions.stall(s, t, NOW_ISO, NOW_ISO)
     transitions.start(s, t, NOW_ISO)
@@ -209,7 +195,7 @@ def test_queued_turns_start_or_end_without_running() -> None:
 
 
 def test_stall_and_park_then_end_once() -> None:
-    s = _session(_turn(1, Status.RUNNING))
+    s = bare_session(bare_turn(1, Status.RUNNING))
     t = s.turns[0]
     transitions.stall(s, t, "2026-11-23T14:59:00+00:00", NOW_ISO)
     assert s.turns[0].status is Status.STALLED and t.quiet_since
@@ -226,27 +212,27 @@ def test_stall_and_park_then_end_once() -> None:
 
 
 def test_a_started_turn_cannot_be_deferred() -> None:
-    s = _session(_turn(1, Status.RUNNING))
+    s = bare_session(bare_turn(1, Status.RUNNING))
     s.turns[0].handle = {"job": "1"}
     with pytest.raises(TransitionError):
         transitions.defer(s, s.turns[0], NOW_ISO)
 
 
 def test_a_never_started_turn_costs_nothing() -> None:
-    ran = _turn(1, Status.COMPLETED)
+    ran = bare_turn(1, Status.COMPLETED)
     ran.cost_usd = 0.5
-    queued = _turn(2, Status.KILLED)
+    queued = bare_turn(2, Status.KILLED)
     queued.started = False
-    s = _session(ran, queued)
+    s = bare_session(ran, queued)
     s.refresh()
     assert s.cost_usd == 0.5
 
 
 # ---------------------------------------------------------------------- budgets and parking
 def test_budget_counts_every_turn_and_the_streaming_one() -> None:
-    done = _turn(1, Status.COMPLETED)
+    done = bare_turn(1, Status.COMPLETED)
     done.usage, done.cost_usd = Usage(600, 0, 100, 0), 0.2
-    s = _session(done)
+    s = bare_session(done)
     s.max_tokens = 1000
     assert limits.over_budget(s) is None
     assert "1,001 tokens" in (limits.over_budget(s, Usage(300, 0, 1, 0)) or "")
@@ -260,7 +246,7 @@ def _limits(**kw: object) -> config.Config:
 
 
 def test_park_until_prefers_the_agents_time_then_backs_off() -> None:
-    s = _session()
+    s = bare_session()
     cfg = _limits(on_usage_limit="wait", resume_backoff_s=10, max_auto_resumes=2)
     o = TurnOutcome(reset_at=NOW + 600)
     assert limits.park_until(cfg, s, Reason.USAGE_LIMIT, o, NOW) == NOW + 600
@@ -272,17 +258,19 @@ def test_park_until_prefers_the_agents_time_then_backs_off() -> None:
     assert limits.park_until(cfg, s, Reason.RATE_LIMITED, TurnOutcome(), NOW) == NOW + 20
     s.auto_resumes = 2  # used up
     assert limits.park_until(cfg, s, Reason.RATE_LIMITED, TurnOutcome(), NOW) is None
-    assert limits.park_until(cfg, _session(), Reason.AUTH_FAILED, o, NOW) is None
-    assert limits.park_until(_limits(), _session(), Reason.USAGE_LIMIT, o, NOW) is None  # "fail"
+    assert limits.park_until(cfg, bare_session(), Reason.AUTH_FAILED, o, NOW) is None
+    assert (
+        limits.park_until(_limits(), bare_session(), Reason.USAGE_LIMIT, o, NOW) is None
+    )  # "fail"
 
 
 def test_spawn_options_beat_the_group_which_beats_the_limits() -> None:
     doc = {"limits": {"max_tokens": 100, "stall_s": 30}, "groups": {"g": {"max_tokens": 50}}}
     cfg = config.Config(config.validate(doc, "test"))
-    s = _session()
+    s = bare_session()
     limits.settle(s, limits.Fleet(group="g", max_cost=2.0), cfg)
     assert (s.max_tokens, s.max_cost_usd, s.stall_s, s.group) == (50, 2.0, 30.0, "g")
-    s = _session()
+    s = bare_session()
     limits.settle(s, limits.Fleet(max_tokens=7), cfg)
     assert (s.max_tokens, s.max_cost_usd) == (7, None)
 
@@ -305,13 +293,13 @@ def test_bad_fleet_options_are_one_clear_error(fleet: limits.Fleet, words: str) 
 
 def test_spent_today_counts_only_turns_that_ended_today(utc: None) -> None:  # days: local
     def ended(at: str, cost: float) -> Turn:
-        t = _turn(1, Status.COMPLETED)
+        t = bare_turn(1, Status.COMPLETED)
         t.ended_at, t.cost_usd = at, cost
         return t
 
     old, new = ended("2026-11-22T10:00:00+00:00", 5.0), ended("2026-11-23T10:00:00+00:00", 0.5)
     new.n = 2
-    assert limits.spent_today([_session(old, new)], 1795430000.0) == 0.5
+    assert limits.spent_today([bare_session(old, new)], 1795430000.0) == 0.5
 
 
 # ---------------------------------------------------------------------- config

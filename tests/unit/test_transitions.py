@@ -16,6 +16,7 @@ from itertools import product
 
 import pytest
 
+from tests.support import bare_session, bare_turn
 from zwarm.engine import transitions
 from zwarm.engine.transitions import TransitionError
 from zwarm.model import FINISHED, Reason, Session, Status, Turn
@@ -63,23 +64,6 @@ EVENTS: dict[str, tuple[Callable[[Session, Turn, Status], None], frozenset[Statu
 }
 
 
-def _session(*turns: Turn) -> Session:
-    s = Session(
-        id="0" * 8 + "-0000-4000-8000-" + "0" * 12,
-        adapter="codex",
-        task="t",
-        cwd="/tmp",
-        created_at="2026-11-23T14:00:00+00:00",
-        updated_at="2026-11-23T14:00:00+00:00",
-    )
-    s.turns.extend(turns)
-    return s
-
-
-def _turn(n: int, status: Status) -> Turn:
-    return Turn(n, status, "m", "task", "2026-11-23T14:00:00+00:00")
-
-
 def _refused(s: Session, call: Callable[..., None], *args: object) -> None:
     before = copy.deepcopy(s)
     with pytest.raises(TransitionError):
@@ -111,7 +95,7 @@ def test_allowed_is_the_table_s_status_changes() -> None:
 def test_every_move_is_allowed_exactly_as_the_table_says(
     frm: Status, event: str, to: Status
 ) -> None:
-    s = _session(_turn(1, frm))
+    s = bare_session(bare_turn(1, frm))
     t = s.turns[0]
     call, _ = EVENTS[event]
     if (frm, event, to) in TABLE:
@@ -123,7 +107,7 @@ def test_every_move_is_allowed_exactly_as_the_table_says(
 
 @pytest.mark.parametrize("frm", list(Status), ids=str)
 def test_end_refuses_a_reason_that_does_not_match_its_status(frm: Status) -> None:
-    s = _session(_turn(1, frm))
+    s = bare_session(bare_turn(1, frm))
     t = s.turns[0]
     _refused(s, transitions.end, s, t, C, NOW, Reason.KILLED, "x")
     for to in (F, K):
@@ -132,7 +116,7 @@ def test_end_refuses_a_reason_that_does_not_match_its_status(frm: Status) -> Non
 
 def test_a_started_turn_is_never_deferred() -> None:
     for field, value in (("supervisor", 1), ("agent", 1), ("handle", {"job": "1"})):
-        s = _session(_turn(1, R))
+        s = bare_session(bare_turn(1, R))
         setattr(s.turns[0], field, value)
         _refused(s, transitions.defer, s, s.turns[0], NOW)
 
@@ -141,8 +125,8 @@ def test_a_started_turn_is_never_deferred() -> None:
     ("cur", "new"), list(product((None, *Status), Status)), ids=lambda v: str(v)
 )
 def test_begin_is_allowed_exactly_as_the_table_says(cur: Status | None, new: Status) -> None:
-    s = _session() if cur is None else _session(_turn(1, cur))
-    turn = _turn(s.count + 1, new)
+    s = bare_session() if cur is None else bare_session(bare_turn(1, cur))
+    turn = bare_turn(s.count + 1, new)
     if (cur, new) in BEGIN:
         transitions.begin(s, turn)
         assert s.turns[-1] is turn and s.current is turn
@@ -150,4 +134,4 @@ def test_begin_is_allowed_exactly_as_the_table_says(cur: Status | None, new: Sta
         _refused(s, transitions.begin, s, turn)
     if (cur, new) in BEGIN:  # and never with a turn number out of sequence
         for n in (s.count, s.count + 2):
-            _refused(s, transitions.begin, s, _turn(n, new))
+            _refused(s, transitions.begin, s, bare_turn(n, new))
