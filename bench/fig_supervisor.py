@@ -351,7 +351,7 @@ def _drive(state: Path, cwd: Path, sid: str, k: int, start: bool) -> dict[str, A
 
 
 def drive(state: Path, cwd: Path, sid: str, prompt: str) -> None:
-    import zwarm.runtime.local as local
+    import zwarm.launchers.local as local
     from zwarm.api import Zwarm
 
     keep: list[object] = []

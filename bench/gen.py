@@ -703,7 +703,7 @@ class RunningOverlay:
     """50 running sessions added to the cached trees for one bench run, with live processes.
 
     Each running session's supervisor and agent are real processes (``sleep``) recorded with
-    their true identity (``zwarm.runtime.procs.identify``: pid + create time), so zwarm's reconcile
+    their true identity (``zwarm.system.procs.identify``: pid + create time), so zwarm's reconcile
     sees live supervisors and leaves them running, and 3.10.6 sees a live pid. Their current
     turn's log is a partial stream (no terminal event). Removed again by ``close``.
     """
@@ -711,7 +711,7 @@ class RunningOverlay:
     MANIFEST = "running-overlay.json"
 
     def __init__(self, cache: Path, n: int, adapters: tuple[str, ...]) -> None:
-        from zwarm.runtime import procs
+        from zwarm.system import procs
 
         self.cache = cache
         self.n = n

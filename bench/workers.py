@@ -415,7 +415,7 @@ def spawner(state: Path, n: int, cwd: Path) -> None:
     """Spawn n sessions through ``zwarm.api.Zwarm``; print each supervisor's pid at once."""
     import resource
 
-    import zwarm.runtime.local as local
+    import zwarm.launchers.local as local
     from zwarm.api import Zwarm
 
     keep: list[object] = []

@@ -55,11 +55,11 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm import config as config_mod
     from zwarm.engine import limits, tree
     from zwarm.engine.manager import BaseSessionManager
+    from zwarm.launchers.base import Launcher, Probe
     from zwarm.model import Turn
-    from zwarm.runtime import notify
-    from zwarm.runtime.launcher import Launcher, Probe
     from zwarm.store.files import DirFileKey
     from zwarm.store.rowcache import RowCache
+    from zwarm.system import notify
 
 T = TypeVar("T")
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
@@ -516,7 +516,7 @@ class Zwarm:
         launcher (a cluster's queue is asked once for all). The dashboard's live rows
         (``serve.streams``) show a pending Slurm job as ``zwarm ls`` does. Only launchers that
         answer many at once are asked (a local turn says nothing but ``running``)."""
-        from zwarm.runtime import survey
+        from zwarm.launchers import survey
 
         running = [s for s in sessions if s.status in RUNS and s.current is not None]
         items = [(s.id, s.current) for s in running if s.current is not None]
@@ -533,13 +533,13 @@ class Zwarm:
         items = [(s.id, s.current) for s in sessions if s.status in RUNS and s.current]
         if not items:
             return {}
-        from zwarm.runtime import survey
+        from zwarm.launchers import survey
 
         return survey(items, self._launcher)
 
     def _launcher(self, name: str) -> Launcher:
         if name not in self._launchers:
-            from zwarm.runtime import get_launcher
+            from zwarm.launchers import get_launcher
 
             self._launchers[name] = get_launcher(name, self.store, self.env)
         return self._launchers[name]
@@ -684,7 +684,7 @@ class Zwarm:
 
     def _watch(self, sids: list[str], turns: bool = False) -> notify.Sessions:
         """What a waiter sleeps on: ``sids``' directories (and their turn logs)."""
-        from zwarm.runtime import notify
+        from zwarm.system import notify
 
         dirs = {sid: self.store.session_dir(sid) for sid in sids}
         return notify.Sessions(dirs, turns=turns, every=WAKE_S)

@@ -102,7 +102,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     "launcher": {
         "default": ((str,), "local", EXECUTES),
     },
-    # the slurm launcher (zwarm.runtime.slurm): one batch job per turn; "" / 0 = Slurm's default
+    # the slurm launcher (zwarm.launchers.slurm): one batch job per turn; "" / 0 = Slurm's default
     "slurm": {
         "partition": ((str,), "", FREE),
         "account": ((str,), "", EXECUTES),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import ZWARM_BIN, wait_until
-from zwarm.cli.text import cells
+from zwarm.text import cells
 
 ESC_TASK = "fix \x1b[31mRED\x1b[0m \x1b]0;pwned\x07 now"
 

@@ -36,7 +36,7 @@ def _group_alive(pgid: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    from zwarm.runtime import procs
+    from zwarm.system import procs
 
     ref = procs.identify(pid)
     return ref is not None and procs.is_alive(ref)

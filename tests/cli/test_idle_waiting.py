@@ -19,7 +19,7 @@ import pytest
 import zwarm.api as api_mod
 from tests.support import wait_until
 from zwarm.cli import follow, live, render
-from zwarm.runtime import notify
+from zwarm.system import notify
 
 LATE_LINE = (
     b'{"type":"item.completed","item":{"id":"item_9","type":"agent_message","text":"late"}}\n'

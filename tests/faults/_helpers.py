@@ -105,7 +105,7 @@ def supervisor_ref(zw: Any, sid: str, turn: int = -1) -> tuple[int, float]:
 
 
 def _psutil_ref(rec: dict[str, Any]) -> tuple[int, float]:
-    from zwarm.runtime import procs
+    from zwarm.system import procs
 
     pid = rec["pid"]
     ref = identity(pid)

@@ -37,8 +37,8 @@ import pytest
 
 from tests.support import SAMPLES, ZWARM_BIN
 from zwarm.model import ProcRef, Session, schema
-from zwarm.runtime import procs as zprocs
 from zwarm.store import Store, history
+from zwarm.system import procs as zprocs
 
 from ._helpers import UUID, meta, spawn, wait_until
 

@@ -168,7 +168,7 @@ def test_wait_spawn_inject_retry_resume_and_hooks_import_nothing_planted(zw: Any
 def test_serve_orchestrate_and_the_slurm_job_import_nothing_planted(zw: Any) -> None:
     """Every other command that starts Python processes: serve (its spawns), orchestrate
     (its delegations), and the interpreter a Slurm job script runs."""
-    from zwarm.runtime.slurm import job_script
+    from zwarm.launchers.slurm import job_script
 
     w = World(zw)
     zw.state_dir.mkdir(mode=0o700, exist_ok=True)

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from zwarm.launchers.local import LocalLauncher
 from zwarm.model import ProcRef
-from zwarm.runtime import procs
-from zwarm.runtime.local import LocalLauncher
+from zwarm.system import procs
 
 from ._helpers import agent_ref, alive, meta, spawn, supervisor_ref, wait_until
 

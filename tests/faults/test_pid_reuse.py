@@ -16,7 +16,8 @@ import pytest
 
 from tests.support import ZWARM_BIN
 from zwarm.model import ProcRef
-from zwarm.runtime import procs, supervisor
+from zwarm.runtime import supervisor
+from zwarm.system import procs
 
 from ._helpers import (
     Victim,

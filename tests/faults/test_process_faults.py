@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from zwarm.model import ProcRef
-from zwarm.runtime import procs
+from zwarm.system import procs
 
 from ._helpers import (
     ROOT,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import ZWARM_BIN
-from zwarm.runtime import procs
+from zwarm.system import procs
 
 from ._helpers import (
     Victim,

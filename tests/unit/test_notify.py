@@ -1,4 +1,4 @@
-"""``zwarm.runtime.notify``: waiting on directories costs nothing while nothing changes.
+"""``zwarm.system.notify``: waiting on directories costs nothing while nothing changes.
 
 With inotify a waiter does not wake up while its directories are idle and wakes when a file
 in them is replaced (or, when asked, written); links are never watched through; the event
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from zwarm.runtime import notify
+from zwarm.system import notify
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux") or notify._init() is None, reason="no inotify here"

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import wait_until
 from zwarm.model import ProcRef
-from zwarm.runtime import boot, procs
+from zwarm.system import boot, procs
 
 pytestmark = pytest.mark.subprocess  # real processes to find, signal and wait for
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from zwarm.cli import render
-from zwarm.cli.text import cells
 from zwarm.env import iso
+from zwarm.text import cells
 
 NOW = 1_800_000_000.0
 

@@ -15,9 +15,9 @@ import pytest
 from zwarm import config
 from zwarm.cli.render import launcher_status
 from zwarm.errors import ConfigError
+from zwarm.launchers import slurm
+from zwarm.launchers.base import Probe
 from zwarm.model import Reason, Status, Turn
-from zwarm.runtime import slurm
-from zwarm.runtime.launcher import Probe
 
 SID = "0b9d3f52-1c1e-4c55-9a52-6f7e2b7f0a11"
 TABLE: dict[str, Any] = {**config.defaults().data["slurm"]}

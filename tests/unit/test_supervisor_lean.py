@@ -48,7 +48,9 @@ WRAPPER = """#!{python} -I
 import sys
 from pathlib import Path
 
-from zwarm.runtime import procs, supervisor
+from zwarm.system import procs
+
+from zwarm.runtime import supervisor
 
 
 def _no_scan():

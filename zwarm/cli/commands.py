@@ -597,7 +597,7 @@ def kill(ctx: click.Context, sessions: tuple[str, ...], all_: bool, as_json: boo
 
 def _exit_failed(ctx: click.Context, failed: list[Any]) -> None:
     """After a command on several sessions did the rest: each failure on its own line, exit 1."""
-    from zwarm.cli.text import clean
+    from zwarm.text import clean
 
     for _, err in failed:
         click.echo(f"Error: {clean(str(err), newlines=False)}", err=True)
@@ -647,8 +647,8 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
         for d in removed:
             click.echo(rm_line(d))
     if finished:  # what --finished kept is no error: said so, and exit 1 all the same
-        from zwarm.cli.text import clean
         from zwarm.errors import WorkspaceError, WouldLoseWork
+        from zwarm.text import clean
 
         kept = [f for f in failed if isinstance(f[1], WorkspaceError)]
         for sid, err in kept:

@@ -334,7 +334,7 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
         output.emit_json([r.raw if type(r) is EncodedRow else r for r in rows])
         return 0
     from zwarm.cli import render
-    from zwarm.cli.text import terminal_width
+    from zwarm.text import terminal_width
 
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if as_tree:
@@ -373,7 +373,7 @@ def logs(api: Zwarm, session: str, turn: int | None = None, follow: bool = False
     chunks = api.logs(session, turn, follow)
     cleaner = None
     if sys.stdout.isatty():
-        from zwarm.cli.text import ByteCleaner
+        from zwarm.text import ByteCleaner
 
         cleaner = ByteCleaner()
     for chunk in chunks:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from zwarm.api import Zwarm
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.model.steps import Step
-    from zwarm.runtime.notify import Sessions
+    from zwarm.system.notify import Sessions
 
 READ_BYTES = 1 << 20  # what LiveLog reads at once
 POLL_BYTES = 4 << 20  # what one TurnWatch.poll parses at most (it catches up over polls)
@@ -159,7 +159,7 @@ def follow(
     session is idle (finished: no turn active, none to come). A ``TurnEnd`` follows each turn.
     Between writes it sleeps until the session's files change (``runtime.notify``)."""
     from zwarm.api import WAKE_S
-    from zwarm.runtime.notify import Sessions
+    from zwarm.system.notify import Sessions
 
     with Sessions({sid: api.store.session_dir(sid)}, turns=True, every=WAKE_S) as watch:
         yield from _follow(api, sid, only_turn, poll_s, watch)

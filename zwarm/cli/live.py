@@ -31,15 +31,15 @@ import click
 
 from zwarm.cli import follow, render
 from zwarm.cli.common import get_api
-from zwarm.cli.text import cells, oneline
 from zwarm.env import parse_iso
 from zwarm.model import RUNS, Status
 from zwarm.model.status import IDLE
+from zwarm.text import cells, oneline
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
     from zwarm.model import Session
-    from zwarm.runtime import notify
+    from zwarm.system import notify
 
 REFRESH_S = 1.0
 FULL_EVERY_S = 5.0  # top reads every session again this often even when no file changed
@@ -121,7 +121,7 @@ class Board:
         self._full = 0.0  # when everything was last read
 
     def __enter__(self) -> Board:
-        from zwarm.runtime import notify
+        from zwarm.system import notify
 
         self.notify = notify.Watcher()
         self.notify.add(self.api.store.sessions)  # sessions added or removed
@@ -534,7 +534,7 @@ class _Progress:
     def pause(self, timeout: float) -> tuple[set[str], bool]:
         """Sleep until a session's files change or ``timeout``; the sessions to read again,
         and whether any file changed (a turn log may have grown)."""
-        from zwarm.runtime import notify
+        from zwarm.system import notify
 
         if self.watch is None:
             # never a look at everything: ``wait`` itself finds a lost session, and its

@@ -247,7 +247,7 @@ def _report(run: Any, as_json: bool) -> None:
     if as_json:
         output.emit_json(run.to_dict())
     elif run.status == "finished":
-        from zwarm.cli.text import clean
+        from zwarm.text import clean
 
         click.echo(clean(run.summary or "(the orchestrator finished without a summary)"))
     lines = [] if run.status == "finished" else [f"stopped: {run.stop_reason}"]

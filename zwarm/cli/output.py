@@ -131,11 +131,11 @@ def error_line(e: BaseException) -> str | None:
     from zwarm.errors import ZwarmError
 
     if isinstance(e, ZwarmError):
-        from zwarm.cli.text import clean
+        from zwarm.text import clean
 
         return clean(str(e), newlines=False)
     if isinstance(e, OSError):  # out of fds, inodes or memory for a pipe: one line
-        from zwarm.cli.text import clean
+        from zwarm.text import clean
 
         where = f" ({e.filename})" if e.filename else ""
         return clean(f"{e.strerror or e}{where}", newlines=False)
@@ -146,7 +146,7 @@ def error_line(e: BaseException) -> str | None:
 
 def warn(message: str) -> None:
     """A warning from the API (not an error: the command goes on), one line on stderr."""
-    from zwarm.cli.text import clean
+    from zwarm.text import clean
 
     sys.stderr.write(f"warning: {clean(message, newlines=False)}\n")
     sys.stderr.flush()
@@ -155,7 +155,7 @@ def warn(message: str) -> None:
 def note(message: str) -> None:
     """What a command says beside its output (stdout stays what scripts read), one line on
     stderr."""
-    from zwarm.cli.text import clean
+    from zwarm.text import clean
 
     sys.stderr.write(f"{clean(message, newlines=False)}\n")
     sys.stderr.flush()
@@ -163,7 +163,7 @@ def note(message: str) -> None:
 
 def problem_lines(problems: list[str]) -> None:
     """After showing what could be read: what could not, one "Error: " line each on stderr."""
-    from zwarm.cli.text import clean
+    from zwarm.text import clean
 
     sys.stdout.flush()
     for problem in problems:

@@ -3,7 +3,7 @@
 
 Owns how things look in a terminal. Must stay true:
 - every text zwarm did not write (task, name, messages, commands, outputs, errors) goes
-  through ``zwarm.cli.text`` (``clean``/``oneline``) before it is printed, and through rich's
+  through ``zwarm.text`` (``clean``/``oneline``) before it is printed, and through rich's
   ``escape`` where rich markup is used: an agent or a user can never drive the terminal;
 - the ``ls`` table is formatted here without rich (it must stay fast over 10,000 sessions), and
   fitted to the terminal width when there is one: every row stays on one line, columns are
@@ -20,10 +20,10 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from zwarm.cli.text import cells, clean, cut, oneline, pad
 from zwarm.env import parse_iso
 from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import UNFINISHED, Step
+from zwarm.text import cells, clean, cut, oneline, pad
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",

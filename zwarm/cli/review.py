@@ -29,7 +29,7 @@ def _emit(data: Any) -> None:
 
 def _note(text: str | None) -> None:
     if text:
-        from zwarm.cli.text import clean
+        from zwarm.text import clean
 
         click.echo(f"note: {clean(text, newlines=False)}", err=True)
 

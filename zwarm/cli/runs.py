@@ -4,7 +4,7 @@ Owns how runs and their transcripts look in a terminal and in ``--json``; the ru
 (``orchestrator.runstore``) owns what they are. Must stay true:
 - reading never creates the store (a state dir without runs lists none);
 - every text zwarm did not write (tasks, messages, tool results, errors) goes through
-  ``zwarm.cli.text.clean``/``oneline`` before it is printed: no LLM drives the terminal;
+  ``zwarm.text.clean``/``oneline`` before it is printed: no LLM drives the terminal;
 - compacted messages are shown only with ``--all``, marked, each where it was; a damaged run
   is listed with its error, and showing it is one error line;
 - plain text (no rich): this is read by people and by ``grep``.
@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from zwarm.cli import output
-from zwarm.cli.text import clean, oneline
+from zwarm.text import clean, oneline
 
 
 def list_runs(api: Any, as_json: bool) -> None:

@@ -8,7 +8,7 @@ and its whole subtree's; ``ls --tree --json`` is the same forest, row by row. An
 run's row is the run's: its status, the orchestrator's own tokens and cost (from the run
 store, ``run_parts``) and totals that add every session under it to them. Must stay true:
 - plain text, no rich (``ls`` must stay fast): every text zwarm did not write goes through
-  ``zwarm.cli.text`` (``oneline``), so no agent drives the terminal;
+  ``zwarm.text`` (``oneline``), so no agent drives the terminal;
 - a subtree's cost with unknown parts is shown as a lower bound (``≥ $0.0600``, ``1 ?``),
   never as if it were the whole; with no known part it is ``?``, never zero;
 - a run the run store cannot tell about (no store, no such run, a damaged one) is an unknown
@@ -36,7 +36,7 @@ from zwarm.cli.render import (
     row_cost,
     short_reason,
 )
-from zwarm.cli.text import cells, cut, oneline, pad
+from zwarm.text import cells, cut, oneline, pad
 
 if TYPE_CHECKING:
     from zwarm.orchestrator.runstore import Run

@@ -67,7 +67,7 @@ def trust_command(ctx: click.Context, yes: bool, state_dir_only: bool, revoke: b
     if plan.empty:
         why = "" if state_dir_only else " and has no config.toml"
         raise InvalidInput(f"nothing to trust: {plan.state_dir} is yours and safe{why}")
-    from zwarm.cli.text import visible  # what is trusted is shown exactly, never interpreted
+    from zwarm.text import visible  # what is trusted is shown exactly, never interpreted
 
     review = "\n".join(visible(line) for line in _describe(plan))
     click.echo(review, err=as_json)  # --json: stdout is the result only
@@ -146,6 +146,6 @@ def _emit(as_json: bool, data: Any, lines: list[str]) -> None:
     if as_json:
         output.emit_json(data)
     else:
-        from zwarm.cli.text import visible
+        from zwarm.text import visible
 
         click.echo("\n".join(visible(line) for line in lines))

@@ -48,6 +48,8 @@ from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
 from zwarm.env import Env, for_children, launcher, parse_iso
 from zwarm.errors import InvalidInput, SessionStateError, StoreError, WriteFailed, ZwarmError
+from zwarm.launchers import get_launcher
+from zwarm.launchers.base import Launcher
 from zwarm.model import (
     ACTIVE,
     RUNS,
@@ -61,10 +63,9 @@ from zwarm.model import (
 )
 from zwarm.model.records import Changes, Workspace
 from zwarm.model.steps import Step
-from zwarm.runtime import get_launcher, procs
-from zwarm.runtime.launcher import Launcher
 from zwarm.store import Store, pins, write_private
 from zwarm.store.files import open_append, open_read, read_file
+from zwarm.system import procs
 
 if TYPE_CHECKING:
     from zwarm.engine import scheduler as scheduler_mod

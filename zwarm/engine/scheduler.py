@@ -284,7 +284,7 @@ class Scheduler:
     def _survey(self, found: dict[str, Session | DamagedSession]) -> None:
         """Ask each launcher that answers many turns at once (a cluster's queue) about every
         running turn first, so the reconciles of ``_settled`` do not ask one by one."""
-        from zwarm.runtime import get_launcher, survey
+        from zwarm.launchers import get_launcher, survey
 
         items = [
             (sid, s.current)

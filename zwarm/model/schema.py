@@ -196,7 +196,7 @@ def _v1_procref(ref: Any) -> dict[str, Any] | None:
         return None
     import os
 
-    from zwarm.runtime.boot import legacy_ticks
+    from zwarm.system.boot import legacy_ticks
 
     ticks = legacy_ticks(float(ct), os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
     return None if ticks is None else {"pid": pid, "start_ticks": ticks[0], "boot_id": ticks[1]}

@@ -39,7 +39,7 @@ from typing import Any
 from zwarm.model import ProcRef
 from zwarm.orchestrator import guard
 from zwarm.orchestrator.tools import Result, Tool, Toolbox, ToolError, object_schema
-from zwarm.runtime import procs
+from zwarm.system import procs
 
 OUTPUT_HEAD = 6000
 OUTPUT_TAIL = 4000

@@ -330,7 +330,7 @@ class Progress(Protocol):
 
 def retry_text(r: Retry) -> str:
     """One line about a failed model request: what failed, and what happens next."""
-    from zwarm.cli.text import clean
+    from zwarm.text import clean
 
     head = f"model request failed (attempt {r.attempt} of {r.attempts}): {clean(r.error)}"
     if r.partial:
@@ -712,7 +712,7 @@ class RichProgress:
     def _esc(text: Any) -> str:
         from rich.markup import escape
 
-        from zwarm.cli.text import clean  # what an LLM wrote never drives the terminal
+        from zwarm.text import clean  # what an LLM wrote never drives the terminal
 
         return str(escape(clean(text)))
 

@@ -1,59 +1,8 @@
-"""How turns run: the launcher interface (``launcher``), the local launcher (``local``) with its
-supervisor (``supervisor``), the Slurm launcher (``slurm``: one batch job per turn, the same
-supervisor on a compute node), process identity (``procs``, ``boot``), the launcher registry,
-and ``survey``: many running turns asked about at once, one query per launcher.
+"""The processes that run a turn, above the engine: the supervisor (one session's turns, or
+with ``--turn`` one turn), the fork server that forks supervisors ready-made and
+``forking`` (asking it, and checking its answer), ``watch`` (the supervisor's stall watchdog
+and budget check while an agent streams) and ``hooks`` (what runs when a session ends).
 
-Launchers are found through the ``zwarm.launchers`` entry points, the built-in ``local`` one
-too: a new launcher is one module plus its entry point, touching nothing here.
+Owns: the process entry points (``python -I -m zwarm.runtime.<name>``).
+Must stay true: these modules sit above the engine and below the API; none builds the facade.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from zwarm.env import Env
-    from zwarm.model import Turn
-    from zwarm.runtime.launcher import Launcher, Probe
-    from zwarm.store import Store
-
-
-def get_launcher(name: str, store: Store, env: Env) -> Launcher:
-    """The launcher called ``name`` (entry point group ``zwarm.launchers``)."""
-    from zwarm import plugins
-    from zwarm.errors import InvalidInput
-    from zwarm.runtime.launcher import Launcher
-
-    found = plugins.entry_points("zwarm.launchers")
-    if name not in found:
-        known = ", ".join(sorted(found)) or "none installed"
-        raise InvalidInput(f"unknown launcher {name!r} (known: {known})")
-    cls = plugins.load(found[name])
-    if not (isinstance(cls, type) and issubclass(cls, Launcher)):
-        raise InvalidInput(f"launcher {name!r} ({found[name]}) is not a zwarm Launcher")
-    return cls(store, env)
-
-
-def survey(
-    items: Sequence[tuple[str, Turn]], launcher: Callable[[str], Launcher], batched: bool = False
-) -> dict[str, Probe]:
-    """``{session id: Probe}`` for running turns (``(session id, turn)``): one
-    ``Launcher.survey`` per launcher named, so a cluster's queue is asked once for all. With
-    ``batched``, only launchers that answer many at once (``Launcher.batched``) are asked
-    (warming their answers for the reconciles that follow). A launcher that cannot be
-    loaded answers nothing: its turns are asked about one by one, as before."""
-    from zwarm.errors import ZwarmError
-
-    groups: dict[str, list[tuple[str, Turn]]] = {}
-    for sid, t in items:
-        groups.setdefault(t.launcher, []).append((sid, t))
-    out: dict[str, Probe] = {}
-    for name, group in groups.items():
-        try:
-            found = launcher(name)
-        except ZwarmError:
-            continue
-        if found.batched or not batched:
-            out.update(found.survey(group))
-    return out

@@ -158,7 +158,7 @@ def _read_reply(s: socket.socket) -> bytes:
 
 def _checks_out(pid: int, server: int, sid: str) -> bool:
     """``pid`` is a live child of ``server`` of this user, marked as ``sid``'s supervisor."""
-    from zwarm.runtime import procs
+    from zwarm.system import procs
 
     try:
         if os.stat(f"/proc/{pid}").st_uid != os.geteuid():

@@ -75,7 +75,7 @@ def serve(state: str | Path, name: str, idle: float = IDLE_S, lock: int | None =
         return 0
     # bound before any heavy import (a storm of first turns starts few servers that last),
     # listening only once ready: until then a requester is refused at once and falls back
-    from zwarm.runtime import procs
+    from zwarm.system import procs
 
     if os.environ.get(procs.SUPERVISOR_MARKER) != PLACEHOLDER:
         print(
@@ -132,9 +132,9 @@ def _preload() -> dict[str, tuple[int, int, int]]:
     import zwarm.engine.manager
     import zwarm.engine.scheduler
     import zwarm.engine.transitions
+    import zwarm.launchers.local
     import zwarm.plugins
     import zwarm.runtime.hooks
-    import zwarm.runtime.local
     import zwarm.runtime.supervisor
     import zwarm.runtime.watch
     import zwarm.store.files  # noqa: F401
@@ -347,7 +347,7 @@ def _rewrite_own(first: int, edit: Callable[[bytes], bytes | None]) -> None:
     /proc/PID/cmdline or /proc/PID/environ show it, with ``edit(block)`` (same length; None:
     leave it). The block's bounds are fields ``first`` and ``first + 1`` of /proc/self/stat
     (counted after the command name)."""
-    from zwarm.runtime import procs
+    from zwarm.system import procs
 
     fields = procs._stat_fields(os.getpid())
     if fields is None or len(fields) < first + 2:
@@ -377,7 +377,7 @@ def _stdio(log_fd: int) -> None:
 def _mark(sid: str) -> None:
     """Write ``sid`` over the placeholder of ``ZWARM_SUPERVISOR_OF`` in this process's initial
     environment (what /proc/PID/environ shows), and in ``os.environ``; verified."""
-    from zwarm.runtime import procs
+    from zwarm.system import procs
 
     want = f"{procs.SUPERVISOR_MARKER}={PLACEHOLDER}".encode()
     if len(sid) != len(PLACEHOLDER):

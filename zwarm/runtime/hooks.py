@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zwarm.runtime import procs
+from zwarm.system import procs
 
 if TYPE_CHECKING:
     from zwarm.config import Config

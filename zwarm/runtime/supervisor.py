@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from zwarm.model import RUNS
-from zwarm.runtime import procs
+from zwarm.system import procs
 
 if TYPE_CHECKING:
     from zwarm.engine.manager import AgentLaunch, BaseSessionManager
@@ -101,7 +101,7 @@ def run_turn(state_dir: Path, sid: str, n: int) -> int:
     (waited for: a job's leftovers die with it). Exit status: 0 unless the session ended
     failed or killed (what a Slurm ``afterok`` dependency waits on), 2 if not ours to run."""
     from zwarm.env import Env
-    from zwarm.runtime import get_launcher
+    from zwarm.launchers import get_launcher
     from zwarm.store import Store
 
     store = Store(state_dir)

@@ -26,7 +26,7 @@ import time
 from typing import TYPE_CHECKING
 
 from zwarm.model import Reason, Status
-from zwarm.runtime import procs
+from zwarm.system import procs
 
 if TYPE_CHECKING:
     from zwarm.agents.base import UsageFeed

@@ -392,7 +392,7 @@ def status_of(e: ZwarmError) -> int:
 
 
 def _error(e: ZwarmError) -> Response:
-    from zwarm.cli.text import clean
+    from zwarm.text import clean
 
     out: dict[str, Any] = {"error": clean(str(e), newlines=False), "type": type(e).__name__}
     for key in ("ref", "candidates", "session_id"):

@@ -42,7 +42,7 @@ from zwarm.errors import InvalidInput
 from zwarm.secret_names import looks_secret
 
 HOME_DIR = "gemini-home"
-MARKER = "ZWARM_SESSION_ID"  # zwarm.runtime.procs.MARKER (agents never import the runtime)
+MARKER = "ZWARM_SESSION_ID"  # zwarm.system.procs.MARKER (agents never import the runtime)
 # what the engine puts in every agent's environment and its shell commands need: the marker,
 # and the parent/state dir by which a `zwarm spawn` from inside becomes a child session, and
 # the launcher it runs zwarm with, and the PATH a child's agent is looked up on (zwarm.engine.tree)

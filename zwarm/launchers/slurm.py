@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from zwarm.runtime.launcher import Launcher, Probe
+from zwarm.launchers.base import Launcher, Probe
 
 if TYPE_CHECKING:
     from zwarm.config import Config

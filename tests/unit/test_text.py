@@ -1,10 +1,10 @@
-"""``zwarm.cli.text``: what an agent or a user wrote can never drive the terminal."""
+"""``zwarm.text``: what an agent or a user wrote can never drive the terminal."""
 
 from __future__ import annotations
 
 import pytest
 
-from zwarm.cli.text import ByteCleaner, cells, clean, cut, oneline, pad, visible
+from zwarm.text import ByteCleaner, cells, clean, cut, oneline, pad, visible
 
 NASTY = [
     ("red \x1b[31mRED\x1b[0m task", "red RED task"),  # SGR colours

@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from zwarm.env import NEUTRAL_CWD, for_children, python_argv
+from zwarm.launchers.base import Launcher
 from zwarm.model import Turn
-from zwarm.runtime import procs
-from zwarm.runtime.launcher import Launcher
 from zwarm.store.files import open_append
+from zwarm.system import procs
 
 if TYPE_CHECKING:
     import subprocess

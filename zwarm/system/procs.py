@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
 from zwarm.model import ProcRef
-from zwarm.runtime import boot
+from zwarm.system import boot
 
 if TYPE_CHECKING:
     import threading

@@ -1,0 +1,7 @@
+"""The operating system as zwarm needs it, below everything that runs a turn: process identity
+(``procs``: a process known by pid, start time, boot and marker; ``boot``: this boot's id and
+clock) and ``notify`` (how waits sleep: inotify, else stat-keyed polls).
+
+Owns: every direct question to the kernel about processes and file changes.
+Must stay true: nothing here imports the model, the store or anything above them.
+"""
