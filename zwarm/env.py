@@ -81,7 +81,7 @@ def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
     from _blake2 import blake2b
 
     from zwarm.errors import StoreError
-    from zwarm.store.files import atomic_write, private_dir, read_file
+    from zwarm.system.files import atomic_write, private_dir, read_file
     from zwarm.xdg import user_state_dir
 
     name = blake2b(os.fsencode(python), digest_size=8).hexdigest()

@@ -63,9 +63,9 @@ from zwarm.model import (
 )
 from zwarm.model.records import Changes, Workspace
 from zwarm.model.steps import Step
-from zwarm.store import Store, pins, write_private
-from zwarm.store.files import open_append, open_read, read_file
+from zwarm.store import Store, pins
 from zwarm.system import procs
+from zwarm.system.files import open_append, open_read, read_file, write_private
 
 if TYPE_CHECKING:
     from zwarm.engine import scheduler as scheduler_mod

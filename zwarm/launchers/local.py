@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, ClassVar
 from zwarm.env import NEUTRAL_CWD, for_children, python_argv
 from zwarm.launchers.base import Launcher
 from zwarm.model import Turn
-from zwarm.store.files import open_append
 from zwarm.system import procs
+from zwarm.system.files import open_append
 
 if TYPE_CHECKING:
     import subprocess

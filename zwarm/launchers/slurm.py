@@ -124,7 +124,7 @@ class SlurmLauncher(Launcher):
             raise OSError("sbatch not found on PATH (Slurm's client commands are needed here)")
         log = self.store.turn_path(sid, turn.n, "slurm.log")
         argv = sbatch_argv(table, self.env.environ, sid, turn, str(log), after, after_any)
-        from zwarm.store.files import write_private
+        from zwarm.system.files import write_private
 
         write_private(log, b"")  # a new file of ours (a planted link is replaced, not followed)
         script = job_script(table["python"] or self.env.python, root, sid, turn.n)

@@ -40,7 +40,7 @@ from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, InvalidInput, SessionStateError, ZwarmError
 from zwarm.model import ACTIVE, FINISHED, Session, Status
 from zwarm.model.steps import Step
-from zwarm.store import atomic_write
+from zwarm.system.files import atomic_write
 
 Result = dict[str, Any]
 Handler = Callable[["Toolbox", dict[str, Any]], Result]
@@ -372,7 +372,7 @@ class Looked:
     def _update(self, fn: Callable[[dict[str, Any]], Any]) -> None:
         """Load-modify-write under a lock. Best effort: the flags are advisory, so a state dir
         that cannot be written must not make the tools themselves fail."""
-        from zwarm.store.files import lock_fd, private_dir
+        from zwarm.system.files import lock_fd, private_dir
 
         try:
             private_dir(self.dir)

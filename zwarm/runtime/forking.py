@@ -193,7 +193,7 @@ def start_lock(root: Path) -> int | None:
     turn. ``Busy`` if another holds it; None if there is no lock to take (a link, a FIFO or
     an unwritable state dir: a server is started anyway, as one that loses the race to bind
     its address exits at once)."""
-    from zwarm.store.files import open_lock, take_lock
+    from zwarm.system.files import open_lock, take_lock
 
     try:
         fd = open_lock(root / START_LOCK)

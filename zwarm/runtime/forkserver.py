@@ -137,7 +137,7 @@ def _preload() -> dict[str, tuple[int, int, int]]:
     import zwarm.runtime.hooks
     import zwarm.runtime.supervisor
     import zwarm.runtime.watch
-    import zwarm.store.files  # noqa: F401
+    import zwarm.system.files  # noqa: F401
 
     return _code_key()
 

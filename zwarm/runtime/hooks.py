@@ -62,7 +62,7 @@ def session_ended(store: Store, config: Config, sid: str) -> None:
 def launch(root: Path, sid: str) -> None:
     """Start the runner detached, its stderr appended to the session's hooks.log."""
     from zwarm.env import NEUTRAL_CWD, python_argv
-    from zwarm.store.files import open_append
+    from zwarm.system.files import open_append
 
     log = open_append(root / "sessions" / sid / LOG_NAME)
     try:
@@ -215,7 +215,7 @@ class Log:
         self.path = path
 
     def open(self) -> int:
-        from zwarm.store.files import open_append
+        from zwarm.system.files import open_append
 
         return open_append(self.path)
 

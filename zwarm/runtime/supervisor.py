@@ -240,7 +240,7 @@ def _afterwards(
 def _popen(
     manager: BaseSessionManager, sid: str, n: int, launch: AgentLaunch, keep_stderr: bool
 ) -> subprocess.Popen[bytes]:
-    from zwarm.store.files import open_append, open_read
+    from zwarm.system.files import open_append, open_read
 
     store = manager.store
     fds = [open_read(store.turn_path(sid, n, "prompt"))]

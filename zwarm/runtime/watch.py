@@ -87,7 +87,7 @@ class Watch(threading.Thread):
     # ------------------------------------------------------------------ reading
     def _read(self) -> bool:
         if self._fd is None:
-            from zwarm.store.files import open_read
+            from zwarm.system.files import open_read
 
             try:
                 self._fd = open_read(self.manager.store.turn_path(self.sid, self.n))
