@@ -63,7 +63,7 @@ class LocalLauncher(Launcher):
     def _forked(self, sid: str, log: int) -> int | None:
         """The supervisor forked by the state dir's fork server (``runtime.forkserver``), or
         None: not usable here, refused, or no server yet (one is started for later turns)."""
-        from zwarm.runtime import forking
+        from zwarm.launchers import forking
 
         if not forking.usable(self.env.python, self.env.environ):
             return None
@@ -78,7 +78,7 @@ class LocalLauncher(Launcher):
     def _start_server(self, name: str, environ: dict[str, str]) -> None:
         """Start the server ``name`` (detached) unless another is starting for this state dir
         (``forking.start_lock``): it holds the lock until it listens."""
-        from zwarm.runtime import forking
+        from zwarm.launchers import forking
 
         try:
             lock = forking.start_lock(self.store.root)

@@ -1,9 +1,10 @@
 """Asking the state dir's fork server (``runtime.forkserver``) for a turn's supervisor.
 
-The requester's side, used by ``LocalLauncher``: whether forking may be used here
-(``usable``), which server to ask (``address``), the request and the checks on its answer
-(``fork``), and how to start a server (``start_argv``, one at a time: ``start_lock``). Must
-stay true:
+The requester's side, the local launcher's (``LocalLauncher``; the server is a process entry
+point, above the engine: it imports this module, never the reverse): whether forking may be
+used here (``usable``), which server to ask (``address``), the request and the checks on its
+answer (``fork``), and how to start a server (``start_argv``, one at a time:
+``start_lock``). Must stay true:
 - a server is addressed by what its children share with it: the user, the state dir, the
   interpreter, zwarm's version, what a child inherits besides its environment (umask, groups,
   resource limits, priority) and the variables an interpreter reads only when it starts
