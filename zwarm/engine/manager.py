@@ -46,7 +46,9 @@ from zwarm.config import Config
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, for_children, launcher, parse_iso
+from zwarm.env import Env, parse_iso
+from zwarm.env.children import for_children
+from zwarm.env.launcher import launcher
 from zwarm.errors import InvalidInput, SessionStateError, StoreError, WriteFailed, ZwarmError
 from zwarm.launchers import get_launcher
 from zwarm.launchers.base import Launcher

@@ -178,7 +178,7 @@ def _checks_out(pid: int, server: int, sid: str) -> bool:
 def start_argv(python: str, root: Path, name: str, lock: int | None = None) -> list[str]:
     """How to start the server ``name`` for ``root`` (with the environment it was named
     for), handing it ``lock`` (``start_lock``) to hold until it listens."""
-    from zwarm.env import python_argv
+    from zwarm.env.python import python_argv
 
     lock_args = () if lock is None else ("--lock", str(lock))
     return python_argv(python, "zwarm.runtime.forkserver", "--detach", *lock_args, str(root), name)

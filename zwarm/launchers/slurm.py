@@ -351,7 +351,7 @@ def sbatch_argv(
 
 def job_script(python: str, state_dir: str, sid: str, n: int) -> str:
     """The batch script: zwarm's own values only, shell-quoted; no prompt, no variable."""
-    from zwarm.env import python_argv
+    from zwarm.env.python import python_argv
 
     cmd = python_argv(python, "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid)
     return (

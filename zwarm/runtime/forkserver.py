@@ -330,7 +330,7 @@ def _retitle(state: str | Path, sid: str) -> None:
     /proc/PID/cmdline (``ps``, ``top``): written over the server's own command line, which
     it always fits when the server was started ``--detach`` (as ``LocalLauncher`` does)."""
 
-    from zwarm.env import isolated
+    from zwarm.env.python import isolated
 
     def title(region: bytes) -> bytes | None:
         argv0 = region.split(b"\0", 1)[0]
