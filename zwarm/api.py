@@ -57,9 +57,9 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.launchers.base import Launcher, Probe
     from zwarm.model import Turn
-    from zwarm.store.files import DirFileKey
     from zwarm.store.rowcache import RowCache
     from zwarm.system import notify
+    from zwarm.system.files import DirFileKey
 
 T = TypeVar("T")
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
@@ -149,7 +149,7 @@ class Zwarm:
 
         text = commented(self.config if path.exists() else config_mod.defaults())
         self.store.ensure()
-        from zwarm.store import atomic_write
+        from zwarm.system.files import atomic_write
 
         atomic_write(path, text.encode("utf-8"))
         return path
@@ -1285,7 +1285,7 @@ def _past(deadline: float | None) -> bool:
 def _read_at(path: Path, pos: int, size: int) -> bytes:
     """Up to ``size`` bytes of the turn log ``path`` from ``pos`` (none if it is missing or not
     a regular file: a planted FIFO or link is never opened blocking or followed)."""
-    from zwarm.store.files import open_read
+    from zwarm.system.files import open_read
 
     try:
         fd = open_read(path)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.support import ZWARM_BIN
-from zwarm.model import ProcRef
 from zwarm.runtime import supervisor
 from zwarm.system import procs
+from zwarm.system.boot import ProcRef
 
 from ._helpers import (
     Victim,

@@ -12,7 +12,6 @@ import pytest
 from zwarm.model import (
     SCHEMA_VERSION,
     USAGE_KEYS,
-    ProcRef,
     QueuedMessage,
     Reason,
     Session,
@@ -21,6 +20,7 @@ from zwarm.model import (
     Usage,
     schema,
 )
+from zwarm.system.boot import ProcRef
 
 NOW = "2026-01-01T00:00:00.000+00:00"
 LATER = "2026-01-01T00:01:00.000+00:00"

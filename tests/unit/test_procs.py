@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from tests.support import wait_until
-from zwarm.model import ProcRef
 from zwarm.system import boot, procs
+from zwarm.system.boot import ProcRef
 
 pytestmark = pytest.mark.subprocess  # real processes to find, signal and wait for
 

@@ -11,7 +11,7 @@ import pytest
 
 from zwarm.cli import render
 from zwarm.env import iso
-from zwarm.text import cells
+from zwarm.text import activity, cells
 
 NOW = 1_800_000_000.0
 
@@ -153,15 +153,15 @@ def test_tool_inputs_show_as_json_not_python_reprs() -> None:
     line = render.step_line(step, full=False)
     assert '{"path": "a.py", "all": true, "limit": null}' in line
     assert "True" not in line and "None" not in line
-    assert render.activity(step) == 'tool Read {"path": "a.py", "all": true, "limit": null}'
+    assert activity(step) == 'tool Read {"path": "a.py", "all": true, "limit": null}'
 
 
 def test_activity_is_one_clean_line() -> None:
     step = {"kind": "command", "command": "echo \x1b[2Jhi\nthere", "exit_code": None,
             "status": "in_progress"}  # fmt: skip
-    assert render.activity(step) == "$ echo hi there (running)"
-    assert render.activity({"kind": "message", "text": "x" * 500}, 20) == "x" * 19 + "…"
-    assert render.activity(None) == ""
+    assert activity(step) == "$ echo hi there (running)"
+    assert activity({"kind": "message", "text": "x" * 500}, 20) == "x" * 19 + "…"
+    assert activity(None) == ""
 
 
 def test_trajectory_header_names_the_session() -> None:
@@ -199,7 +199,7 @@ def test_a_command_reads_as_the_command_inside_its_shell_wrapper(command: str, s
         "output": "",
         "status": "completed",
     }
-    assert render.activity(step, 200) == f"$ {shown} (exit 0)"
+    assert activity(step, 200) == f"$ {shown} (exit 0)"
     assert render.step_line(step, False).startswith(f"[bold]$ {render.esc(shown)}[/]")
 
 

@@ -48,7 +48,7 @@ LAZY_COMMANDS = {
     "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
     "serve": (
-        "zwarm.serve.command",
+        "zwarm.cli.serve",
         "serve_command",
         "Serve the HTTP API, live event streams and the web dashboard.",
     ),
@@ -270,10 +270,11 @@ def _after_start(
 ) -> None:
     """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
     prompt given as an argument is in this process's argv: we re-exec without it first, as
-    every Python process zwarm starts, isolated (``env.python_argv``) in ``env.NEUTRAL_CWD``:
-    the working directory is the agent's, and nothing it wrote there may be imported."""
+    every Python process zwarm starts, isolated (``env.python``: ``python_argv``, in
+    ``NEUTRAL_CWD``): the working directory is the agent's, and nothing it wrote there may be
+    imported."""
     if wait_ and argv_task and sys.executable:
-        from zwarm.env import NEUTRAL_CWD, python_argv
+        from zwarm.env.python import NEUTRAL_CWD, python_argv
 
         sys.stdout.flush()
         args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]

@@ -22,8 +22,19 @@ from typing import Any
 
 from zwarm.env import parse_iso
 from zwarm.model.status import IDLE, RUNS, WAITING, Status
-from zwarm.model.steps import UNFINISHED, Step
-from zwarm.text import cells, clean, cut, oneline, pad
+from zwarm.model.steps import Step
+from zwarm.text import (
+    as_json,
+    cells,
+    clean,
+    command_text,
+    cut,
+    file_changes,
+    no_exit,
+    oneline,
+    pad,
+    todo_items,
+)
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",
@@ -582,10 +593,10 @@ def step_line(s: Step, full: bool) -> str:
         out = _short(str(s.get("output") or ""), full)
         body = f"\n{esc(out)}" if out.strip() else ""
         # no exit code: it never ran (declined), runs (in_progress) or never finished
-        ended = f"exit {code}" if code is not None else esc(_no_exit(s.get("status")))
+        ended = f"exit {code}" if code is not None else esc(no_exit(s.get("status")))
         return f"[bold]$ {esc(command_text(s.get('command')))}[/] [{style}]({ended})[/]{body}"
     if kind == "file_change":
-        return f"[blue]files[/] {esc(_changes(s))}"
+        return f"[blue]files[/] {esc(file_changes(s))}"
     if kind == "tool_call":
         args = _short(as_json(s.get("arguments")), full)
         return f"[magenta]tool {esc(s.get('name'))}[/] {esc(args)}"
@@ -595,90 +606,11 @@ def step_line(s: Step, full: bool) -> str:
     if kind == "web_search":
         return f"[blue]search[/] {esc(s.get('query'))}"
     if kind == "todo":
-        return f"[blue]todo[/] {esc(_todo(s))}"
+        return f"[blue]todo[/] {esc(todo_items(s))}"
     if kind == "error":
         label = "error" if s.get("fatal") else "warning"
         return f"[bold red]{label}[/] {esc(s.get('message'))}"
     return f"{esc(kind)} {esc(as_json(s))}"
-
-
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
-
-
-def command_text(command: Any) -> str:
-    """A command step's text as people read it (trajectory, top): the command inside a
-    shell wrapper (``/bin/bash -lc 'pytest -q'``, ``sh -c X``, ``zsh -lc X`` -> ``pytest -q``),
-    as codex runs every command; anything else as it is."""
-    text = str(command or "")
-    head = text.split(" ", 2)
-    if len(head) < 3 or head[0].rsplit("/", 1)[-1] not in _SHELLS:
-        return text
-    flag = head[1]
-    if not (flag.startswith("-") and "c" in flag and flag[1:].isalpha()):
-        return text
-    import shlex
-
-    try:
-        words = shlex.split(text)
-    except ValueError:  # unbalanced quotes: shown as it is
-        return text
-    return words[2] if len(words) == 3 and words[2].strip() else text
-
-
-def _no_exit(status: Any) -> str:
-    """What a command without an exit code says instead."""
-    if status == "in_progress":
-        return "running"
-    if status == UNFINISHED:
-        return "did not finish"
-    return str(status or "no exit code")
-
-
-def activity(s: Step | None, width: int = 80) -> str:
-    """A step as one plain line (live views): ``$ pytest -q (exit 1)``, ``message Done…``."""
-    if s is None:
-        return ""
-    kind = s.get("kind")
-    if kind in ("message", "reasoning"):
-        text = f"{'' if kind == 'message' else 'thinking: '}{s.get('text', '')}"
-    elif kind == "command":
-        code = s.get("exit_code")
-        ended = f"exit {code}" if code is not None else _no_exit(s.get("status") or "running")
-        text = f"$ {command_text(s.get('command'))} ({ended})"
-    elif kind == "file_change":
-        text = f"files: {_changes(s)}"
-    elif kind == "tool_call":
-        text = f"tool {s.get('name')} {as_json(s.get('arguments'))}"
-    elif kind == "tool_result":
-        text = f"result: {s.get('result', '')}"
-    elif kind == "web_search":
-        text = f"search: {s.get('query')}"
-    elif kind == "todo":
-        text = f"todo: {_todo(s)}"
-    elif kind == "error":
-        text = f"{'error' if s.get('fatal') else 'warning'}: {s.get('message')}"
-    else:
-        text = str(kind)
-    return oneline(text, width)
-
-
-def as_json(value: Any) -> str:
-    """Tool inputs and unknown values as JSON (never a Python repr)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
-        return str(value)
-
-
-def _changes(s: Step) -> str:
-    return ", ".join(f"{c.get('kind')} {c.get('path')}" for c in s.get("changes") or [])
-
-
-def _todo(s: Step) -> str:
-    items: Sequence[dict[str, Any]] = s.get("items") or []
-    return "; ".join(("[x] " if i.get("completed") else "[ ] ") + str(i.get("text")) for i in items)
 
 
 def _short(text: str, full: bool) -> str:

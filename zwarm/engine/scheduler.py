@@ -54,7 +54,7 @@ from zwarm.engine import limits, transitions
 from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, SessionNotFound, StoreError, ZwarmError
 from zwarm.model import RUNS, WAITING, Reason, Session, Status, Turn
-from zwarm.store.files import CLOEXEC, NOFOLLOW, open_lock, take_lock
+from zwarm.system.files import CLOEXEC, NOFOLLOW, open_lock, take_lock
 
 if TYPE_CHECKING:
     from zwarm.config import Config

@@ -225,7 +225,7 @@ def create(p: Plan, sid: str, name: str | None, environ: Mapping[str, str]) -> W
 
 @contextlib.contextmanager
 def _repo_lock(folder: Path) -> Iterator[None]:
-    from zwarm.store.files import locked, private_dir
+    from zwarm.system.files import locked, private_dir
 
     try:
         private_dir(folder)

@@ -124,7 +124,7 @@ class SlurmLauncher(Launcher):
             raise OSError("sbatch not found on PATH (Slurm's client commands are needed here)")
         log = self.store.turn_path(sid, turn.n, "slurm.log")
         argv = sbatch_argv(table, self.env.environ, sid, turn, str(log), after, after_any)
-        from zwarm.store.files import write_private
+        from zwarm.system.files import write_private
 
         write_private(log, b"")  # a new file of ours (a planted link is replaced, not followed)
         script = job_script(table["python"] or self.env.python, root, sid, turn.n)
@@ -351,7 +351,7 @@ def sbatch_argv(
 
 def job_script(python: str, state_dir: str, sid: str, n: int) -> str:
     """The batch script: zwarm's own values only, shell-quoted; no prompt, no variable."""
-    from zwarm.env import python_argv
+    from zwarm.env.python import python_argv
 
     cmd = python_argv(python, "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid)
     return (

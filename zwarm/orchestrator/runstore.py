@@ -39,7 +39,7 @@ from typing import Any
 
 from zwarm.errors import InvalidInput, OrchestratorError
 from zwarm.model.records import RUN_ID as RUN_ID_PATTERN
-from zwarm.store.files import CLOEXEC, NOFOLLOW, open_lock, private_dir, read_file, take_lock
+from zwarm.system.files import CLOEXEC, NOFOLLOW, open_lock, private_dir, read_file, take_lock
 
 DB_NAME = "orchestrator.db"
 USER_VERSION = 1

@@ -61,8 +61,8 @@ def session_ended(store: Store, config: Config, sid: str) -> None:
 
 def launch(root: Path, sid: str) -> None:
     """Start the runner detached, its stderr appended to the session's hooks.log."""
-    from zwarm.env import NEUTRAL_CWD, python_argv
-    from zwarm.store.files import open_append
+    from zwarm.env.python import NEUTRAL_CWD, python_argv
+    from zwarm.system.files import open_append
 
     log = open_append(root / "sessions" / sid / LOG_NAME)
     try:
@@ -82,8 +82,8 @@ def launch(root: Path, sid: str) -> None:
 
 def unmarked(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without the session markers ``procs`` identifies processes by (nor the
-    orchestrator's own key, ``env.for_children``)."""
-    from zwarm.env import for_children
+    orchestrator's own key, ``env.children.for_children``)."""
+    from zwarm.env.children import for_children
 
     drop = (procs.MARKER, procs.SUPERVISOR_MARKER)
     return {k: v for k, v in for_children(environ).items() if k not in drop}
@@ -215,7 +215,7 @@ class Log:
         self.path = path
 
     def open(self) -> int:
-        from zwarm.store.files import open_append
+        from zwarm.system.files import open_append
 
         return open_append(self.path)
 

@@ -540,8 +540,8 @@ class Fleet:
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
         from zwarm.cli.follow import TurnWatch, tokens_so_far
-        from zwarm.cli.render import activity
         from zwarm.model import RUNS
+        from zwarm.text import activity
 
         t = s.current
         if t is None or t.status not in RUNS:

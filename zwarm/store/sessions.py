@@ -13,7 +13,7 @@ Owns every path, name, lock and session write under the state directory. Must st
 - nothing given as a session id or name reaches outside ``sessions/`` (refs are validated
   against strict patterns before any path is built), and a session dir, its ``turns/`` or a
   state file that is a symbolic link, a FIFO or a device is refused, never followed or opened
-  blocking (``store.files``);
+  blocking (``system.files``);
 - names and ids never shadow each other: a new name that could be an id prefix is refused, and
   a reference that could mean two sessions (a name from an older zwarm and another's id
   prefix) is an error listing both, never silently one of them;
@@ -44,7 +44,7 @@ from zwarm.errors import (
 )
 from zwarm.model import Session
 from zwarm.model.schema import MAX_META_BYTES, decode, encode
-from zwarm.store.files import (
+from zwarm.system.files import (
     CLOEXEC,
     NOFOLLOW,
     STALE_TEMP_S,

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
-from zwarm.model import ProcRef
 from zwarm.system import boot
+from zwarm.system.boot import ProcRef
 
 if TYPE_CHECKING:
     import threading
