@@ -27,26 +27,15 @@ from typing import Any
 
 import pytest
 
-# Re-exported for test files not yet importing from tests.support (new code: import from there).
-from tests.support import (  # noqa: F401
-    DEFAULT_TIMEOUT,
-    FAKE_BIN,
+from tests.support import (
     ROOT,
-    SAMPLES,
-    TESTS,
     TIER_BY_PATH,
     TIERS,
-    VENV_BIN,
     ZW,
-    ZWARM_BIN,
-    StdoutRecorder,
-    forkservers,
     kill_leftovers,
     make_env,
     midday_tz,
-    parked_note,
     stop_forkservers,
-    wait_until,
 )
 
 
