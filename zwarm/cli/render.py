@@ -23,7 +23,7 @@ from typing import Any
 from zwarm.env import parse_iso
 from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import UNFINISHED, Step
-from zwarm.text import cells, clean, cut, oneline, pad
+from zwarm.text import brief, cells, clean, cut, oneline, pad
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",
@@ -682,11 +682,4 @@ def _todo(s: Step) -> str:
 
 
 def _short(text: str, full: bool) -> str:
-    if full:
-        return text
-    lines = text.splitlines()
-    if len(lines) > _SHORT_LINES:
-        text = "\n".join(lines[:_SHORT_LINES]) + f"\n… ({len(lines) - _SHORT_LINES} more lines)"
-    if len(text) > _SHORT_CHARS:
-        text = text[:_SHORT_CHARS] + f"… ({len(text) - _SHORT_CHARS} more chars)"
-    return text
+    return text if full else brief(text, _SHORT_LINES, _SHORT_CHARS)

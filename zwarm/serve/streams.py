@@ -50,6 +50,7 @@ import msgspec
 from zwarm.model.records import order_key
 from zwarm.model.status import RUNS
 from zwarm.model.steps import ended_turn
+from zwarm.text import clip
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -385,8 +386,8 @@ def _turn_event(api: Zwarm, s: Session, n: int, phase: str) -> dict[str, Any]:
 
     t = turn_json(api.store, s, s.turns[n - 1].to_dict())
     for key in ("message", "final_message", "error"):
-        if isinstance(t.get(key), str) and len(t[key]) > 4000:
-            t[key] = t[key][:4000] + "…"
+        if isinstance(t.get(key), str):
+            t[key] = clip(t[key], 4000)
     return {"session_id": s.id, "n": n, "phase": phase, "status": s.status.value, "turn": t}
 
 
