@@ -50,7 +50,7 @@ import msgspec
 from zwarm.model.records import order_key
 from zwarm.model.status import RUNS
 from zwarm.model.steps import ended_turn
-from zwarm.text import clip
+from zwarm.text import clip, oneline
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -541,8 +541,8 @@ class Fleet:
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
         from zwarm.cli.follow import TurnWatch, tokens_so_far
-        from zwarm.cli.render import activity
         from zwarm.model import RUNS
+        from zwarm.model.steps import line
 
         t = s.current
         if t is None or t.status not in RUNS:
@@ -553,7 +553,8 @@ class Fleet:
             mgr = api.reader(s.adapter)
             watch = self._watches[key] = TurnWatch(mgr, api.store.turn_path(s.id, t.n))
         watch.poll()
-        return activity(watch.latest, 200) or None, tokens_so_far(s, watch)
+        doing = oneline(line(watch.latest), 200) if watch.latest is not None else ""
+        return doing or None, tokens_so_far(s, watch)
 
     def _forget(self, rows: dict[str, dict[str, Any]]) -> None:
         """Drop the watches of turns that no longer run."""
