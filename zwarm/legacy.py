@@ -34,11 +34,12 @@ the thread to resume), and ``adopt``, the first write. Must stay true:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from zwarm.api import Zwarm
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.model import Session
 
@@ -149,3 +150,75 @@ def continuable(s: Session) -> None:
             "in a terminal, which asks you to confirm its folder and agent (or give "
             "--confirm-dir and --confirm-agent)"
         )
+
+
+def confirm(
+    api: Zwarm,
+    ref: str,
+    folder: str | None,
+    agent: str | None,
+    ask: Callable[[str], bool] | None,
+) -> None:
+    """Before ``inject`` continues ``ref``: if it is a 3.x record, have the user confirm the
+    folder and agent it continues in (``folder`` and ``agent`` given, or ``ask`` answered
+    yes to the ones its record names; ``ask`` None: no terminal to ask on) and migrate it
+    (``adopt``). Options given for a session that is not 3.x's are an error."""
+    from zwarm.errors import InvalidInput
+
+    s = api.get(ref, history=False)
+    if s.imported is None:
+        if folder is not None or agent is not None:
+            raise InvalidInput(
+                f"session {s.id} is not a zwarm 3.x session: --confirm-dir and "
+                "--confirm-agent are only for continuing one"
+            )
+        return
+    if folder is None or agent is None:
+        told = f"{agent or s.adapter} in {folder or s.cwd!r}"
+        if ask is None:
+            raise InvalidInput(
+                f"session {s.id} was made by zwarm 3.x, whose record may have been written "
+                f"by an agent: confirm the folder and agent it continues in (it names {told}) "
+                "on a terminal, or with --confirm-dir DIR --confirm-agent AGENT"
+            )
+        question = f"Session {s.id} was made by zwarm 3.x. Continue it with {told}?"
+        if not ask(question):
+            raise InvalidInput(f"session {s.id}: not continued (not confirmed)")
+        folder, agent = folder or s.cwd, agent or s.adapter
+    adopt(api, s, folder, agent)
+
+
+def adopt(api: Zwarm, s: Session, folder: str, agent: str) -> Session:
+    """Migrate 3.x record ``s`` as the user confirmed it: ``agent`` must be the one its turn
+    logs are from and runnable as for a spawn (installed, its config trusted), ``folder`` a
+    directory an agent may run in (``check_cwd``, as a spawn checks it; it may differ from
+    the recorded one, e.g. a moved project). Its launch pin is written from these (sandbox
+    never bypassed: 3.x's ``full_danger`` is not carried over), then ``Store.adopt`` writes
+    the record, filled from its logs, keeping the 3.x file beside it."""
+    from zwarm.engine.manager import check_cwd
+    from zwarm.errors import InvalidInput
+    from zwarm.store import pins
+
+    if agent != s.adapter:
+        raise InvalidInput(
+            f"session {s.id} is a {s.adapter} session (its turn logs are {s.adapter}'s): "
+            f"it continues only with {s.adapter}, not {agent[:40]!r}"
+        )
+    workdir = check_cwd(Path(folder), api.state_dir)
+    mgr = api.manager(s.adapter)
+    api._check_agent(mgr)
+    launcher = api._launcher_for(None)
+    root = os.path.realpath(api.store.root)
+    if str(workdir) != s.cwd:
+        api.warn(f"session {s.id}: its record names {s.cwd!r}; it continues in {str(workdir)!r}")
+
+    def migrate(old: Session) -> Session:
+        if old.adapter != s.adapter:  # changed since it was confirmed
+            raise InvalidInput(f"session {s.id}: its record changed meanwhile: not continued")
+        new = filled(mgr, old)
+        new.imported, new.cwd = None, str(workdir)
+        pin = pins.Pin(new.id, root, mgr.name, new.cwd, False, launcher=launcher)
+        pins.write(api.env.environ, pin)
+        return new
+
+    return api.store.adopt(s.id, migrate)

@@ -141,6 +141,86 @@ def test_a_damaged_3x_file_is_still_reported_damaged(zw: ZW) -> None:
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+def test_inject_refuses_an_unconfirmed_3x_session_in_one_line_and_writes_nothing(zw: ZW) -> None:
+    zwarm3_sessions(zw)
+    before = tree_hash(zw.state_dir / "sessions")
+    res = zw.run("inject", CODEX_RESUME, "go on", env_extra=zw.replay("codex_resume"))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"Error: session {CODEX_RESUME} was made by zwarm 3.x")
+    assert "--confirm-dir DIR --confirm-agent AGENT" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    res = zw.run("inject", CODEX_RESUME, "go on", "--confirm-dir", str(zw.cwd),
+                 "--confirm-agent", "claude")  # fmt: skip
+    assert res.returncode == 1 and "continues only with codex" in res.stderr
+    res = zw.run("inject", CODEX_RESUME, "go on", "--confirm-dir", str(zw.state_dir),
+                 "--confirm-agent", "codex")  # fmt: skip
+    assert res.returncode == 1 and "inside zwarm's state dir" in res.stderr
+    # through the API (the tools, MCP, HTTP): never continued without the user's word
+    from zwarm.errors import SessionStateError
+
+    with pytest.raises(SessionStateError, match=r"made by zwarm 3\.x"):
+        zw.api().inject(CODEX_RESUME, "go on")
+    res = zw.run("retry", CODEX_ERROR)
+    assert res.returncode == 1 and "made by zwarm 3.x" in res.stderr
+    assert tree_hash(zw.state_dir / "sessions") == before
+    assert zw.calls() == 0
+    assert not (Path(zw.env["HOME"]) / ".local" / "state" / "zwarm" / "pins").exists()
+
+
+@pytest.mark.parametrize(
+    ("sid", "agent", "thread", "sample"),
+    [
+        (CODEX_RESUME, "codex", CODEX_THREAD, "codex_resume"),
+        (CLAUDE_RESUME, "claude", CLAUDE_THREAD, "claude_resume"),
+    ],
+)
+def test_a_confirmed_inject_migrates_the_3x_record_and_resumes_the_agents_thread(
+    zw: ZW, sid: str, agent: str, thread: str, sample: str
+) -> None:
+    zwarm3_sessions(zw, project=Path("/ZWARM3_PROJECT"))  # 3.x's folder: moved away since
+    original = (zw.session_dir(sid) / "meta.json").read_bytes()
+    res = zw.run("inject", sid, "now add a test", "--confirm-dir", str(zw.cwd),
+                 "--confirm-agent", agent, "--wait", env_extra=zw.replay(sample))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert f"its record names '/ZWARM3_PROJECT'; it continues in {str(zw.cwd)!r}" in res.stderr
+    argv, prompt = zw.recorded()
+    assert thread in argv["argv"] and argv["cwd"] == str(zw.cwd)
+    assert prompt == b"now add a test"  # native resume: the message alone
+    meta = zw.meta(sid)
+    assert meta["schema_version"] == 3 and meta["imported"] is None
+    assert meta["cwd"] == str(zw.cwd) and meta["source"] == "zwarm3:user"
+    assert [t["status"] for t in meta["turns"]] == ["completed", "completed", "completed"]
+    assert (
+        meta["turns"][2]["context"] == "native" and meta["turns"][2]["agent_session_id"] == thread
+    )
+    assert (zw.session_dir(sid) / "meta.json.zwarm3").read_bytes() == original
+    r = rows(zw)[sid]
+    assert r["turns"] == 3 and r["status"] == "completed"
+    # a further inject needs no confirmation: the session is zwarm's now, pinned
+    res = zw.run("inject", sid, "and the docs", "--wait", env_extra=zw.replay(sample))
+    assert res.returncode == 0, res.stderr
+    assert zw.meta(sid)["turns"][3]["status"] == "completed"
+    assert zw.run("rm", sid).returncode == 0
+    assert not zw.session_dir(sid).exists()
+
+
+def test_a_pin_decides_what_a_continued_3x_session_runs_not_its_record(zw: ZW) -> None:
+    """After the confirmation, an agent rewriting the migrated record's folder gets the turn
+    refused (the launch pin holds what the user confirmed)."""
+    zwarm3_sessions(zw)
+    res = zw.run("inject", CODEX_SIMPLE, "go", "--confirm-dir", str(zw.cwd), "--confirm-agent",
+                 "codex", "--wait", env_extra=zw.replay("codex_resume"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    meta = zw.meta(CODEX_SIMPLE)
+    meta["cwd"] = "/"
+    (zw.session_dir(CODEX_SIMPLE) / "meta.json").write_text(json.dumps(meta))
+    calls = zw.calls()
+    res = zw.run("inject", CODEX_SIMPLE, "again", "--wait", env_extra=zw.replay("codex_resume"))
+    assert res.returncode == 1
+    assert zw.meta(CODEX_SIMPLE)["turns"][-1]["reason"] == "start_failed"
+    assert zw.calls() == calls
+
+
 def test_kill_and_rm_of_a_3x_session_recorded_running_never_signal_its_pid(zw: ZW) -> None:
     zwarm3_sessions(zw)
     victim = subprocess.Popen(["sleep", "600"], start_new_session=True)  # as 3.x's agent was
@@ -170,3 +250,59 @@ def test_rm_removes_3x_sessions(zw: ZW) -> None:
     assert res.returncode == 0, res.stderr
     assert set(rows(zw)) == set(EXPECTED) - {CODEX_SIMPLE, CLAUDE_ERROR}
     assert not zw.session_dir(CODEX_SIMPLE).exists()
+
+
+def _on_terminal(zw: ZW, answer: bytes, *args: str, env_extra: dict[str, str]) -> tuple[int, str]:
+    """``zwarm ARGS`` with a terminal as its stdin, ``answer`` typed there; (exit, stderr)."""
+    import pty
+
+    from tests.support import ZWARM_BIN
+
+    master, slave = pty.openpty()
+    try:
+        os.write(master, answer)
+        proc = subprocess.run(
+            [str(ZWARM_BIN), *args],
+            stdin=slave,
+            capture_output=True,
+            env={**zw.env, **env_extra},
+            cwd=zw.cwd,
+            timeout=120,
+        )
+    finally:
+        os.close(slave)
+        os.close(master)
+    return proc.returncode, proc.stderr.decode()
+
+
+def test_on_a_terminal_the_user_confirms_the_folder_and_agent_the_record_names(zw: ZW) -> None:
+    zwarm3_sessions(zw)
+    before = tree_hash(zw.state_dir / "sessions")
+    code, err = _on_terminal(zw, b"n\n", "inject", CLAUDE_RESUME, "go on", env_extra={})
+    assert code == 1 and err.endswith(
+        "Error: session " + CLAUDE_RESUME + ": not continued (not confirmed)\n"
+    )
+    assert f"Continue it with claude in {str(zw.cwd)!r}? [y/N]" in err
+    assert tree_hash(zw.state_dir / "sessions") == before and zw.calls() == 0
+    replay = zw.replay("claude_resume")
+    code, err = _on_terminal(
+        zw, b"y\n", "inject", CLAUDE_RESUME, "go on", "--wait", env_extra=replay
+    )
+    assert code == 0, err
+    assert CLAUDE_THREAD in zw.recorded()[0]["argv"]
+    assert zw.meta(CLAUDE_RESUME)["turns"][2]["status"] == "completed"
+
+
+def test_a_3x_session_without_a_thread_id_continues_with_a_summary(zw: ZW) -> None:
+    zwarm3_sessions(zw)
+    for log in (zw.session_dir(CODEX_SIMPLE) / "turns").iterdir():
+        log.write_bytes(b"Reading prompt from stdin...\n")  # 3.x merged stderr, no thread id
+    confirm = ["--confirm-dir", str(zw.cwd), "--confirm-agent", "codex"]
+    res = zw.run("inject", CODEX_SIMPLE, "carry on", *confirm, "--wait",
+                 env_extra=zw.replay("codex_simple"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "continues with a summary of the earlier turns" in res.stderr
+    argv, prompt = zw.recorded()
+    assert "resume" not in argv["argv"]
+    assert b"carry on" in prompt and b"Write hello.py printing hello" in prompt
+    assert zw.meta(CODEX_SIMPLE)["turns"][1]["context"] == "summary"

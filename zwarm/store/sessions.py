@@ -441,6 +441,27 @@ class Store:
             raise DamagedSession(s.id, str(e)) from None
         self._write(s)
 
+    def adopt(self, sid: str, fn: Callable[[Session], Session]) -> Session:
+        """Migrate a zwarm 3.x record (``Session.imported``) under the session lock: ``fn``
+        gets it as read and returns the record to save (no longer ``imported``); the 3.x
+        file is kept as ``meta.json.zwarm3`` first, then meta.json is replaced atomically.
+        A record that is not (or no longer) 3.x's is returned unchanged, ``fn`` not called."""
+        with self.lock(sid):
+            s, _ = self._load(sid)
+            if s.imported is None:
+                return s
+            try:
+                old, _ = read_file(self.meta_path(sid), MAX_META_BYTES)
+            except OSError as e:
+                raise StoreError(f"cannot read {self.meta_path(sid)}: {e.strerror}") from None
+            new = fn(s)
+            if new.imported is not None or new.id != sid:
+                raise StoreError(f"session {sid}: a zwarm 3.x record was not migrated")
+            atomic_write(self.session_dir(sid) / ZWARM3_KEPT, old)
+            self._write(new)
+            clean_temps(self.session_dir(sid), time.time())
+            return new
+
     def update(self, sid: str, fn: Callable[[Session], T]) -> T:
         """``fn`` applied in a ``transaction``; returns its result."""
         with self.transaction(sid) as s:
@@ -520,6 +541,9 @@ class Store:
                 _delete(tfd, entry)
         finally:
             os.close(tfd)
+
+
+ZWARM3_KEPT = "meta.json.zwarm3"  # a migrated zwarm 3.x record's original (``adopt``)
 
 
 def _imported(s: Session) -> str:
