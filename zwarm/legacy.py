@@ -204,7 +204,12 @@ def adopt(api: Zwarm, s: Session, folder: str, agent: str) -> Session:
             f"session {s.id} is a {s.adapter} session (its turn logs are {s.adapter}'s): "
             f"it continues only with {s.adapter}, not {agent[:40]!r}"
         )
-    workdir = check_cwd(Path(folder), api.state_dir)
+    try:
+        workdir = check_cwd(Path(folder), api.state_dir)
+    except InvalidInput as e:
+        moved = folder == s.cwd  # the recorded one: the project may have moved
+        hint = " (name the folder it continues in with --confirm-dir DIR)" if moved else ""
+        raise InvalidInput(f"session {s.id}: {e}{hint}") from None
     mgr = api.manager(s.adapter)
     api._check_agent(mgr)
     launcher = api._launcher_for(None)

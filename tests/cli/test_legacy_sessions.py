@@ -284,6 +284,13 @@ def test_on_a_terminal_the_user_confirms_the_folder_and_agent_the_record_names(z
     )
     assert f"Continue it with claude in {str(zw.cwd)!r}? [y/N]" in err
     assert tree_hash(zw.state_dir / "sessions") == before and zw.calls() == 0
+    gone = zw.session_dir(CODEX_RESUME) / "meta.json"  # 3.x's folder, since moved away
+    gone.write_bytes(gone.read_bytes().replace(json.dumps(str(zw.cwd))[1:-1].encode(), b"/gone"))
+    code, err = _on_terminal(zw, b"y\n", "inject", CODEX_RESUME, "go on", env_extra={})
+    assert code == 1 and err.endswith(
+        "working directory '/gone' does not exist (name the folder it continues in with "
+        "--confirm-dir DIR)\n"
+    )
     replay = zw.replay("claude_resume")
     code, err = _on_terminal(
         zw, b"y\n", "inject", CLAUDE_RESUME, "go on", "--wait", env_extra=replay
