@@ -4,7 +4,8 @@ Owns the operations on sessions (spawn, inject, list, show, trajectory, logs, wa
 and their stable JSON shapes. Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
-  session (never a turn log), each decoded by the one schema (``zwarm.model.schema``);
+  session (never a turn log, but a zwarm 3.x record's: ``legacy.filled``, in memory), each
+  decoded by the one schema (``zwarm.model.schema``);
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
   be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
