@@ -114,7 +114,7 @@ def filled(mgr: BaseSessionManager, s: Session) -> Session:
     if s.imported is None:
         return s
     from zwarm.model import Reason, Status
-    from zwarm.store.files import open_read
+    from zwarm.system.files import open_read
 
     for t in s.turns:
         try:

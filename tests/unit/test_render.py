@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from zwarm.cli import render
+from zwarm.cli.render import activity
 from zwarm.env import iso
-from zwarm.text import activity, cells
+from zwarm.text import cells
 
 NOW = 1_800_000_000.0
 
