@@ -181,6 +181,7 @@ class Zwarm:
         detached: bool = False,
         run: str | None = None,
         launcher: str | None = None,
+        launcher_option: Sequence[str] = (),
     ) -> Session:
         """Start a session; returns once its supervisor is running (the turn runs on). With
         ``worktree`` (default: ``[defaults] workspace``) it runs in a new git worktree of the
@@ -194,7 +195,8 @@ class Zwarm:
         it is that session's child, killed and removed with it unless ``detached``; ``run``
         is the orchestrator run starting it (a root of its own). ``launcher``: what runs
         its turns (``local``, ``slurm``: each turn a Slurm job), default ``[launcher]
-        default``."""
+        default``; ``launcher_option``: ``KEY=VALUE`` settings of its table for this session
+        (the keys the launcher takes per session: ``Launcher.spawn_options``)."""
         check_prompt(task)
         adapter, model = self.route(adapter, model)
         mgr = self.manager(adapter)
@@ -208,6 +210,7 @@ class Zwarm:
         fleet = self._fleet(after, after_any, group, priority, max_cost, max_tokens, stall)
         lineage = self._lineage(run, detached)
         runner = self._launcher_for(launcher)
+        runner_opts = self._launcher_options(runner, launcher_option)
         ws = self._workspace_for(workdir, worktree, branch, base)
         return mgr.spawn(
             task,
@@ -223,7 +226,24 @@ class Zwarm:
             fleet=fleet,
             lineage=lineage,
             launcher=runner,
+            launcher_options=runner_opts,
         )
+
+    def _launcher_options(self, name: str, pairs: Sequence[str]) -> dict[str, Any]:
+        """``spawn --launcher-option KEY=VALUE`` for launcher ``name``, typed and checked as
+        its config table's values are (``InvalidInput``)."""
+        if not pairs:
+            return {}
+        from zwarm import config as config_mod
+        from zwarm.errors import ConfigError
+        from zwarm.launchers import parse_options
+
+        opts = parse_options(name, pairs)
+        try:
+            config_mod.validate({name: opts}, "--launcher-option")
+        except ConfigError as e:
+            raise InvalidInput(str(e)) from None
+        return opts
 
     def _launcher_for(self, name: str | None) -> str:
         """The launcher a new session's turns run on: ``name`` (spawn --launcher), else

@@ -229,6 +229,12 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
     help="What runs its turns: local, or slurm (each turn a job; default: [launcher] default).",
 )
 @click.option(
+    "--launcher-option",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A setting of the launcher's table for this session (slurm: partition, time, ...).",
+)
+@click.option(
     "--detached",
     is_flag=True,
     help="Started by an agent: not killed or removed with its parent session.",

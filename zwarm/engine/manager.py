@@ -35,7 +35,7 @@ import abc
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -158,11 +158,14 @@ class BaseSessionManager(abc.ABC):
         fleet: limits.Fleet | None = None,
         lineage: tree.Lineage | None = None,
         launcher: str = "local",
+        launcher_options: Mapping[str, Any] | None = None,
     ) -> Session:
         """Create a session and start its first turn (the launcher runs it detached). With a
         worktree ``workspace`` plan, its worktree is made first (and removed if this fails).
         ``lineage``: its parent and depth, verified by the caller (``engine.tree``).
-        ``launcher``: what runs its turns (``zwarm.runtime``), pinned with the session."""
+        ``launcher``: what runs its turns (``zwarm.launchers``), pinned with the session, and
+        ``launcher_options`` its spawn options (checked by the caller), pinned too."""
+        opts = dict(launcher_options or {})
         now = self.env.now_iso()
         sid = self.store.new_id()
         ws, cwd = self._workspace(workspace, sid, name, cwd)
@@ -174,8 +177,9 @@ class BaseSessionManager(abc.ABC):
             transitions.begin(s, _first_turn(task, now, timeout, launcher))
             limits.settle(s, fleet or limits.Fleet(), self.config)
             if self._must_queue(s):  # created queued; the scheduler starts it (or not yet)
-                return self.scheduler().admit_new(s, lambda: self._create(s, task, name, dangerous))
-            self._create(s, task, name, dangerous)
+                create = lambda: self._create(s, task, name, dangerous, opts)  # noqa: E731
+                return self.scheduler().admit_new(s, create)
+            self._create(s, task, name, dangerous, opts)
         except BaseException:
             if ws is not None and ws.mode == "worktree":
                 with contextlib.suppress(ZwarmError):
@@ -200,12 +204,14 @@ class BaseSessionManager(abc.ABC):
             return Workspace("shared", str(plan.repo), str(plan.tree)), cwd
         return None, cwd
 
-    def _create(self, s: Session, task: str, name: str | None, dangerous: bool) -> None:
+    def _create(
+        self, s: Session, task: str, name: str | None, dangerous: bool, opts: dict[str, Any]
+    ) -> None:
         """Pin the session's launch facts, then write it (and claim its name)."""
         self.store.ensure()
         root = os.path.realpath(self.store.root)
         pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, workspace=s.workspace)
-        pin.launcher = s.turns[0].launcher
+        pin.launcher, pin.launcher_options = s.turns[0].launcher, opts
         pins.write(self.env.environ, pin)
         self.store.create(s, task.encode("utf-8", "surrogateescape"))
         if name:  # claimed after create: a claim whose session dir is missing counts as stale
@@ -306,11 +312,35 @@ class BaseSessionManager(abc.ABC):
     ) -> None:
         """Have the launcher start running turn ``t`` (inside the transaction that made it);
         ``after``: running turns its launcher makes it wait for (``Launcher.can_wait_for``)."""
+        runner = self.launcher(t)
         try:
-            self.launcher(t).start(s.id, t, after, after_any)
+            try:
+                settings = self._launcher_settings(s, runner)
+            except ZwarmError as e:  # its table is not trusted, a pin's option is invalid
+                raise OSError(str(e)) from None
+            runner.start(s.id, t, after, after_any, settings)
         except OSError as e:
             why = f"could not start the turn's supervisor: {e.strerror or e}"
             transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.START_FAILED, why)
+
+    def _launcher_settings(self, s: Session, runner: Launcher) -> dict[str, Any]:
+        """The launcher's ``[name]`` table as trust allows it (``UntrustedConfig`` if a value
+        it uses is not trusted), with the session's spawn options from its launch pin over
+        it: checked again (a pin is read as untrusted input), and only the keys the
+        launcher takes per session."""
+        name = runner.name
+        if name not in self.config.data:
+            return {}
+        table = self.config.table(name)
+        values = {k: table[k] for k in self.config.data[name]}
+        pin = pins.read(self.env.environ, s.id, Path(os.path.realpath(self.store.root)))
+        given = dict(pin.launcher_options) if pin is not None else {}
+        if given:
+            from zwarm import config as config_mod
+
+            checked = config_mod.validate({name: given}, "the session's launch pin")[name]
+            values.update({k: checked[k] for k in given if k in runner.spawn_options})
+        return values
 
     def _admit(self, s: Session, t: Turn) -> bool:
         """Start just-begun turn ``t`` of a session that was not running, or, while caps are
@@ -578,7 +608,7 @@ class BaseSessionManager(abc.ABC):
             if whole is not None:
                 s.changes = whole
             self._record(s, t, outcome, returncode, timed_out, stderr_tail, stop)
-            if t.reason is Reason.BUDGET_EXCEEDED:
+            if t.reason == Reason.BUDGET_EXCEEDED:
                 s.queue.clear()
             if t.status in (Status.KILLED, Status.PARKED) or not s.queue:
                 return None
@@ -712,7 +742,9 @@ class BaseSessionManager(abc.ABC):
         orphan = procs.kill_session(t.agent, s.id)
         o = self.read_outcome(s.id, t.n)
         self._apply_outcome(s, t, o)
-        reason, what = self.launcher(t).lost(s.id, t)  # e.g. slurm_timeout: its job's end
+        runner = self.launcher(t)
+        reason, what = runner.lost(s.id, t)  # e.g. slurm_timeout: its job's end
+        reason = runner.recordable(reason)
         if orphan:
             what += "; its orphaned agent was terminated"
         if o.status is not None:
@@ -775,7 +807,7 @@ class BaseSessionManager(abc.ABC):
             what = "failed or killed" if kind == "retry" else "parked"
             now = t.status.value if t is not None else "empty"
             raise SessionStateError(f"session {s.id} is not {what} ({now}): nothing to {kind}")
-        if t.reason is Reason.DEPENDENCY_FAILED and not t.started:
+        if t.reason == Reason.DEPENDENCY_FAILED and not t.started:
             raise SessionStateError(
                 f"session {s.id} never started: a session it runs after failed; spawn it again"
             )

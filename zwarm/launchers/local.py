@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from zwarm.env import NEUTRAL_CWD, for_children, python_argv
-from zwarm.launchers.base import Launcher
+from zwarm.launchers.base import NO_SETTINGS, Launcher
 from zwarm.model import Turn
 from zwarm.store.files import open_append
 from zwarm.system import procs
@@ -46,9 +46,15 @@ SUPERVISOR_GRACE_S = 10.0
 
 class LocalLauncher(Launcher):
     name: ClassVar[str] = "local"
+    doc: ClassVar[str] = "this machine"
 
     def start(
-        self, sid: str, turn: Turn, after: Sequence[Turn] = (), after_any: bool = False
+        self,
+        sid: str,
+        turn: Turn,
+        after: Sequence[Turn] = (),
+        after_any: bool = False,
+        settings: Mapping[str, Any] = NO_SETTINGS,
     ) -> None:
         log = open_append(self.store.session_dir(sid) / "supervisor.log")
         try:
