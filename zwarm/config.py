@@ -554,7 +554,7 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
     if (table, key) == ("launcher", "default") and not re.match(_LAUNCHER_NAME, value):
         raise ConfigError(where, f"{name} must be a launcher name (local, slurm), not {value!r}")
     if table not in SCHEMA:
-        _check_pattern(_setting(table, key), value, name, where)
+        _check_declared(_setting(table, key), value, name, where)
     if (table, key) == ("orchestrator", "compact_at") and not 0 <= value <= 1:
         raise ConfigError(where, f"{name} must be between 0 and 1 (a fraction of the window)")
     if (table, key) == ("orchestrator", "max_attempts") and value < 1:
@@ -583,10 +583,17 @@ def _check_stored(name: str, value: Any, typ: Any, where: str) -> None:
 _LAUNCHER_NAME = r"^[a-z][a-z0-9_-]{0,31}\Z"
 
 
-def _check_pattern(setting: "Setting | None", value: Any, name: str, where: str) -> None:
+def _check_declared(setting: "Setting | None", value: Any, name: str, where: str) -> None:
     """A plugin's key with a shape (``Setting.pattern``: a launcher's values go to its
-    commands as they are): a string matches it whole, or each string of a list does."""
-    if setting is None or not setting.pattern:
+    commands as they are): a string matches it whole, or each string of a list does; a number
+    is within ``Setting.bounds``."""
+    if setting is None:
+        return
+    if setting.bounds is not None and isinstance(value, (int, float)):
+        low, high = setting.bounds
+        if not low <= value <= high:
+            raise ConfigError(where, f"{name} must be from {low:g} to {high:g}, not {value!r}")
+    if not setting.pattern:
         return
     if isinstance(value, str) and not re.match(setting.pattern, value):
         raise ConfigError(where, f"{name} must be {setting.shape}, not {value!r}")

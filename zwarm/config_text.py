@@ -84,7 +84,7 @@ DOCS: dict[str, dict[str, str]] = {
         "timeout_s": "Time limit of each hook, in seconds (then it is killed; see hooks.log).",
     },
     "launcher": {
-        "default": "What runs new sessions' turns: ",  # + each installed launcher (``describe``)
+        "default": "What runs new sessions' turns, an installed launcher: ",  # + their names
     },
 }
 
@@ -106,8 +106,8 @@ def describe(table: str, key: str) -> str:
     from zwarm import agents, launchers
 
     if (table, key) == ("launcher", "default"):
-        each = [f'"{n}" ({c.doc})' if c.doc else f'"{n}"' for n, c in launchers.loaded().items()]
-        return DOCS[table][key] + ", ".join(each) + "."
+        text = DOCS[table][key] + ", ".join(f'"{n}"' for n in launchers.loaded()) + "."
+        return text if len(text) <= 96 else text[:92] + ", ..."
     if table in DOCS:
         return DOCS[table].get(key, key)
     if table in launchers.names():

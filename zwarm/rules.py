@@ -40,7 +40,8 @@ class Setting(NamedTuple):
     default, allowed values, one line saying what it does (the comment ``zwarm init`` writes
     above it), its trust rule, and its shape: ``pattern``, which a string value (each string
     of a list) must match whole, ``shape`` saying what that is in an error ("a partition
-    name"). ``zwarm.config`` checks every declared key through the same path as its own."""
+    name"); ``bounds`` for a number. ``zwarm.config`` checks every declared key through the
+    same path as its own."""
 
     types: tuple[type, ...]
     default: Any
@@ -49,6 +50,7 @@ class Setting(NamedTuple):
     trust: Rule = EXECUTES  # how zwarm trust treats it (zwarm.config): default-deny
     pattern: str = ""
     shape: str = ""
+    bounds: tuple[float, float] | None = None  # a number's lowest and highest value
 
 
 # config.toml tables that are zwarm's own, now or planned: no plugin (agent, launcher) may take

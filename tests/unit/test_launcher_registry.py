@@ -39,7 +39,8 @@ def test_slurms_table_is_the_launchers_own_declaration() -> None:
         k: (s.types, s.default, s.trust) for k, s in SlurmLauncher.settings.items()
     }
     assert "slurm" not in config.SCHEMA  # nothing Slurm's left in zwarm's own schema
-    assert launchers.tables() == {"slurm": dict(SlurmLauncher.settings)}  # local has none
+    shipped = {n: t for n, t in launchers.tables().items() if n in ("local", "slurm")}
+    assert shipped == {"slurm": dict(SlurmLauncher.settings)}  # local has none
 
 
 def test_a_launchers_table_shapes_are_checked_by_the_config() -> None:
@@ -54,7 +55,7 @@ def test_the_launcher_default_line_of_init_names_the_installed_launchers() -> No
     from zwarm.config_text import describe
 
     line = describe("launcher", "default")
-    assert '"local" (this machine)' in line and '"slurm" (one Slurm job per turn)' in line
+    assert '"local", "slurm"' in line
     assert describe("slurm", "mem") == SlurmLauncher.settings["mem"].doc
 
 

@@ -67,7 +67,7 @@ class Probe(msgspec.Struct, frozen=True):
 
 class Failure(NamedTuple):
     """One of a launcher's own failure reasons: the word ``ls`` shows for it (``preempted``)
-    and one line saying what happened (docs, ``zwarm launchers``)."""
+    and one line saying what happened (as zwarm's own ``Reason`` members say it)."""
 
     label: str
     doc: str
@@ -78,7 +78,6 @@ NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
 
 class Launcher(abc.ABC):
     name: ClassVar[str]
-    doc: ClassVar[str] = ""  # what runs a turn, in a few words ("one Slurm job per turn")
     # ``survey`` answers many turns in one query (a cluster's queue): asked for all of a
     # listing's or a scheduler pass's running turns first, before any is reconciled
     batched: ClassVar[bool] = False

@@ -46,7 +46,6 @@ SUPERVISOR_GRACE_S = 10.0
 
 class LocalLauncher(Launcher):
     name: ClassVar[str] = "local"
-    doc: ClassVar[str] = "this machine"
 
     def start(
         self,
@@ -56,15 +55,23 @@ class LocalLauncher(Launcher):
         after_any: bool = False,
         settings: Mapping[str, Any] = NO_SETTINGS,
     ) -> None:
+        prefix = self.wrapper(settings)
         log = open_append(self.store.session_dir(sid) / "supervisor.log")
         try:
-            pid = self._forked(sid, log)
+            pid = None if prefix else self._forked(sid, log)
             if pid is None:
-                pid = self._spawned(sid, log)
+                pid = self._spawned(sid, log, prefix)
         finally:
             os.close(log)
         turn.launcher = self.name
         turn.supervisor = procs.identify(pid)
+
+    def wrapper(self, settings: Mapping[str, Any]) -> list[str]:
+        """The argv the supervisor is started under (none here): a launcher built on this
+        one that runs it otherwise on this machine (``nice``, examples/toy-launcher) returns
+        the program and its arguments, which must ``exec`` the rest unchanged (its pid is the
+        supervisor's); such a supervisor is always a new interpreter, never forked."""
+        return []
 
     def _forked(self, sid: str, log: int) -> int | None:
         """The supervisor forked by the state dir's fork server (``runtime.forkserver``), or
@@ -117,12 +124,13 @@ class LocalLauncher(Launcher):
             _close(lock)
         _reap_later(proc)
 
-    def _spawned(self, sid: str, log: int) -> int:
-        """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``)."""
+    def _spawned(self, sid: str, log: int, prefix: Sequence[str] = ()) -> int:
+        """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``),
+        under ``prefix`` (``wrapper``)."""
         import subprocess
 
         proc = subprocess.Popen(
-            python_argv(self.env.python, SUPERVISOR, str(self.store.root), sid),
+            [*prefix, *python_argv(self.env.python, SUPERVISOR, str(self.store.root), sid)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,

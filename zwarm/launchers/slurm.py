@@ -191,7 +191,6 @@ class Job(NamedTuple):
 
 class SlurmLauncher(Launcher):
     name: ClassVar[str] = "slurm"
-    doc: ClassVar[str] = "one Slurm job per turn"
     batched: ClassVar[bool] = True
     settings: ClassVar[Mapping[str, Setting]] = SETTINGS
     spawn_options: ClassVar[tuple[str, ...]] = ("partition", "qos", "time", "cpus", "mem")
