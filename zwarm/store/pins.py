@@ -33,7 +33,7 @@ from msgspec import Meta
 
 from zwarm.errors import StoreError
 from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Handle, Workspace
-from zwarm.store.files import atomic_write, private_dir, read_file
+from zwarm.system.files import atomic_write, private_dir, read_file
 
 OptionKey = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,63}\Z")]
 OptionValue = Annotated[str, Meta(max_length=1024)] | int | float
