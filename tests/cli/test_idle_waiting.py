@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import zwarm.api as api_mod
+import zwarm.ops.waiting as api_mod
 from tests.support import wait_until
 from zwarm.cli import follow, live, render
 from zwarm.system import notify

@@ -297,8 +297,9 @@ def turn_result(ctx: click.Context, session: str, turn: int, as_json: bool) -> N
 
 
 def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool) -> None:
-    from zwarm.api import WAIT_EXIT, resumed_as, row
+    from zwarm.api import row
     from zwarm.cli import live
+    from zwarm.ops.waiting import WAIT_EXIT, resumed_as
 
     sid = api.resolve(sid)
     try:
@@ -379,8 +380,8 @@ def ls_cmd(ctx: click.Context, status: str | None, name: str | None, adapter: st
       zwarm ls --source 'orchestrate:*' --limit 20 --json
     """
     if watch:
-        from zwarm.api import select_rows
         from zwarm.cli import live
+        from zwarm.ops.listing import select_rows
 
         def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return select_rows(rows, name, adapter, source, limit)
@@ -508,8 +509,8 @@ def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, a
       zwarm wait verbose 3f2a --timeout 600
       zwarm wait --all --any
     """
-    from zwarm.api import WAIT_EXIT
     from zwarm.cli import live
+    from zwarm.ops.waiting import WAIT_EXIT
 
     if not sessions and not all_:
         raise click.UsageError("give session ids or --all")

@@ -158,7 +158,7 @@ def follow(
     from the first (or only ``only_turn``), then each turn that starts after them, until the
     session is idle (finished: no turn active, none to come). A ``TurnEnd`` follows each turn.
     Between writes it sleeps until the session's files change (``runtime.notify``)."""
-    from zwarm.api import WAKE_S
+    from zwarm.ops.waiting import WAKE_S
     from zwarm.system.notify import Sessions
 
     with Sessions({sid: api.store.session_dir(sid)}, turns=True, every=WAKE_S) as watch:

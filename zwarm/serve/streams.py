@@ -381,7 +381,7 @@ def _runs(s: Session, n: int) -> bool:
 
 
 def _turn_event(api: Zwarm, s: Session, n: int, phase: str) -> dict[str, Any]:
-    from zwarm.api import turn_json
+    from zwarm.ops.reading import turn_json
 
     t = turn_json(api.store, s, s.turns[n - 1].to_dict())
     for key in ("message", "final_message", "error"):
@@ -523,8 +523,8 @@ class Fleet:
         """``sid``'s row as ``ls --json`` lists it, plus what its running turn does now
         (``activity``, ``live_tokens``), and the session if it runs (its launcher is asked
         what it shows, ``Zwarm.launcher_says``, once for all); None if it is gone."""
-        from zwarm.api import damaged_row, row
         from zwarm.errors import DamagedSession, SessionNotFound, ZwarmError
+        from zwarm.model.rows import damaged_row, row
 
         try:
             s = api.get(sid)
@@ -583,7 +583,7 @@ def _stamps(sessions: Any) -> dict[str, int]:
 def _queue_places(rows: dict[str, dict[str, Any]]) -> None:
     """Queued rows' places in the queue, as ``ls`` shows them (copied before they change:
     published rows are never changed)."""
-    from zwarm.api import _queue_places as places
+    from zwarm.ops.listing import queue_places as places
 
     if not any(r["status"] == "queued" for r in rows.values()):
         return
