@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,7 @@ from zwarm.errors import (
 from zwarm.model import RUNS, Session
 from zwarm.model.records import RUN_ID, Workspace
 from zwarm.model.rows import row
-from zwarm.ops import listing, reading, removal, review, waiting
+from zwarm.ops import listing
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
@@ -54,7 +54,10 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm.engine import limits, tree
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.launchers.base import Launcher
+    from zwarm.model.steps import Step
+    from zwarm.ops.following import TurnEnd, TurnWatch
     from zwarm.ops.reading import Stream, Trajectory
+    from zwarm.system import notify
 
 CONTEXT_MODES = ("summary", "native")
 TICK_EVERY_S = 1.0  # a long-lived Zwarm (wait, the MCP server) runs a scheduler pass this often
@@ -455,17 +458,69 @@ class Zwarm:
     def show(self, ref: str) -> dict[str, Any]:
         """The session row plus every turn in full, its children and its subtree's totals
         (``ops.reading``: it reads the session shown and its subtree, not every session)."""
+        from zwarm.ops import reading
+
         return reading.show(self, ref)
 
     def trajectory(self, ref: str, turn: int | None = None) -> Trajectory:
         """Normalized steps, streamed, each with ``turn`` and ``index``; what cannot be read is
         an error step and listed in ``problems`` (``ops.reading``)."""
+        from zwarm.ops import reading
+
         return reading.trajectory(self, ref, turn)
 
     def logs(self, ref: str, turn: int | None = None, follow: bool = False) -> Stream[bytes]:
         """Raw JSONL of a turn (default the latest); with ``follow``, tail until it ends
         (``ops.reading``)."""
+        from zwarm.ops import reading
+
         return reading.logs(self, ref, turn, follow)
+
+    # ------------------------------------------------------------------ following (live views)
+    def follow(
+        self, sid: str, only_turn: int | None = None, poll_s: float = 0.1
+    ) -> Iterator[Step | TurnEnd]:
+        """The session's steps live, across its turns (queued ones included) until it is idle,
+        a ``TurnEnd`` after each turn (``ops.following``)."""
+        from zwarm.ops import following  # the live views only: ``ls`` never loads it
+
+        return following.follow(self, sid, only_turn, poll_s)
+
+    def turn_watch(self, s: Session, n: int | None = None) -> TurnWatch:
+        """A non-blocking incremental reader of turn ``n`` of ``s`` (default: its latest):
+        its latest step and the tokens reported so far (``ops.following``)."""
+        from zwarm.ops import following
+
+        return following.turn_watch(self, s, n)
+
+    def turn_log(self, sid: str, n: int) -> Path:
+        """Where turn ``n``'s log is: for a ``LiveLog`` (``ops.following``), or to say it is
+        missing; opened only with ``open_read`` (never a link followed)."""
+        return self.store.turn_path(sid, n)
+
+    def session_dir(self, sid: str) -> Path:
+        """A session's directory (its meta.json is replaced there, its turn logs grow in
+        ``turns/``): what a live view watches (``system.notify``)."""
+        return self.store.session_dir(sid)
+
+    @property
+    def sessions_dir(self) -> Path:
+        """The directory sessions are added to and removed from (watched by ``top``)."""
+        return self.store.sessions
+
+    def watch_sessions(
+        self, sids: list[str], turns: bool = False, wake: bool = True
+    ) -> notify.Sessions:
+        """What a waiter sleeps on: ``sids``' directories (and with ``turns`` their turn
+        logs); with ``wake``, it also wakes every ``WAKE_S`` (``ops.waiting``)."""
+        from zwarm.ops import waiting
+
+        return waiting.watch_sessions(self, sids, turns, wake)
+
+    def read(self, sid: str, history: bool = False) -> Session:
+        """The session as its files hold it now, not reconciled (for a view that has just
+        listed it); ``DamagedSession``/``SessionNotFound``."""
+        return self.store.load(sid, history)
 
     # ------------------------------------------------------------------ waiting and stopping
     def wait(
@@ -478,18 +533,24 @@ class Zwarm:
         """Block until all (or any) of ``refs`` finish, or ``timeout``; with ``all_running``,
         every session running when the call starts (``ops.waiting``)."""
         timeout = check_timeout(timeout) if timeout != 0 else 0.0
+        from zwarm.ops import waiting
+
         return waiting.wait(self, refs, timeout, any_, all_running)
 
     def wait_turn(self, ref: str, n: int, timeout: float | None = None) -> tuple[Session, bool]:
         """Block until turn ``n`` of ``ref`` has finished, or ``timeout``. Returns (the session,
         whether it timed out) (``ops.waiting``)."""
         timeout = check_timeout(timeout) if timeout != 0 else 0.0
+        from zwarm.ops import waiting
+
         return waiting.wait_turn(self, ref, n, timeout)
 
     def kill(self, refs: list[str] | None = None, all_: bool = False) -> list[dict[str, Any]]:
         """Kill running sessions (whole process trees), and queued or parked ones; with
         ``all_``, every one of them, together; each with its linked descendants
         (``ops.removal``)."""
+        from zwarm.ops import removal
+
         return removal.kill(self, refs, all_)
 
     def rm(
@@ -501,6 +562,8 @@ class Zwarm:
     ) -> list[Any]:
         """Delete sessions, each with its linked descendants; running or damaged ones only with
         ``force`` (``ops.removal``)."""
+        from zwarm.ops import removal
+
         return removal.rm(self, refs, finished, force, detail)
 
     # ------------------------------------------------------------------ for layers built on top
@@ -538,18 +601,24 @@ class Zwarm:
     # ------------------------------------------------------------------ workspaces and review
     def workspace(self, s: Session) -> Workspace:
         """``s``'s git workspace as its launch pin confirms it; ``WorkspaceError`` if none."""
+        from zwarm.ops import review
+
         return review.workspace_of(self, s)
 
     def diff(
         self, ref: str, turn: int | None = None, *, hunks: bool = True, text: bool = False
     ) -> dict[str, Any]:
         """What turn ``turn`` (default: the whole session) changed (``ops.review``)."""
+        from zwarm.ops import review
+
         return review.diff(self, ref, turn, hunks=hunks, text=text)
 
     def diff_text(
         self, ref: str, turn: int | None = None, *, color: bool = False, stat: bool = False
     ) -> tuple[bytes, str | None]:
         """The unified diff (or its ``--stat``) as git prints it, and the overlap note."""
+        from zwarm.ops import review
+
         return review.diff_text(self, ref, turn, color=color, stat=stat)
 
     def comment(
@@ -562,6 +631,8 @@ class Zwarm:
     ) -> dict[str, Any]:
         """Attach review comments ``(path, line, text)`` to the session's current diff; with
         ``send``, send every open one to the agent now (``ops.review``)."""
+        from zwarm.ops import review
+
         return review.comment(self, ref, items, send=send, message=message)
 
     def merge(
@@ -573,12 +644,16 @@ class Zwarm:
         message: str | None = None,
     ) -> dict[str, Any]:
         """Commit what the agent left in its worktree and merge its branch (``ops.review``)."""
+        from zwarm.ops import review
+
         return review.merge(self, ref, into=into, squash=squash, message=message)
 
     def apply(
         self, ref: str, turn: int | None = None, cwd: str | Path | None = None
     ) -> dict[str, Any]:
         """Apply the session's (or turn ``turn``'s) diff to a checkout (``ops.review``)."""
+        from zwarm.ops import review
+
         return review.apply(self, ref, turn, cwd)
 
 

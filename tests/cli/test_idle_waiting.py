@@ -18,7 +18,8 @@ import pytest
 
 import zwarm.ops.waiting as api_mod
 from tests.support import wait_until
-from zwarm.cli import follow, live, render
+from zwarm.cli import live, render
+from zwarm.ops import following as follow
 from zwarm.system import notify
 
 LATE_LINE = (

@@ -163,7 +163,7 @@ def _upgrade(api: Zwarm, yes: bool) -> None:
     """``init --upgrade``: the plan shown, written only when asked (``zwarm.upgrade``)."""
     from zwarm import upgrade
 
-    p = upgrade.plan(api.store.root)
+    p = upgrade.plan(api.state_dir)
     lines = [f"zwarm 3.x settings in {p.root}: {', '.join(p.found)}"]
     for title, items in (
         ("carries over:", p.carried),
@@ -630,7 +630,7 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
         raise click.UsageError("give session ids or --finished")
     api = _api(ctx)
     # without a state dir, --finished removes nothing; a given id is still "not found"
-    exists = api.store.exists() or bool(sessions)
+    exists = api.has_sessions() or bool(sessions)
     from zwarm.errors import PartlyFailed, ZwarmError
 
     try:

@@ -35,7 +35,6 @@ from zwarm.model.rows import row
 from zwarm.model.steps import Step, ended_turn
 from zwarm.ops import listing
 from zwarm.ops.waiting import finished, watch_sessions
-from zwarm.store import Store
 from zwarm.text import plural
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ def show(api: Zwarm, ref: str) -> dict[str, Any]:
     d["permissions"] = s.permissions
     d["workspace"] = msgspec.to_builtins(s.workspace) if s.workspace else None
     d["comments"] = [msgspec.to_builtins(c) for c in s.comments]
-    d["turns_detail"] = [turn_json(api.store, s, t.to_dict()) for t in s.turns]
+    d["turns_detail"] = [turn_json(api, s, t.to_dict()) for t in s.turns]
     d.update(listing.tree_facts(api, s))
     return d
 
@@ -259,7 +258,10 @@ def _problem(message: str, turn: int | None, index: int) -> Step:
     return {"kind": "error", "message": message, "fatal": False, "turn": turn, "index": index}
 
 
-def turn_json(store: Store, s: Session, t: dict[str, Any]) -> dict[str, Any]:
+def turn_json(api: Zwarm, s: Session, t: dict[str, Any]) -> dict[str, Any]:
+    """Turn ``t`` (``Turn.to_dict``) of ``s`` as ``show`` and the server give it: its prompt's
+    and log's paths, and how long it ran."""
+    store = api.store
     out = {k: v for k, v in t.items() if k not in ("supervisor", "agent")}
     out["prompt_path"] = str(store.turn_path(s.id, t["n"], "prompt"))
     out["log_path"] = str(store.turn_path(s.id, t["n"]))

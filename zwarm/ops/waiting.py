@@ -97,12 +97,15 @@ def lost(api: Zwarm, s: Session) -> bool:
     return s.status.value in ACTIVE and not api._alive(s)
 
 
-def watch_sessions(api: Zwarm, sids: list[str], turns: bool = False) -> notify.Sessions:
-    """What a waiter sleeps on: ``sids``' directories (and their turn logs)."""
+def watch_sessions(
+    api: Zwarm, sids: list[str], turns: bool = False, wake: bool = True
+) -> notify.Sessions:
+    """What a waiter sleeps on: ``sids``' directories (and with ``turns`` their turn logs);
+    with ``wake``, it also wakes every ``WAKE_S`` (a process that died writes nothing)."""
     from zwarm.system import notify
 
     dirs = {sid: api.store.session_dir(sid) for sid in sids}
-    return notify.Sessions(dirs, turns=turns, every=WAKE_S)
+    return notify.Sessions(dirs, turns=turns, every=WAKE_S if wake else None)
 
 
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}

@@ -4,7 +4,7 @@ status (``Streams.session``), and every session's changes (``Streams.fleet``).
 Owns reading turn logs and session state for HTTP clients and fanning it out. Must stay true:
 - one reader per session however many clients watch it: a ``Hub`` follows the session's turn
   logs by byte offset with the agent's own parser in one thread (as ``trajectory -f`` does,
-  through ``zwarm.cli.follow.LiveLog``) and keeps the encoded events; each client reads them
+  through ``zwarm.ops.following.LiveLog``) and keeps the encoded events; each client reads them
   from its own position, so a log is parsed once, not once per client, and a refresh reads
   only what was appended;
 - a step's event id is its cursor ``TURN.OFFSET.RANK``: the turn, the byte offset of the log
@@ -53,9 +53,9 @@ from zwarm.model.steps import ended_turn
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
-    from zwarm.cli.follow import LiveLog, TurnWatch
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.model import Session
+    from zwarm.ops.following import LiveLog, TurnWatch
 
 Cursor = tuple[int, int, int, int]  # (turn, log offset consumed, rank there, status event)
 HEARTBEAT = b": keep-alive\n\n"
@@ -291,10 +291,10 @@ class Hub:
 
     def _turn(self, api: Zwarm, mgr: BaseSessionManager, s: Session, n: int) -> Session | None:
         """Post turn ``n``: its start, each step as the log gives it, its end."""
-        from zwarm.cli.follow import LiveLog
+        from zwarm.ops.following import LiveLog
 
         self._post((n, 0, 1, 0), "turn", _turn_event(api, s, n, "started"))
-        path = api.store.turn_path(self.sid, n)
+        path = api.turn_log(self.sid, n)
         latest: list[Session | None] = [s]
 
         def ended() -> bool:
@@ -383,7 +383,7 @@ def _runs(s: Session, n: int) -> bool:
 def _turn_event(api: Zwarm, s: Session, n: int, phase: str) -> dict[str, Any]:
     from zwarm.ops.reading import turn_json
 
-    t = turn_json(api.store, s, s.turns[n - 1].to_dict())
+    t = turn_json(api, s, s.turns[n - 1].to_dict())
     for key in ("message", "final_message", "error"):
         if isinstance(t.get(key), str) and len(t[key]) > 4000:
             t[key] = t[key][:4000] + "…"
@@ -539,9 +539,9 @@ class Fleet:
         return r, s if r["status"] in RUNS else None
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
-        from zwarm.cli.follow import TurnWatch, tokens_so_far
         from zwarm.cli.render import activity
         from zwarm.model import RUNS
+        from zwarm.ops.following import tokens_so_far
 
         t = s.current
         if t is None or t.status not in RUNS:
@@ -549,8 +549,7 @@ class Fleet:
         key = (s.id, t.n)
         watch = self._watches.get(key)
         if watch is None:
-            mgr = api.reader(s.adapter)
-            watch = self._watches[key] = TurnWatch(mgr, api.store.turn_path(s.id, t.n))
+            watch = self._watches[key] = api.turn_watch(s, t.n)
         watch.poll()
         return activity(watch.latest, 200) or None, tokens_so_far(s, watch)
 
