@@ -456,7 +456,7 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
     """Load and validate ``path``; a missing file gives the defaults (checked against what was
     trusted all the same: a deleted file loosens nothing). ``environ`` locates the trust file
     (default ``os.environ``); it is read only when a value that is not free is used."""
-    from zwarm.store.files import read_file
+    from zwarm.system.files import read_file
     from zwarm.trust import ConfigSource
 
     tables = schema()  # once: each agent's table is asked of the agent

@@ -2,8 +2,8 @@
 ``wait``, ``spawn --wait`` and ``inject --wait`` show while they block.
 
 Owns what refreshes on screen. Must stay true:
-- turn logs are read incrementally (``zwarm.cli.follow``): a refresh costs what the agents
-  wrote since the last one, never a re-parse of a whole log;
+- turn logs are read incrementally (``Zwarm.turn_watch``, ``Zwarm.follow``: ``ops.following``):
+  a refresh costs what the agents wrote since the last one, never a re-parse of a whole log;
 - an idle view costs nothing: it sleeps on the state dir (``runtime.notify``) and reads again
   only what changed (and everything every ``FULL_EVERY_S``); ``top`` paints each distinct
   cell once (``_Painter``) and redraws only a frame that changed, so a second in which only
@@ -31,6 +31,7 @@ import click
 
 from zwarm.cli import render
 from zwarm.cli.common import get_api
+from zwarm.cli.render import activity
 from zwarm.env import parse_iso
 from zwarm.model import RUNS, Status
 from zwarm.model.status import IDLE
@@ -225,7 +226,7 @@ class Board:
         w = self.watches.get((s.id, t.n))
         elapsed = self.now - parse_iso(t.started_at)
         waiting = s.status not in RUNS
-        doing = render.activity(w.latest if w else None, 200) or ("" if waiting else "starting…")
+        doing = activity(w.latest if w else None, 200) or ("" if waiting else "starting…")
         if s.queue:
             doing = f"(+{len(s.queue)} queued) {doing}"
         listed = next((r for r in self.rows if r["id"] == s.id), None)  # its launcher's word
@@ -574,7 +575,7 @@ class _Progress:
             t = s.current
             assert t is not None
             w = self.watches[(s.id, t.n)]
-            doing = render.activity(w.latest, 120) or "starting…"
+            doing = activity(w.latest, 120) or "starting…"
             clock = render.fmt_clock(now - parse_iso(t.started_at))
             tokens = render.fmt_tokens(follow.tokens_so_far(s, w))
             state = "" if s.status is Status.RUNNING else f"{s.status.value} · "

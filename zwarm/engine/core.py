@@ -28,14 +28,15 @@ from zwarm.agents.base import Agent, AgentOptions
 from zwarm.config import Config
 from zwarm.engine import transitions, tree
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, for_children
+from zwarm.env import Env
+from zwarm.env.children import for_children
 from zwarm.errors import InvalidInput, StoreError
 from zwarm.launchers import get_launcher
 from zwarm.launchers.base import Launcher
 from zwarm.model import Reason, Session, Status, Turn, TurnOutcome, Usage
 from zwarm.model.steps import Step
-from zwarm.store import Store, pins, write_private
-from zwarm.store.files import open_read
+from zwarm.store import Store, pins
+from zwarm.system.files import open_read, write_private
 
 if TYPE_CHECKING:
     from zwarm.engine import scheduler as scheduler_mod

@@ -28,13 +28,13 @@ import msgspec
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.core import MESSAGE_KEEP_CHARS, ManagerCore, in_state_dir
-from zwarm.env import launcher
+from zwarm.env.launcher import launcher
 from zwarm.errors import ZwarmError
 from zwarm.model import RUNS, Reason, Session, Status, Turn, TurnOutcome
 from zwarm.model.records import Changes, Workspace
 from zwarm.store import Store, pins
-from zwarm.store.files import open_append, open_read
 from zwarm.system import procs
+from zwarm.system.files import open_append, open_read
 
 
 class Finishing(ManagerCore):

@@ -18,8 +18,8 @@ from zwarm.engine.finishing import Finishing
 from zwarm.env import parse_iso
 from zwarm.errors import SessionStateError, WriteFailed
 from zwarm.model import ACTIVE, RUNS, Reason, Session, Status, Turn
-from zwarm.store.files import read_file
 from zwarm.system import procs
+from zwarm.system.files import read_file
 
 
 class Recovery(Finishing):

@@ -1,5 +1,6 @@
 """Where a turn runs: the launcher interface (``base``), the local launcher (``local``: a
-detached supervisor on this machine, see ``zwarm.runtime``), the Slurm launcher (``slurm``: one
+detached supervisor on this machine, see ``zwarm.runtime``, forked by the state dir's fork
+server when one serves: ``forking`` asks it), the Slurm launcher (``slurm``: one
 batch job per turn, the same supervisor on a compute node), the launcher registry, and
 ``survey``: many running turns asked about at once, one query per launcher.
 

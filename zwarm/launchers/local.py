@@ -4,10 +4,11 @@ Owns starting the supervisor (``runtime.supervisor``), telling whether it lives,
 a turn's processes (many turns' at once for ``kill --all``). A supervisor is forked by the
 state dir's fork server (``runtime.forkserver``) when one serves this environment, else it is
 a new interpreter (and a server is started for the turns after). Must stay true:
-- the supervisor is started isolated (``env.python_argv``: ``python -I``, no ``PYTHON*``
-  variables, no user site, no script dir on ``sys.path``; a forked one inherits this from its
-  server, started the same way) with ``/`` as its working directory (``env.NEUTRAL_CWD``),
-  so nothing an agent planted in the state dir or its working directory is ever imported;
+- the supervisor is started isolated (``env.python.python_argv``: ``python -I``, no
+  ``PYTHON*`` variables, no user site, no script dir on ``sys.path``; a forked one inherits
+  this from its server, started the same way) with ``/`` as its working directory
+  (``env.python.NEUTRAL_CWD``), so nothing an agent planted in the state dir or its working
+  directory is ever imported;
 - a forked supervisor runs exactly what a new interpreter would, with the environment this
   command would have given it (sent with the request); anything the server's answer does not
   prove (``forking.fork``) costs a new interpreter, never a turn;
@@ -27,11 +28,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from zwarm.env import NEUTRAL_CWD, for_children, python_argv
+from zwarm.env.children import for_children
+from zwarm.env.python import NEUTRAL_CWD, python_argv
 from zwarm.launchers.base import Launcher
 from zwarm.model import Turn
-from zwarm.store.files import open_append
 from zwarm.system import procs
+from zwarm.system.files import open_append
 
 if TYPE_CHECKING:
     import subprocess
@@ -63,7 +65,7 @@ class LocalLauncher(Launcher):
     def _forked(self, sid: str, log: int) -> int | None:
         """The supervisor forked by the state dir's fork server (``runtime.forkserver``), or
         None: not usable here, refused, or no server yet (one is started for later turns)."""
-        from zwarm.runtime import forking
+        from zwarm.launchers import forking
 
         if not forking.usable(self.env.python, self.env.environ):
             return None
@@ -78,7 +80,7 @@ class LocalLauncher(Launcher):
     def _start_server(self, name: str, environ: dict[str, str]) -> None:
         """Start the server ``name`` (detached) unless another is starting for this state dir
         (``forking.start_lock``): it holds the lock until it listens."""
-        from zwarm.runtime import forking
+        from zwarm.launchers import forking
 
         try:
             lock = forking.start_lock(self.store.root)

@@ -124,7 +124,7 @@ class SlurmLauncher(Launcher):
             raise OSError("sbatch not found on PATH (Slurm's client commands are needed here)")
         log = self.store.turn_path(sid, turn.n, "slurm.log")
         argv = sbatch_argv(table, self.env.environ, sid, turn, str(log), after, after_any)
-        from zwarm.store.files import write_private
+        from zwarm.system.files import write_private
 
         write_private(log, b"")  # a new file of ours (a planted link is replaced, not followed)
         script = job_script(table["python"] or self.env.python, root, sid, turn.n)
@@ -351,7 +351,7 @@ def sbatch_argv(
 
 def job_script(python: str, state_dir: str, sid: str, n: int) -> str:
     """The batch script: zwarm's own values only, shell-quoted; no prompt, no variable."""
-    from zwarm.env import python_argv
+    from zwarm.env.python import python_argv
 
     cmd = python_argv(python, "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid)
     return (
@@ -481,7 +481,8 @@ def parse_sacct(text: str) -> dict[str, Job]:
 
 
 def _word(text: str) -> str:
-    """A short, printable field of Slurm's output."""
+    """A short, printable field of Slurm's output, compared as it is (a job's name and user
+    before a cancel): no escape is interpreted, no marker added (not a cutter for display)."""
     return "".join(c for c in text.strip() if c.isprintable())[:200]
 
 
@@ -599,5 +600,7 @@ def _run(
 
 def _said(data: bytes) -> str:
     """What a Slurm command wrote on stderr, on one line (its last three lines)."""
+    from zwarm.text import oneline
+
     lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return "".join(c for c in "; ".join(lines[-3:]) if c.isprintable())[:400]
+    return oneline("; ".join(lines[-3:]), 400)

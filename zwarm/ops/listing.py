@@ -7,9 +7,9 @@ trees' roll-up filled in; ``EncodedRow`` (a finished row kept as its JSON for ou
 ``select_rows`` (the filters ``ls`` and the server share); ``launcher_says``, ``queue_place``;
 and ``tree_facts``: what ``show`` adds to one session's row (its children, its subtree's
 totals), read from that subtree only. Must stay true:
-- it never reads a turn log; each meta.json is decoded by the one schema
-  (``zwarm.model.schema``); a running session is checked with its launcher, and only a lost
-  one is reconciled;
+- it never reads a turn log (but a zwarm 3.x record's: ``legacy.filled``, in memory); each
+  meta.json is decoded by the one schema (``zwarm.model.schema``); a running session is
+  checked with its launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; a session
   removed while listed (``rm`` renames it away whole) is left out, not called damaged;
 - a row's shape is ``zwarm.model.rows``'s, and the listing cache is kept per version of the
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from zwarm import legacy
 from zwarm.errors import (
     DamagedSession,
     InvalidInput,
@@ -40,8 +41,8 @@ from zwarm.model.status import ROW_STATUSES
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
     from zwarm.launchers.base import Probe
-    from zwarm.store.files import DirFileKey
     from zwarm.store.rowcache import RowCache
+    from zwarm.system.files import DirFileKey
 
 T = TypeVar("T")
 
@@ -94,6 +95,8 @@ def _rows_of_finished(
                 if api.store.removed(sid):
                     continue  # removed since listed (rm renames it away whole): not damage
                 rows.append(damaged_row(sid, got.problem))
+            elif got.imported:  # zwarm 3.x's, never running: its logs read (zwarm.legacy)
+                rows.append(_kept(row(legacy.filled(api.reader(got.adapter), got)), encoded))
             elif got.status in RUNS and got.current is not None:
                 running.append(got)
             else:
@@ -186,6 +189,8 @@ def tree_facts(api: Zwarm, s: Session) -> dict[str, Any]:
             continue
         if isinstance(got, Session) and got.status in RUNS and got.current is not None:
             running.append(got)
+        elif isinstance(got, Session) and got.imported:  # zwarm 3.x's (zwarm.legacy)
+            rows.append(row(legacy.filled(api.reader(got.adapter), got)))
         elif isinstance(got, Session):
             rows.append(row(got))
         elif got is not None:

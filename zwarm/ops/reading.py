@@ -169,7 +169,7 @@ LOG_CHUNK = 1 << 20  # logs streams a turn log in pieces this size: memory stays
 def _read_at(path: Path, pos: int, size: int) -> bytes:
     """Up to ``size`` bytes of the turn log ``path`` from ``pos`` (none if it is missing or not
     a regular file: a planted FIFO or link is never opened blocking or followed)."""
-    from zwarm.store.files import open_read
+    from zwarm.system.files import open_read
 
     try:
         fd = open_read(path)

@@ -33,7 +33,7 @@ from msgspec import Meta
 
 from zwarm.errors import StoreError
 from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Handle, Workspace
-from zwarm.store.files import atomic_write, private_dir, read_file
+from zwarm.system.files import atomic_write, private_dir, read_file
 
 
 class Pin(msgspec.Struct):
