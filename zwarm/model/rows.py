@@ -48,7 +48,7 @@ _Ids = Annotated[list[SessionId], Meta(max_length=1_000_000)]
 
 
 class Row(Struct, forbid_unknown_fields=True):
-    """A session's row as ``api.row`` makes it (before a listing fills in its place in the
+    """A session's row as ``row`` makes it (before a listing fills in its place in the
     queue and in its delegation tree)."""
 
     id: SessionId
@@ -107,7 +107,7 @@ _decoder = msgspec.json.Decoder(Row)
 
 
 def decode_row(data: bytes | memoryview) -> dict[str, Any]:
-    """The row in ``data`` (one JSON object), validated by ``Row``, as ``api.row`` made it.
+    """The row in ``data`` (one JSON object), validated by ``Row``, as ``row`` made it.
     Raises ``ValueError`` if it is not one."""
     try:
         r = _decoder.decode(data)
