@@ -32,7 +32,7 @@ in a login shell, whose ``/etc/profile`` resets PATH).
 Also owns the environment every process zwarm starts gets (``for_children``):
 never the built-in orchestrator's own key (``ORCH_KEY_VAR``), wherever zwarm found it (a
 user who exported it in their shell runs ``zwarm spawn``, ``serve`` or ``mcp`` with it; only
-``zwarm orchestrate`` reads it, ``orchestrator.guard``).
+``zwarm orchestrate`` reads it, ``orchestrator.guard``), nor ``SOURCE_VAR``.
 """
 
 import os
@@ -48,12 +48,15 @@ import msgspec
 STATE_DIR_NAME = ".zwarm"
 NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working directory
 ORCH_KEY_VAR = "ZWARM_ORCH_API_KEY"  # the orchestrator's alone: no process zwarm starts gets it
+SOURCE_VAR = "ZWARM_SOURCE"  # names the caller of one ``zwarm mcp``: never its agents' servers
 
 
 def for_children(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` as a process zwarm starts (a supervisor, an agent, a hook) gets it: without
-    the orchestrator-only key (``ORCH_KEY_VAR``), which only ``zwarm orchestrate`` reads."""
-    return {k: v for k, v in environ.items() if k != ORCH_KEY_VAR}
+    the orchestrator-only key (``ORCH_KEY_VAR``), which only ``zwarm orchestrate`` reads, nor
+    the caller name of a ``zwarm mcp`` (``SOURCE_VAR``): an agent's own MCP server is a
+    caller of its own, never its orchestrator's."""
+    return {k: v for k, v in environ.items() if k not in (ORCH_KEY_VAR, SOURCE_VAR)}
 
 
 def python_argv(python: str, module: str, *args: str) -> list[str]:
