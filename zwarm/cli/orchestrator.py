@@ -30,7 +30,7 @@ import click
 from zwarm.cli import output
 from zwarm.cli.common import get_api
 from zwarm.cli.fast import read_task
-from zwarm.env import SOURCE_VAR
+from zwarm.env.children import SOURCE_VAR
 from zwarm.errors import InvalidInput
 
 if TYPE_CHECKING:

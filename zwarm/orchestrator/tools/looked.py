@@ -12,7 +12,7 @@ under) and the rule of what is news to a caller. Must stay true:
   finish stays news until a call that returned it (at least once, never lost);
 - the file is read without following a link, within ``STATE_BYTES``; the state of callers
   gone for ``FORGET_S`` is removed when a new caller starts;
-- every update is a load-modify-write under the one flock helper (``store.files.locked``)
+- every update is a load-modify-write under the one flock helper (``system.files.locked``)
   and an atomic replace, so two callers marking at once lose neither's marks.
 """
 
@@ -29,8 +29,7 @@ from zwarm.api import Zwarm
 from zwarm.env import parse_iso
 from zwarm.errors import ZwarmError
 from zwarm.model import FINISHED
-from zwarm.store import atomic_write
-from zwarm.store.files import locked, private_dir, read_file
+from zwarm.system.files import atomic_write, locked, private_dir, read_file
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 STATE_BYTES = 4 << 20  # one caller's state file: marks of live sessions only
