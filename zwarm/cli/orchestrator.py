@@ -65,25 +65,79 @@ def _need(module: str, extra: str, command: str) -> None:
         )
 
 
-@click.command("mcp")
+@click.group("mcp", invoke_without_command=True)
 @click.pass_context
 def mcp_command(ctx: click.Context) -> None:
     """Serve zwarm's orchestrator tools over MCP on stdin/stdout.
 
-    Register it with an MCP client. Sessions it starts are marked with source
-    mcp:<client name>.
+    Register it with an MCP client (zwarm mcp install claude|codex writes the client's
+    configuration). Sessions it starts are marked with source mcp:<client name>.
 
     \b
     Examples:
-      claude mcp add zwarm -- zwarm mcp
-      codex mcp add zwarm -- zwarm mcp
+      zwarm mcp install claude      # .mcp.json + .claude/settings.json here
+      zwarm mcp install codex --user
     """
+    if ctx.invoked_subcommand is not None:
+        return
     _need("mcp", "mcp", "mcp")
     api = get_api(ctx)
     api.setting("tools", "allowed_roots")  # loads config.toml: an invalid one is reported now
     from zwarm.orchestrator import mcp_server
 
     mcp_server.serve(api)
+
+
+@mcp_command.command("install")
+@click.argument("client", type=click.Choice(["claude", "codex"]))
+@click.option("--user", is_flag=True, help="The client's user-wide config (else this project's).")
+@click.option(
+    "--http",
+    "http_url",
+    is_flag=False,
+    flag_value="http://127.0.0.1:8765/mcp",
+    metavar="URL",
+    help="Use zwarm serve's MCP endpoint (default http://127.0.0.1:8765/mcp) instead of stdio.",
+)
+@click.option("--print", "printing", is_flag=True, help="Only show what would be written.")
+@click.pass_context
+def mcp_install_command(
+    ctx: click.Context, client: str, user: bool, http_url: str | None, printing: bool
+) -> None:
+    """Write CLIENT's MCP configuration so that a plain headless run uses zwarm's tools.
+
+    Adds the zwarm server (this zwarm, on this state dir), the client's permission for
+    zwarm's tools only, and what loads them upfront; other content is kept, and running it
+    again changes nothing. Project scope (the default) writes .mcp.json and
+    .claude/settings.json, or .codex/config.toml, in the current directory.
+
+    \b
+    Examples:
+      zwarm mcp install claude && claude -p "delegate the failing test to codex"
+      zwarm mcp install codex --user --print
+    """
+    from pathlib import Path
+
+    from zwarm import mcp_install
+
+    api = get_api(ctx)
+    state_dir = Path(os.path.abspath(api.state_dir))
+    environ = api.env.environ
+    if not printing:
+        api.store.ensure()  # the server refuses a state dir that is not there
+    p = mcp_install.plan(
+        client,
+        user=user,
+        state_dir=state_dir,
+        cwd=api.env.cwd,
+        environ=environ,
+        command=mcp_install.zwarm_command(),
+        http_url=http_url,
+    )
+    if not printing:
+        mcp_install.apply(p)
+    for line in mcp_install.describe(p, printing):
+        click.echo(line)
 
 
 class _RunGroup(click.Group):
