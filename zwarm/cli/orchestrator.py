@@ -1,8 +1,10 @@
-"""The orchestrator commands: ``zwarm tools``, ``zwarm mcp`` and ``zwarm orchestrate``.
+"""The orchestrator commands: ``zwarm tools``, ``zwarm mcp`` (and ``zwarm mcp install``) and
+``zwarm orchestrate``.
 
 Loaded lazily by ``zwarm.cli`` (``LAZY_COMMANDS``), as the attributes ``tools_command``,
 ``mcp_command`` and ``orchestrate_command``. Owns only argument parsing and output; the work is
-``orchestrator.tools``, ``orchestrator.mcp_server`` and ``orchestrator.loop``. Must stay true:
+``orchestrator.tools``, ``orchestrator.mcp_server``, ``zwarm.mcp_install`` and
+``orchestrator.loop``. Must stay true:
 - ``mcp``, ``openai`` and ``rich`` are imported inside the command that needs them; a missing
   optional extra is one line naming the ``pip install`` to run, exit 1, never a traceback;
 - errors are ``ZwarmError``s, which ``zwarm.cli`` turns into one line and exit 1;
