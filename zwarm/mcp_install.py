@@ -76,7 +76,7 @@ class Plan:
 def zwarm_command(argv0: str | None = None) -> list[str]:
     """The zwarm that is running, as an absolute command: its ``zwarm`` script when it was
     started as one, else this Python running ``-m zwarm``."""
-    from zwarm.env import python_argv
+    from zwarm.env.python import python_argv
 
     arg = argv0 if argv0 is not None else sys.argv[0]
     if os.path.basename(arg) == "zwarm" and os.path.isfile(arg):
@@ -119,7 +119,7 @@ def plan(
 
 def apply(p: Plan) -> None:
     """Write every changed file of ``p`` (atomically, never through a link)."""
-    from zwarm.store.files import atomic_write
+    from zwarm.system.files import atomic_write
 
     for c in p.changes:
         if c.data is None:
@@ -361,7 +361,7 @@ def _refuse_link(path: Path) -> None:
 def _read_text(path: Path) -> tuple[str | None, os.stat_result | None]:
     """The file's text and stat, or (None, None) if it does not exist; a link, a non-file or
     a file that is not UTF-8 is an error naming it."""
-    from zwarm.store.files import NotRegularFile, read_file
+    from zwarm.system.files import NotRegularFile, read_file
 
     try:
         data, st = read_file(path, _READ_LIMIT)

@@ -48,7 +48,7 @@ LAZY_COMMANDS = {
     "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
     "serve": (
-        "zwarm.serve.command",
+        "zwarm.cli.serve",
         "serve_command",
         "Serve the HTTP API, live event streams and the web dashboard.",
     ),
@@ -229,6 +229,12 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
     help="What runs its turns: local, or slurm (each turn a job; default: [launcher] default).",
 )
 @click.option(
+    "--launcher-option",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A setting of the launcher's table for this session (slurm: partition, time, ...).",
+)
+@click.option(
     "--detached",
     is_flag=True,
     help="Started by an agent: not killed or removed with its parent session.",
@@ -270,10 +276,11 @@ def _after_start(
 ) -> None:
     """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
     prompt given as an argument is in this process's argv: we re-exec without it first, as
-    every Python process zwarm starts, isolated (``env.python_argv``) in ``env.NEUTRAL_CWD``:
-    the working directory is the agent's, and nothing it wrote there may be imported."""
+    every Python process zwarm starts, isolated (``env.python``: ``python_argv``, in
+    ``NEUTRAL_CWD``): the working directory is the agent's, and nothing it wrote there may be
+    imported."""
     if wait_ and argv_task and sys.executable:
-        from zwarm.env import NEUTRAL_CWD, python_argv
+        from zwarm.env.python import NEUTRAL_CWD, python_argv
 
         sys.stdout.flush()
         args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]
@@ -327,22 +334,34 @@ def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool
 @click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
 @click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@click.option(
+    "--confirm-dir", metavar="DIR", help="A zwarm 3.x session: the folder it continues in."
+)
+@click.option("--confirm-agent", metavar="AGENT", help="A zwarm 3.x session: its agent.")
 @json_option
 @click.pass_context
 def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_: bool,
-           context: str | None, timeout: float | None) -> None:  # fmt: skip
+           context: str | None, timeout: float | None, confirm_dir: str | None,
+           confirm_agent: str | None) -> None:  # fmt: skip
     """Continue SESSION with MESSAGE; queued if a turn is running.
 
     SESSION is a session id, a unique prefix of it (4+ characters), or its name; MESSAGE -
     reads the message from stdin. With --wait the command blocks until this turn ends and
-    exits 0 if it completed, 1 if not.
+    exits 0 if it completed, 1 if not. A session made by zwarm 3.x is continued once you
+    confirm its folder and agent (asked on a terminal, or --confirm-dir and --confirm-agent).
 
     \b
     Examples:
       zwarm inject verbose "also update the README"
       zwarm inject 3f2a "now fix the tests" --context native --wait
+      zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
     """
     api = _api(ctx)
+    from zwarm import legacy_sessions
+
+    tty = message != "-" and sys.stdin.isatty()
+    ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
+    legacy_sessions.confirm(api, session, confirm_dir, confirm_agent, ask)
     s, state = api.inject(session, fast.read_task(message), context=context, timeout=timeout)
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:
