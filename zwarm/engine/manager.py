@@ -2,7 +2,9 @@
 
 Owns starting, continuing, recording, reconciling and killing turns. Everything that differs
 between agents (argv, permissions, event parsing, how usage/cost accumulate over a native
-resume, prices) is the bound ``Agent``'s (``zwarm.agents.base``); subclasses only bind one.
+resume, prices, what it sets up before a turn and keeps after one: ``Agent.launch_env``,
+``after_turn``, ``reader``, called here with the turn's files, ``turn_files``) is the bound
+``Agent``'s (``zwarm.agents.base``); a subclass only binds one (``manager_class``).
 How a turn runs is the ``Launcher``'s (``zwarm.runtime``): this module never starts, inspects
 or signals a process itself. Must stay true:
 - every change to meta.json happens in ``Store.transaction`` (one locked load-modify-save), and
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
-from zwarm.agents.base import Agent, AgentOptions
+from zwarm.agents.base import Agent, AgentOptions, AgentSetupError, TurnFiles
 from zwarm.config import Config
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
@@ -395,7 +397,23 @@ class BaseSessionManager(abc.ABC):
         except OSError as e:
             why = f"turn {n}'s log cannot be read: {e.strerror or e}"
             return iter([{"kind": "error", "message": why, "fatal": False}])
-        return _closing_iter(f, self.iter_steps(f))
+        return _closing_iter(f, self._reader(sid, n).steps(f))
+
+    def turn_files(self, sid: str, n: int) -> TurnFiles:
+        """Where turn ``n``'s files are, for the bound agent's hooks (its sidecar, if it
+        declares one, beside the log)."""
+        ext = self.agent.turn_sidecar
+        sidecar = self.store.turn_path(sid, n, ext) if ext else None
+        return TurnFiles(self.store.session_dir(sid), self.store.turn_path(sid, n), sidecar)
+
+    def _reader(self, sid: str, n: int) -> Agent:
+        """The agent that reads turn ``n``'s log (``Agent.reader``: gemini's joins the facts
+        its sidecar holds); the bound agent itself if the hook fails."""
+        try:
+            return self.agent.reader(self.turn_files(sid, n))
+        except Exception as e:  # a plugin's hook: the log is still read, without its extras
+            print(f"zwarm: the {self.name} agent's reader failed: {_why(e)}", file=sys.stderr)
+            return self.agent
 
     def read_outcome(self, sid: str, n: int) -> TurnOutcome:
         """The outcome of turn ``n`` from its log: one pass, any JSON layout, bounded memory.
@@ -448,7 +466,15 @@ class BaseSessionManager(abc.ABC):
         if zwarm is not None:
             env[tree.ZWARM_VAR] = str(zwarm)
             env["PATH"] = os.pathsep.join([str(zwarm.parent), env.get("PATH") or os.defpath])
-        return AgentLaunch(self.build_argv(opts, resume), pin.cwd, env)
+        argv = self.build_argv(opts, resume)
+        table = self.config.table(self.name)
+        try:  # the agent's own set-up (gemini: the session's home), with the pinned cwd
+            env = self.agent.launch_env(
+                table, env, pin.cwd, self.turn_files(s.id, t.n), self.env.environ
+            )
+        except AgentSetupError as e:
+            raise StartRefused(str(e)) from None
+        return AgentLaunch(argv, pin.cwd, env)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
         """Record that turn ``t``'s agent could not be started (lock held)."""
@@ -569,6 +595,7 @@ class BaseSessionManager(abc.ABC):
         session's budget (then the queue is dropped), begins nothing. With ``hand_off`` (a
         supervisor that runs one turn: ``runtime.slurm``), the next turn is started by its
         launcher in the same transaction, and None returned."""
+        self._agent_after_turn(sid, n)
         outcome = self.read_outcome(sid, n)
         stderr_tail = _tail(self.store, sid, n)
         after, changes, whole = self._after_turn(sid, n)
@@ -589,6 +616,14 @@ class BaseSessionManager(abc.ABC):
                 self._start(s, nxt)
                 return None
             return nxt
+
+    def _agent_after_turn(self, sid: str, n: int) -> None:
+        """The bound agent's ``after_turn`` (gemini keeps the tool facts its stream leaves
+        out): best effort, a failure is one line on the supervisor's log."""
+        try:
+            self.agent.after_turn(self.turn_files(sid, n))
+        except Exception as e:  # a plugin's hook: the turn is recorded as its log tells it
+            print(f"zwarm: the {self.name} agent's after_turn failed: {_why(e)}", file=sys.stderr)
 
     def _record(
         self,
@@ -813,20 +848,14 @@ _classes: dict[str, type[BaseSessionManager]] = {}
 
 
 def manager_class(name: str) -> type[BaseSessionManager]:
-    """The session manager bound to agent ``name`` — the agent's own (``Agent.manager``, e.g.
-    ``CodexSessionManager``) or one made for it; ``UnknownAgent`` if there is none."""
+    """The session manager bound to agent ``name`` (made once per process); ``UnknownAgent``
+    if there is none."""
     if name not in _classes:
-        from zwarm import agents, plugins
+        from zwarm import agents
 
         agent = agents.get(name)
-        if agent.manager:
-            cls = plugins.load(agent.manager)
-            if not (isinstance(cls, type) and issubclass(cls, BaseSessionManager)):
-                raise TypeError(f"{agent.manager} is not a BaseSessionManager")
-        else:
-            attrs = {"agent": agent, "name": agent.name, "__module__": type(agent).__module__}
-            cls = type(f"{agent.name.title()}SessionManager", (BaseSessionManager,), attrs)
-        _classes[name] = cls
+        attrs = {"agent": agent, "name": agent.name, "__module__": type(agent).__module__}
+        _classes[name] = type(f"{agent.name.title()}SessionManager", (BaseSessionManager,), attrs)
     return _classes[name]
 
 
@@ -867,6 +896,10 @@ def _first_turn(task: str, now: str, timeout: float | None, launcher: str = "loc
     t = Turn(1, Status.RUNNING, task[:MESSAGE_KEEP_CHARS], "task", now, timeout=timeout)
     t.launcher = launcher
     return t
+
+
+def _why(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
 def _exit_reason(returncode: int, stderr_tail: str) -> str:
