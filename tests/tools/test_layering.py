@@ -1,6 +1,10 @@
-"""zwarm's import graph has no cycles, and the orchestrator layer sits on the API's public
-methods: it never reaches through ``Zwarm.store`` or ``Zwarm.config``, and the API never
-imports it.
+"""zwarm's layers are true: its packages stand in one declared order (``LAYERS``, bottom-up)
+and every import between two of them points down that order, so no package cycle exists
+(agents never import the engine; the process entry points of ``runtime`` sit above the engine
+and never build the facade; the text helpers lie below every front end; ``serve`` never
+imports ``cli``); the import graph of modules has no cycle either; and the orchestrator layer
+sits on the API's public methods: it never reaches through ``Zwarm.store`` or
+``Zwarm.config``, and the API never imports it.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
 including those inside functions (lazy imports still form cycles at run time), but not those
@@ -21,6 +25,42 @@ from pathlib import Path
 from tests.support import ROOT
 
 PKG = ROOT / "zwarm"
+# zwarm's packages (and top-level modules), bottom-up: each may import only those before it.
+# ``zwarm`` is the root package's own ``__init__`` (the version).
+LAYERS = [
+    "zwarm",
+    "errors",  # the exceptions: every layer raises them
+    "xdg",  # where per-user files live
+    "plugins",  # entry points (agents, launchers)
+    "rules",  # how trust treats a config value
+    "secret_names",  # which names hold secrets
+    "legacy",  # zwarm 3.x's config, read
+    "system",  # the operating system: process identity, files, file-change waits
+    "model",  # the session record, its schema, steps, rows
+    "text",  # terminal text and a step as a line, below every front end
+    "trust",  # which state dirs and config values may be used
+    "store",  # the state dir's records
+    "env",  # the environment: state dir rule, how Python and agents are started
+    "agents",  # the agent plugins (never the engine: hooks it calls)
+    "launchers",  # where a turn runs
+    "config",  # config.toml: the schema the agents and launchers declare
+    "config_text",  # the commented config zwarm init writes
+    "engine",  # the session life cycle
+    "runtime",  # the process entry points: supervisor, fork server, watch, hooks
+    "trust_plan",  # what zwarm trust shows and records
+    "upgrade",  # zwarm init --upgrade
+    "api",  # the one public Python API (the facade)
+    "orchestrator",  # the built-in orchestrator and its tools, on the API
+    "serve",  # HTTP, streams and the dashboard, on the API
+    "cli",  # the command line, on everything
+    "__main__",
+]
+# Upward package edges another task is removing; nothing else may be here, and an edge
+# that no longer exists must leave (the test says so).
+PENDING = {
+    ("launchers", "config"),  # removed by the launcher seam (issue 31.4)
+    ("serve", "cli"),  # serve.streams -> cli.follow: removed by the facade (issue 31.1)
+}
 DYNAMIC_IMPORTERS = {"zwarm.cli.commands", "zwarm.plugins"}
 LAYER_FILES = [*sorted((PKG / "orchestrator").glob("*.py")), PKG / "cli" / "orchestrator.py"]
 
@@ -159,7 +199,54 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def package(module: str) -> str:
+    """The package (or top-level module) of zwarm that ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], set[str]]:
+    """Each import between two packages, with the module imports that make it."""
+    edges: dict[tuple[str, str], set[str]] = {}
+    for m, targets in graph.items():
+        for t in targets:
+            if package(m) != package(t):
+                edges.setdefault((package(m), package(t)), set()).add(f"{m} -> {t}")
+    return edges
+
+
 # ---------------------------------------------------------------------------- the tests
+def test_every_package_has_its_place_in_the_layers() -> None:
+    found = {package(m) for m in MODULES}
+    assert len(set(LAYERS)) == len(LAYERS)
+    unplaced = sorted(found - set(LAYERS))
+    assert unplaced == [], (
+        f"packages with no place in LAYERS (add them where they import): {unplaced}"
+    )
+    assert sorted(set(LAYERS) - found) == [], "LAYERS names packages that do not exist"
+
+
+def test_every_package_import_points_down_the_layers() -> None:
+    rank = {p: i for i, p in enumerate(LAYERS)}
+    up = [
+        f"{a} -> {b}: " + ", ".join(sorted(why))
+        for (a, b), why in sorted(package_edges(import_graph()).items())
+        if rank[b] > rank[a] and (a, b) not in PENDING
+    ]
+    assert up == [], "imports up the layers:\n" + "\n".join(up)
+
+
+def test_no_package_cycle_and_nothing_stale_is_pending() -> None:
+    """(The order alone proves there is none; this says where one is, if the order changes.)"""
+    edges = package_edges(import_graph())
+    graph: dict[str, set[str]] = {p: set() for p in LAYERS}
+    for a, b in edges.keys() - PENDING:
+        graph[a].add(b)
+    cycle = find_cycle(graph)
+    assert cycle is None, "package cycle: " + " -> ".join(cycle or [])
+    assert sorted(PENDING - edges.keys()) == [], "gone: remove these from PENDING"
+
+
 def test_the_import_graph_has_no_cycle() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])

@@ -434,7 +434,7 @@ def _counts(u: Usage) -> tuple[int, int, int, int]:
 
 def _cut(text: str | None, limit: int) -> str | None:
     """``text`` cut to ``limit`` characters (a bound on what meta.json keeps), not
-    ``cli.text.cut``'s terminal cells: a stored bound must not depend on how wide characters
+    ``text.cut``'s terminal cells: a stored bound must not depend on how wide characters
     show, and the supervisors that run this import nothing of the CLI."""
     if text is None or len(text) <= limit:
         return text

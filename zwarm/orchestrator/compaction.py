@@ -221,7 +221,7 @@ def _render(s: Stored, names: dict[Any, Any]) -> str:
 
 def _cut(text: str, limit: int) -> str:
     """Head and tail halves with the cut said inline: what the summariser model reads of one
-    message (characters, not ``cli.text.cut``'s cells: a model's budget is not a terminal's).
+    message (characters, not ``text.cut``'s cells: a model's budget is not a terminal's).
     The tools' ``short`` keeps more head and says the cut on its own line, for results."""
     if len(text) <= limit:
         return text

@@ -28,6 +28,7 @@ from zwarm.agents.base import (
     Setting,
     TurnFiles,
 )
+from zwarm.agents.gemini.home import AUTH_TYPES
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
 from zwarm.rules import FREE, Rule
@@ -36,7 +37,6 @@ APPROVAL_MODES = ("auto_edit", "default", "plan", "yolo")
 # the same, tightest first: plan reads only; default asks (headless: denies) for each tool;
 # auto_edit approves edits; yolo approves everything
 APPROVAL_ORDER = ("plan", "default", "auto_edit", "yolo")
-AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
 
 # USD per 1M tokens, prompts up to 200K tokens (longer ones cost more on the Pro models).
 # Google's list prices (ai.google.dev/gemini-api/docs/pricing) as quoted by the gemini-cost

@@ -40,11 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from zwarm.agents.base import AgentSetupError
-from zwarm.agents.gemini import AUTH_TYPES
 from zwarm.errors import InvalidInput, StoreError
 from zwarm.secret_names import looks_secret
 
 HOME_DIR = "gemini-home"
+# ``[gemini] auth``: "" = from the environment (``auth_type``)
+AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
 MARKER = "ZWARM_SESSION_ID"  # zwarm.system.procs.MARKER (agents never import the runtime)
 # what the engine puts in every agent's environment and its shell commands need: the marker,
 # and the parent/state dir by which a `zwarm spawn` from inside becomes a child session, and
