@@ -4,7 +4,8 @@ Owns the operations on sessions (spawn, inject, list, show, trajectory, logs, wa
 and their stable JSON shapes. Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
-  session (never a turn log), each decoded by the one schema (``zwarm.model.schema``);
+  session (never a turn log, but a zwarm 3.x record's: ``legacy.filled``, in memory), each
+  decoded by the one schema (``zwarm.model.schema``);
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
   be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from zwarm import agents
+from zwarm import agents, legacy
 from zwarm.agents import agent_for_model
 from zwarm.env import Env, parse_iso
 from zwarm.errors import (
@@ -97,9 +98,9 @@ class Zwarm:
 
             self._config = config_mod.load(self.config_path, self.env.environ)
             if self._config.legacy:  # once per Zwarm: it loads its config once
-                from zwarm import legacy
+                from zwarm import legacy_config
 
-                self.warn(legacy.warning(self.config_path, list(self._config.legacy)))
+                self.warn(legacy_config.warning(self.config_path, list(self._config.legacy)))
         return self._config
 
     def manager(self, adapter: str) -> BaseSessionManager:
@@ -409,6 +410,8 @@ class Zwarm:
         sid = self.store.resolve(ref)
         self.tick()
         s = self.store.load(sid, history)
+        if s.imported:  # zwarm 3.x's: what its turn logs say, in memory (zwarm.legacy)
+            return legacy.filled(self.reader(s.adapter), s)
         if s.status not in RUNS or self._alive(s):
             return s
         return self.reader(s.adapter).reconcile(s)
@@ -479,6 +482,8 @@ class Zwarm:
                     if self.store.removed(sid):
                         continue  # removed since listed (rm renames it away whole): not damage
                     rows.append(damaged_row(sid, got.problem))
+                elif got.imported:  # zwarm 3.x's, never running: its logs read (zwarm.legacy)
+                    rows.append(_kept(row(legacy.filled(self.reader(got.adapter), got)), encoded))
                 elif got.status in RUNS and got.current is not None:
                     running.append(got)
                 else:
@@ -1759,7 +1764,9 @@ def check_prompt(text: str) -> str:
 
 def _check_workdir(s: Session) -> None:
     """A follow-up's working directory is still there (its removal is named now, not as an
-    agent that could not start); one removed after this is named by its supervisor."""
+    agent that could not start); one removed after this is named by its supervisor. A zwarm
+    3.x record is continued only once confirmed (``legacy.continuable``)."""
+    legacy.continuable(s)
     if not os.path.isdir(s.cwd):
         raise InvalidInput(
             f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"

@@ -1,7 +1,13 @@
-"""Making text safe and short for a terminal: control characters, one-line cells, widths.
+"""Making text safe and short: control characters, one-line cells, widths, every cut.
 
-Owns the one rule for printing text zwarm did not write itself (a task, a name, an agent's
-message or command output, an error quoting either): ``clean`` removes terminal escape
+Owns every way zwarm shortens text: ``cut`` (terminal cells, ending in …), ``clip``
+(characters, ending in …: a bound on what is stored, logged or sent, which must not depend on
+how wide a character shows), ``elide`` (head and tail around a ``[... N chars cut ...]`` note:
+what a model reads, which should know text is missing) and ``brief`` (the first lines and
+characters, with how much more: a long output in a terminal). No other module slices text and
+appends a marker of its own. Owns too the one rule for printing text zwarm did not write
+itself (a task, a name, an agent's message or command output, an error quoting either):
+``clean`` removes terminal escape
 sequences and control characters, so nothing an agent or a user wrote can recolour, move the
 cursor in, retitle or otherwise drive the terminal. Must stay true:
 - every human-readable output path passes such text through ``clean`` (or ``oneline`` /
@@ -10,26 +16,18 @@ cursor in, retitle or otherwise drive the terminal. Must stay true:
   (CSI, OSC, DCS/PM/APC/SOS strings, two-character escapes), the C0 and C1 control characters,
   DEL, and the Unicode bidirectional overrides and isolates (which reorder what is shown);
 - widths are terminal cells (wide East Asian characters count 2, combining marks 0);
-- it imports only the standard library and the step vocabulary (``zwarm.model.steps``), cheap
+- it imports only the standard library, cheap
   to import: ``zwarm ls`` imports it, and every front end (the CLI, serve, the orchestrator)
   shares it, none owning it.
-Also owns how a trajectory step reads as text wherever it is shown: ``activity`` (one plain
-line, for the live views of the CLI and the dashboard's rows), ``command_text`` (the command
-inside a shell wrapper), ``as_json`` (tool inputs), ``no_exit``, ``file_changes`` and
-``todo_items``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
 import unicodedata
-from collections.abc import Sequence
-from typing import Any, TextIO
-
-from zwarm.model.steps import UNFINISHED, Step
+from typing import TextIO
 
 # ESC-introduced sequences, and the 8-bit CSI/OSC/DCS forms. A string sequence (OSC, DCS...)
 # runs to BEL or ST (ESC \), or to the end of the text if unterminated.
@@ -113,6 +111,39 @@ def cut(s: str, width: int) -> str:
     return "".join(out) + "…"
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters (not cells: see ``cut``), ending in … when
+    cut: a bound on what is stored, logged or sent to a model or a browser."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"
+
+
+def elide(text: str, limit: int, head: int | None = None, sep: str = " ") -> str:
+    """``text`` if it has at most ``limit`` characters; else ``head`` characters of its start
+    (default half of ``limit``) and the rest of ``limit`` from its end, around a note of the
+    cut: ``<head><sep>[... N chars cut ...]<sep><tail>`` (the note and ``sep`` come on top of
+    ``limit``). For what a model reads: it knows text is missing, and how much."""
+    if len(text) <= limit:
+        return text
+    first = limit // 2 if head is None else max(min(head, limit), 0)
+    rest = max(limit - first, 0)
+    note = f"[... {len(text) - first - rest} chars cut ...]"
+    return text[:first] + sep + note + (sep + text[len(text) - rest :] if rest else "")
+
+
+def brief(text: str, lines: int, chars: int) -> str:
+    """``text``'s first ``lines`` lines and ``chars`` characters, each cut said after it with
+    how much more there was: ``… (N more lines)``, ``… (N more chars)`` (a long message or
+    output in a terminal, unless asked in full)."""
+    split = text.splitlines()
+    if len(split) > lines:
+        text = "\n".join(split[:lines]) + f"\n… ({len(split) - lines} more lines)"
+    if len(text) > chars:
+        text = text[:chars] + f"… ({len(text) - chars} more chars)"
+    return text
+
+
 def pad(s: str, width: int) -> str:
     """``s`` padded with spaces to ``width`` cells."""
     return s + " " * max(0, width - cells(s))
@@ -156,85 +187,3 @@ def _complete(tail: str) -> bool:
     """Whether the escape sequence starting ``tail`` ends inside it."""
     m = _ESCAPES.match(tail)
     return m is not None and m.end() < len(tail)
-
-
-# ---------------------------------------------------------------------- steps as text
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
-
-
-def command_text(command: Any) -> str:
-    """A command step's text as people read it (trajectory, top): the command inside a
-    shell wrapper (``/bin/bash -lc 'pytest -q'``, ``sh -c X``, ``zsh -lc X`` -> ``pytest -q``),
-    as codex runs every command; anything else as it is."""
-    text = str(command or "")
-    head = text.split(" ", 2)
-    if len(head) < 3 or head[0].rsplit("/", 1)[-1] not in _SHELLS:
-        return text
-    flag = head[1]
-    if not (flag.startswith("-") and "c" in flag and flag[1:].isalpha()):
-        return text
-    import shlex
-
-    try:
-        words = shlex.split(text)
-    except ValueError:  # unbalanced quotes: shown as it is
-        return text
-    return words[2] if len(words) == 3 and words[2].strip() else text
-
-
-def no_exit(status: Any) -> str:
-    """What a command without an exit code says instead."""
-    if status == "in_progress":
-        return "running"
-    if status == UNFINISHED:
-        return "did not finish"
-    return str(status or "no exit code")
-
-
-def activity(s: Step | None, width: int = 80) -> str:
-    """A step as one plain line (live views): ``$ pytest -q (exit 1)``, ``message Done…``."""
-    if s is None:
-        return ""
-    kind = s.get("kind")
-    if kind in ("message", "reasoning"):
-        text = f"{'' if kind == 'message' else 'thinking: '}{s.get('text', '')}"
-    elif kind == "command":
-        code = s.get("exit_code")
-        ended = f"exit {code}" if code is not None else no_exit(s.get("status") or "running")
-        text = f"$ {command_text(s.get('command'))} ({ended})"
-    elif kind == "file_change":
-        text = f"files: {file_changes(s)}"
-    elif kind == "tool_call":
-        text = f"tool {s.get('name')} {as_json(s.get('arguments'))}"
-    elif kind == "tool_result":
-        text = f"result: {s.get('result', '')}"
-    elif kind == "web_search":
-        text = f"search: {s.get('query')}"
-    elif kind == "todo":
-        text = f"todo: {todo_items(s)}"
-    elif kind == "error":
-        text = f"{'error' if s.get('fatal') else 'warning'}: {s.get('message')}"
-    else:
-        text = str(kind)
-    return oneline(text, width)
-
-
-def as_json(value: Any) -> str:
-    """Tool inputs and unknown values as JSON (never a Python repr)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
-        return str(value)
-
-
-def file_changes(s: Step) -> str:
-    """A ``file_change`` step's changes: ``update a.py, add b.py``."""
-    return ", ".join(f"{c.get('kind')} {c.get('path')}" for c in s.get("changes") or [])
-
-
-def todo_items(s: Step) -> str:
-    """A ``todo`` step's items: ``[x] done; [ ] not yet``."""
-    items: Sequence[dict[str, Any]] = s.get("items") or []
-    return "; ".join(("[x] " if i.get("completed") else "[ ] ") + str(i.get("text")) for i in items)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import Server
 from tests.support import wait_until
+from tests.support.serve import Server
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.slurm.conftest import final_state, job_of, job_state, marked, sl_config, status
 from tests.support import ZW, wait_until
+from tests.support.slurm import final_state, job_of, job_state, marked, sl_config, status
 
 LONG = 150.0  # Slurm checks time limits every 30 s: a 1-minute limit ends within ~95 s
 

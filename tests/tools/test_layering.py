@@ -34,10 +34,10 @@ LAYERS = [
     "plugins",  # entry points (agents, launchers)
     "rules",  # how trust treats a config value
     "secret_names",  # which names hold secrets
-    "legacy",  # zwarm 3.x's config, read
+    "legacy_config",  # zwarm 3.x's config, recognised and ignored
+    "text",  # terminal text, every cut of it: below every front end
     "system",  # the operating system: process identity, files, file-change waits
     "model",  # the session record, its schema, steps, rows
-    "text",  # terminal text and a step as a line, below every front end
     "trust",  # which state dirs and config values may be used
     "store",  # the state dir's records
     "env",  # the environment: state dir rule, how Python and agents are started
@@ -49,6 +49,7 @@ LAYERS = [
     "runtime",  # the process entry points: supervisor, fork server, watch, hooks
     "trust_plan",  # what zwarm trust shows and records
     "upgrade",  # zwarm init --upgrade
+    "legacy",  # zwarm 3.x's sessions: read, continued once confirmed
     "api",  # the one public Python API (the facade)
     "orchestrator",  # the built-in orchestrator and its tools, on the API
     "serve",  # HTTP, streams and the dashboard, on the API
@@ -62,7 +63,7 @@ PENDING = {
     ("serve", "cli"),  # serve.streams -> cli.follow: removed by the facade (issue 31.1)
 }
 DYNAMIC_IMPORTERS = {"zwarm.cli.commands", "zwarm.plugins"}
-LAYER_FILES = [*sorted((PKG / "orchestrator").glob("*.py")), PKG / "cli" / "orchestrator.py"]
+LAYER_FILES = [*sorted((PKG / "orchestrator").rglob("*.py")), PKG / "cli" / "orchestrator.py"]
 
 
 def module_name(path: Path) -> str:
@@ -297,7 +298,7 @@ def test_the_checker_sees_what_it_must() -> None:
     ones are not; a cycle is reported as a path."""
     graph = import_graph()
     assert "zwarm.cli.orchestrator" in graph["zwarm.cli.commands"]  # LAZY_COMMANDS
-    assert "zwarm.api" in graph["zwarm.orchestrator.tools"]
+    assert "zwarm.api" in graph["zwarm.orchestrator.tools.toolbox"]
     lazy = ast.parse("def f():\n    from zwarm import api\n")
     found = set().union(*(_targets("zwarm.cli", n) for n in _runtime_nodes(lazy)))
     assert found == {"zwarm.api"}

@@ -433,12 +433,13 @@ def _counts(u: Usage) -> tuple[int, int, int, int]:
 
 
 def _cut(text: str | None, limit: int) -> str | None:
-    """``text`` cut to ``limit`` characters (a bound on what meta.json keeps), not
-    ``text.cut``'s terminal cells: a stored bound must not depend on how wide characters
-    show, and the supervisors that run this import nothing of the CLI."""
+    """``zwarm.text.clip`` (characters: a bound on what meta.json keeps), imported only when a
+    text is that long: a supervisor's turn does not pay for the terminal's regexes."""
     if text is None or len(text) <= limit:
         return text
-    return text[: limit - 1] + "…"
+    from zwarm.text import clip
+
+    return clip(text, limit)
 
 
 def _error_step(message: str) -> Step:

@@ -328,22 +328,34 @@ def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool
 @click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
 @click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@click.option(
+    "--confirm-dir", metavar="DIR", help="A zwarm 3.x session: the folder it continues in."
+)
+@click.option("--confirm-agent", metavar="AGENT", help="A zwarm 3.x session: its agent.")
 @json_option
 @click.pass_context
 def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_: bool,
-           context: str | None, timeout: float | None) -> None:  # fmt: skip
+           context: str | None, timeout: float | None, confirm_dir: str | None,
+           confirm_agent: str | None) -> None:  # fmt: skip
     """Continue SESSION with MESSAGE; queued if a turn is running.
 
     SESSION is a session id, a unique prefix of it (4+ characters), or its name; MESSAGE -
     reads the message from stdin. With --wait the command blocks until this turn ends and
-    exits 0 if it completed, 1 if not.
+    exits 0 if it completed, 1 if not. A session made by zwarm 3.x is continued once you
+    confirm its folder and agent (asked on a terminal, or --confirm-dir and --confirm-agent).
 
     \b
     Examples:
       zwarm inject verbose "also update the README"
       zwarm inject 3f2a "now fix the tests" --context native --wait
+      zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
     """
     api = _api(ctx)
+    from zwarm import legacy
+
+    tty = message != "-" and sys.stdin.isatty()
+    ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
+    legacy.confirm(api, session, confirm_dir, confirm_agent, ask)
     s, state = api.inject(session, fast.read_task(message), context=context, timeout=timeout)
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:

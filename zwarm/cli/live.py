@@ -31,10 +31,11 @@ import click
 
 from zwarm.cli import follow, render
 from zwarm.cli.common import get_api
+from zwarm.cli.render import activity
 from zwarm.env import parse_iso
 from zwarm.model import RUNS, Status
 from zwarm.model.status import IDLE
-from zwarm.text import activity, cells, oneline
+from zwarm.text import cells, oneline
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm

@@ -21,20 +21,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from zwarm.env import parse_iso
+from zwarm.model import steps as step_text
 from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import Step
-from zwarm.text import (
-    as_json,
-    cells,
-    clean,
-    command_text,
-    cut,
-    file_changes,
-    no_exit,
-    oneline,
-    pad,
-    todo_items,
-)
+from zwarm.text import brief, cells, clean, cut, oneline, pad
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",
@@ -580,45 +570,45 @@ def steps(items: Iterable[Step], full: bool = False, header: str | None = None) 
         c.print(step_line(s, full))
 
 
+# a step kind's style in a trajectory (the label's; the whole line's for reasoning)
+_STEP_STYLES = {
+    "message": "bold green",
+    "reasoning": "dim",
+    "file_change": "blue",
+    "tool_call": "magenta",
+    "tool_result": "magenta",
+    "web_search": "blue",
+    "todo": "blue",
+    "error": "bold red",
+}
+
+
 def step_line(s: Step, full: bool) -> str:
-    """One step as rich markup (possibly several lines)."""
+    """One step as rich markup (possibly several lines): its label (``steps.label``) styled,
+    then its text (``steps.text``), long ones shortened unless ``full``."""
     kind = s.get("kind")
-    if kind == "message":
-        return f"[bold green]message[/] {esc(_short(str(s.get('text', '')), full))}"
-    if kind == "reasoning":
-        return f"[dim]reasoning {esc(_short(str(s.get('text', '')), full))}[/]"
     if kind == "command":
-        code = s.get("exit_code")
-        style = "green" if code == 0 else "red"
+        style = "green" if s.get("exit_code") == 0 else "red"
         out = _short(str(s.get("output") or ""), full)
         body = f"\n{esc(out)}" if out.strip() else ""
-        # no exit code: it never ran (declined), runs (in_progress) or never finished
-        ended = f"exit {code}" if code is not None else esc(no_exit(s.get("status")))
-        return f"[bold]$ {esc(command_text(s.get('command')))}[/] [{style}]({ended})[/]{body}"
-    if kind == "file_change":
-        return f"[blue]files[/] {esc(file_changes(s))}"
-    if kind == "tool_call":
-        args = _short(as_json(s.get("arguments")), full)
-        return f"[magenta]tool {esc(s.get('name'))}[/] {esc(args)}"
-    if kind == "tool_result":
-        style = "red" if s.get("is_error") else "magenta"
-        return f"[{style}]result[/] {esc(_short(str(s.get('result', '')), full))}"
-    if kind == "web_search":
-        return f"[blue]search[/] {esc(s.get('query'))}"
-    if kind == "todo":
-        return f"[blue]todo[/] {esc(todo_items(s))}"
-    if kind == "error":
-        label = "error" if s.get("fatal") else "warning"
-        return f"[bold red]{label}[/] {esc(s.get('message'))}"
-    return f"{esc(kind)} {esc(as_json(s))}"
+        ended = esc(step_text.exit_text(s))
+        command = esc(step_text.command_text(s.get("command")))
+        return f"[bold]$ {command}[/] [{style}]({ended})[/]{body}"
+    name, said = esc(step_text.label(s)), esc(_short(step_text.text(s), full))
+    look = _STEP_STYLES.get(kind) if isinstance(kind, str) else None
+    if kind == "tool_result" and s.get("is_error"):
+        look = "red"
+    if look is None:
+        return f"{name} {said}"
+    if kind == "reasoning":
+        return f"[{look}]{name} {said}[/]"
+    return f"[{look}]{name}[/] {said}"
+
+
+def activity(s: Step | None, width: int = 80) -> str:
+    """A step as one plain line (live views): ``$ pytest -q (exit 1)``, ``message Done…``."""
+    return "" if s is None else oneline(step_text.line(s), width)
 
 
 def _short(text: str, full: bool) -> str:
-    if full:
-        return text
-    lines = text.splitlines()
-    if len(lines) > _SHORT_LINES:
-        text = "\n".join(lines[:_SHORT_LINES]) + f"\n… ({len(lines) - _SHORT_LINES} more lines)"
-    if len(text) > _SHORT_CHARS:
-        text = text[:_SHORT_CHARS] + f"… ({len(text) - _SHORT_CHARS} more chars)"
-    return text
+    return text if full else brief(text, _SHORT_LINES, _SHORT_CHARS)

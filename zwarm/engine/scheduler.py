@@ -543,8 +543,9 @@ def _command(pid: int) -> str:
             raw = f.read(4096)
     except OSError:
         return "gone"
-    text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
-    return text if len(text) <= 80 else text[:79] + "…"
+    from zwarm.text import clip  # only when a process is reported
+
+    return clip(" ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a), 80)
 
 
 def _unlink(path: os.PathLike[str] | str) -> None:

@@ -380,8 +380,9 @@ def prepare(
 
 
 def _shown(cmd: str | list[str]) -> str:
-    text = cmd if isinstance(cmd, str) else " ".join(cmd)
-    return text if len(text) <= 80 else text[:79] + "…"
+    from zwarm.text import clip  # a failed setup only
+
+    return clip(cmd if isinstance(cmd, str) else " ".join(cmd), 80)
 
 
 def _note(fd: int, text: str) -> None:

@@ -481,7 +481,8 @@ def parse_sacct(text: str) -> dict[str, Job]:
 
 
 def _word(text: str) -> str:
-    """A short, printable field of Slurm's output."""
+    """A short, printable field of Slurm's output, compared as it is (a job's name and user
+    before a cancel): no escape is interpreted, no marker added (not a cutter for display)."""
     return "".join(c for c in text.strip() if c.isprintable())[:200]
 
 
@@ -599,5 +600,7 @@ def _run(
 
 def _said(data: bytes) -> str:
     """What a Slurm command wrote on stderr, on one line (its last three lines)."""
+    from zwarm.text import oneline
+
     lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return "".join(c for c in "; ".join(lines[-3:]) if c.isprintable())[:400]
+    return oneline("; ".join(lines[-3:]), 400)

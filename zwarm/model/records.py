@@ -292,6 +292,9 @@ class Session(Struct):
     requested_model: Short | None = None
     context_mode: Literal["summary", "native"] = "summary"
     source: Short = "cli"
+    # read just now from a zwarm 3.x meta.json (schema 0, ``zwarm.legacy``): never written as
+    # it is (``Store.transaction`` refuses it); the first inject, confirmed, migrates it
+    imported: Literal["zwarm3"] | None = None
     dangerous: bool = False  # the agent runs without sandbox/permission checks (shown in ls)
     bypass: bool = False  # as recorded; launches use the trusted grant (``engine``), not this
     permissions: Short = ""  # the sandbox/permission flags the agent runs with, for show

@@ -240,8 +240,9 @@ def _sessions(v: Any, bad: Any) -> list[dict[str, Any]]:
 
 
 def _shown(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 80 else text[:77] + "..."
+    from zwarm.text import clip
+
+    return clip(repr(v), 80)
 
 
 def check_message(rid: str, where: str, m: Any) -> dict[str, Any]:

@@ -214,8 +214,10 @@ def notify(s: Session, environ: Mapping[str, str], log: Log) -> None:
     if exe is None:
         log.line("notify: notify-send is not installed: no notification")
         return
+    from zwarm.text import oneline
+
     title = f"zwarm: {s.name or s.id[:8]} {s.status.value}"
-    body = _plain(s.error or s.last_message or s.task, 200)
+    body = oneline(s.error or s.last_message or s.task, 200)
     try:
         res = subprocess.run(
             [exe, "--app-name=zwarm", title, body],
@@ -228,13 +230,9 @@ def notify(s: Session, environ: Mapping[str, str], log: Log) -> None:
         log.line(f"notify: failed: {e}")
         return
     err = res.stderr.decode("utf-8", "replace").strip()
-    log.line(f"notify: exit {res.returncode}" + (f": {_plain(err, 200)}" if err else ""))
-
-
-def _plain(text: str, limit: int) -> str:
-    """One line of ``text`` without control characters, at most ``limit`` characters."""
-    s = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    if err:
+        err = oneline(err, 200)  # one line of the command's stderr, no controls
+    log.line(f"notify: exit {res.returncode}" + (f": {err}" if err else ""))
 
 
 class Log:
@@ -255,8 +253,10 @@ class Log:
             fd = self.open()
         except OSError:
             return
+        from zwarm.text import oneline
+
         try:
-            os.write(fd, f"{iso(time.time())} {_plain(text, 2000)}\n".encode("utf-8", "replace"))
+            os.write(fd, f"{iso(time.time())} {oneline(text, 2000)}\n".encode("utf-8", "replace"))
         finally:
             os.close(fd)
 

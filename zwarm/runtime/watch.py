@@ -31,7 +31,8 @@ from zwarm.system import procs
 if TYPE_CHECKING:
     from zwarm.agents.base import UsageFeed
     from zwarm.engine.manager import BaseSessionManager
-    from zwarm.model import ProcRef, Session, Turn, Usage
+    from zwarm.model import Session, Turn, Usage
+    from zwarm.system.boot import ProcRef
 
 INTERVAL_S = 0.2  # how often the log is looked at
 CHUNK = 1 << 20
