@@ -226,3 +226,21 @@ def test_the_checker_sees_what_it_must() -> None:
     assert _targets("zwarm.cli.orchestrator", from_parent.body[0]) == {"zwarm.cli"}
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+FRONT_ENDS = [p for d in ("cli", "serve", "orchestrator") for p in sorted((PKG / d).rglob("*.py"))]
+
+
+def test_no_front_end_reaches_into_the_store() -> None:
+    """The front ends (the commands, the server, the orchestrator) go through ``Zwarm``'s
+    methods, following a growing turn log included (``Zwarm.follow``, ``turn_watch``): none
+    reads ``.store`` (the state dir's files are the API's, ``zwarm.ops``'s and the
+    engine's)."""
+    assert FRONT_ENDS
+    used = [
+        f"{path.relative_to(PKG)}:{n.lineno}"
+        for path in FRONT_ENDS
+        for n in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(n, ast.Attribute) and n.attr == "store"
+    ]
+    assert used == [], f"reaches into Zwarm.store: {used}"
