@@ -7,7 +7,7 @@ sessions (spawn, inject, retry, resume) and hands every other operation to its m
 Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
-  session (never a turn log, but a zwarm 3.x record's: ``legacy_sessions.filled``, in
+  session (never a turn log, but a zwarm 3.x record's: ``legacy.filled``, in
   memory), each decoded by the one schema (``zwarm.model.schema``);
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zwarm import agents, legacy_sessions
+from zwarm import agents, legacy
 from zwarm.agents import agent_for_model
 from zwarm.env import Env
 from zwarm.errors import (
@@ -92,9 +92,9 @@ class Zwarm:
 
             self._config = config_mod.load(self.config_path, self.env.environ)
             if self._config.legacy:  # once per Zwarm: it loads its config once
-                from zwarm import legacy
+                from zwarm import legacy_config
 
-                self.warn(legacy.warning(self.config_path, list(self._config.legacy)))
+                self.warn(legacy_config.warning(self.config_path, list(self._config.legacy)))
         return self._config
 
     def manager(self, adapter: str) -> BaseSessionManager:
@@ -424,8 +424,8 @@ class Zwarm:
         sid = self.store.resolve(ref)
         self.tick()
         s = self.store.load(sid, history)
-        if s.imported:  # zwarm 3.x's: what its turn logs say, in memory (zwarm.legacy_sessions)
-            return legacy_sessions.filled(self.reader(s.adapter), s)
+        if s.imported:  # zwarm 3.x's: what its turn logs say, in memory (zwarm.legacy)
+            return legacy.filled(self.reader(s.adapter), s)
         if s.status not in RUNS or self._alive(s):
             return s
         return self.reader(s.adapter).reconcile(s)
@@ -717,8 +717,8 @@ def check_prompt(text: str) -> str:
 def _check_workdir(s: Session) -> None:
     """A follow-up's working directory is still there (its removal is named now, not as an
     agent that could not start); one removed after this is named by its supervisor. A zwarm
-    3.x record is continued only once confirmed (``legacy_sessions.continuable``)."""
-    legacy_sessions.continuable(s)
+    3.x record is continued only once confirmed (``legacy.continuable``)."""
+    legacy.continuable(s)
     if not os.path.isdir(s.cwd):
         raise InvalidInput(
             f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"

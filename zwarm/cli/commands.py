@@ -358,11 +358,11 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
       zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
     """
     api = _api(ctx)
-    from zwarm import legacy_sessions
+    from zwarm import legacy
 
     tty = message != "-" and sys.stdin.isatty()
     ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
-    legacy_sessions.confirm(api, session, confirm_dir, confirm_agent, ask)
+    legacy.confirm(api, session, confirm_dir, confirm_agent, ask)
     s, state = api.inject(session, fast.read_task(message), context=context, timeout=timeout)
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:

@@ -178,7 +178,7 @@ def mcp_install_command(
     state_dir = Path(os.path.abspath(api.state_dir))
     environ = api.env.environ
     if not printing:
-        api.store.ensure()  # the server refuses a state dir that is not there
+        api.ensure_state_dir()  # the server refuses a state dir that is not there
     p = mcp_install.plan(
         client,
         user=user,

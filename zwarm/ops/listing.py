@@ -7,7 +7,7 @@ trees' roll-up filled in; ``EncodedRow`` (a finished row kept as its JSON for ou
 ``select_rows`` (the filters ``ls`` and the server share); ``launcher_says``, ``queue_place``;
 and ``tree_facts``: what ``show`` adds to one session's row (its children, its subtree's
 totals), read from that subtree only. Must stay true:
-- it never reads a turn log (but a zwarm 3.x record's: ``legacy_sessions.filled``, in memory); each
+- it never reads a turn log (but a zwarm 3.x record's: ``legacy.filled``, in memory); each
   meta.json is decoded by the one schema (``zwarm.model.schema``); a running session is
   checked with its launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; a session
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from zwarm import legacy_sessions
+from zwarm import legacy
 from zwarm.errors import (
     DamagedSession,
     InvalidInput,
@@ -96,7 +96,7 @@ def _rows_of_finished(
                     continue  # removed since listed (rm renames it away whole): not damage
                 rows.append(damaged_row(sid, got.problem))
             elif got.imported:  # zwarm 3.x's, never running: its logs read
-                filled = legacy_sessions.filled(api.reader(got.adapter), got)
+                filled = legacy.filled(api.reader(got.adapter), got)
                 rows.append(_kept(row(filled), encoded))
             elif got.status in RUNS and got.current is not None:
                 running.append(got)
@@ -190,8 +190,8 @@ def tree_facts(api: Zwarm, s: Session) -> dict[str, Any]:
             continue
         if isinstance(got, Session) and got.status in RUNS and got.current is not None:
             running.append(got)
-        elif isinstance(got, Session) and got.imported:  # zwarm 3.x's (zwarm.legacy_sessions)
-            rows.append(row(legacy_sessions.filled(api.reader(got.adapter), got)))
+        elif isinstance(got, Session) and got.imported:  # zwarm 3.x's (zwarm.legacy)
+            rows.append(row(legacy.filled(api.reader(got.adapter), got)))
         elif isinstance(got, Session):
             rows.append(row(got))
         elif got is not None:
