@@ -11,8 +11,8 @@ including those inside functions (lazy imports still form cycles at run time), b
 under ``if TYPE_CHECKING:`` (never executed). Imports by name at run time are added from
 where they are declared: ``zwarm.cli.commands.LAZY_COMMANDS``, and the ``zwarm.*``
 entry-point groups in ``pyproject.toml`` (an edge from the package that loads the group, the
-one of its name, to each module in it); an ``import_module`` anywhere but in ``zwarm.cli.commands`` and
-``zwarm.plugins`` fails the test, so a new one must be taught here.
+one of its name, to each module in it); an ``import_module`` anywhere but in
+``zwarm.cli.commands`` and ``zwarm.plugins`` fails the test, so a new one must be taught here.
 """
 
 from __future__ import annotations
