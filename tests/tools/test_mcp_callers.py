@@ -51,6 +51,7 @@ def test_a_cancelled_wait_records_no_finish(zw) -> None:
                 began = time.monotonic()
                 await call("list_sessions")  # answered after the wait has begun (in order)
                 scope.cancel()
+            await call("list_sessions")  # answered after the server has read the cancel
             go.touch()
             await anyio.to_thread.run_sync(lambda: wait_until(lambda: _finished(zw, sid)))
             # what the old server did meanwhile: its wait saw the finish and marked it told
