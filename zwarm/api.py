@@ -4,8 +4,8 @@ Owns the operations on sessions (spawn, inject, list, show, trajectory, logs, wa
 and their stable JSON shapes. Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
-  session (never a turn log, but a zwarm 3.x record's: ``legacy.filled``, in memory), each
-  decoded by the one schema (``zwarm.model.schema``);
+  session (never a turn log, but a zwarm 3.x record's: ``legacy_sessions.filled``, in
+  memory), each decoded by the one schema (``zwarm.model.schema``);
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
   be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from zwarm import agents, legacy
+from zwarm import agents, legacy_sessions
 from zwarm.agents import agent_for_model
 from zwarm.env import Env, parse_iso
 from zwarm.errors import (
@@ -98,9 +98,9 @@ class Zwarm:
 
             self._config = config_mod.load(self.config_path, self.env.environ)
             if self._config.legacy:  # once per Zwarm: it loads its config once
-                from zwarm import legacy_config
+                from zwarm import legacy
 
-                self.warn(legacy_config.warning(self.config_path, list(self._config.legacy)))
+                self.warn(legacy.warning(self.config_path, list(self._config.legacy)))
         return self._config
 
     def manager(self, adapter: str) -> BaseSessionManager:
@@ -182,6 +182,7 @@ class Zwarm:
         detached: bool = False,
         run: str | None = None,
         launcher: str | None = None,
+        launcher_option: Sequence[str] = (),
     ) -> Session:
         """Start a session; returns once its supervisor is running (the turn runs on). With
         ``worktree`` (default: ``[defaults] workspace``) it runs in a new git worktree of the
@@ -195,7 +196,8 @@ class Zwarm:
         it is that session's child, killed and removed with it unless ``detached``; ``run``
         is the orchestrator run starting it (a root of its own). ``launcher``: what runs
         its turns (``local``, ``slurm``: each turn a Slurm job), default ``[launcher]
-        default``."""
+        default``; ``launcher_option``: ``KEY=VALUE`` settings of its table for this session
+        (the keys the launcher takes per session: ``Launcher.spawn_options``)."""
         check_prompt(task)
         adapter, model = self.route(adapter, model)
         mgr = self.manager(adapter)
@@ -209,6 +211,7 @@ class Zwarm:
         fleet = self._fleet(after, after_any, group, priority, max_cost, max_tokens, stall)
         lineage = self._lineage(run, detached)
         runner = self._launcher_for(launcher)
+        runner_opts = self._launcher_options(runner, launcher_option)
         ws = self._workspace_for(workdir, worktree, branch, base)
         return mgr.spawn(
             task,
@@ -224,7 +227,24 @@ class Zwarm:
             fleet=fleet,
             lineage=lineage,
             launcher=runner,
+            launcher_options=runner_opts,
         )
+
+    def _launcher_options(self, name: str, pairs: Sequence[str]) -> dict[str, Any]:
+        """``spawn --launcher-option KEY=VALUE`` for launcher ``name``, typed and checked as
+        its config table's values are (``InvalidInput``)."""
+        if not pairs:
+            return {}
+        from zwarm import config as config_mod
+        from zwarm.errors import ConfigError
+        from zwarm.launchers import parse_options
+
+        opts = parse_options(name, pairs)
+        try:
+            config_mod.validate({name: opts}, "--launcher-option")
+        except ConfigError as e:
+            raise InvalidInput(str(e)) from None
+        return opts
 
     def _launcher_for(self, name: str | None) -> str:
         """The launcher a new session's turns run on: ``name`` (spawn --launcher), else
@@ -410,8 +430,8 @@ class Zwarm:
         sid = self.store.resolve(ref)
         self.tick()
         s = self.store.load(sid, history)
-        if s.imported:  # zwarm 3.x's: what its turn logs say, in memory (zwarm.legacy)
-            return legacy.filled(self.reader(s.adapter), s)
+        if s.imported:  # zwarm 3.x's: what its turn logs say, in memory (zwarm.legacy_sessions)
+            return legacy_sessions.filled(self.reader(s.adapter), s)
         if s.status not in RUNS or self._alive(s):
             return s
         return self.reader(s.adapter).reconcile(s)
@@ -482,8 +502,9 @@ class Zwarm:
                     if self.store.removed(sid):
                         continue  # removed since listed (rm renames it away whole): not damage
                     rows.append(damaged_row(sid, got.problem))
-                elif got.imported:  # zwarm 3.x's, never running: its logs read (zwarm.legacy)
-                    rows.append(_kept(row(legacy.filled(self.reader(got.adapter), got)), encoded))
+                elif got.imported:  # zwarm 3.x's, never running: its logs read
+                    filled = legacy_sessions.filled(self.reader(got.adapter), got)
+                    rows.append(_kept(row(filled), encoded))
                 elif got.status in RUNS and got.current is not None:
                     running.append(got)
                 else:
@@ -1765,8 +1786,8 @@ def check_prompt(text: str) -> str:
 def _check_workdir(s: Session) -> None:
     """A follow-up's working directory is still there (its removal is named now, not as an
     agent that could not start); one removed after this is named by its supervisor. A zwarm
-    3.x record is continued only once confirmed (``legacy.continuable``)."""
-    legacy.continuable(s)
+    3.x record is continued only once confirmed (``legacy_sessions.continuable``)."""
+    legacy_sessions.continuable(s)
     if not os.path.isdir(s.cwd):
         raise InvalidInput(
             f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"

@@ -305,7 +305,7 @@ def test_a_parents_budget_covers_its_subtree(zw) -> None:
     second = kids.spawn("second", model="gpt-5")
     zw.wait(second.id)
     s = kids.get(second.id)
-    assert (s.status.value, s.reason.value if s.reason else None) == ("failed", "budget_exceeded")
+    assert (s.status.value, s.reason) == ("failed", "budget_exceeded")
     assert f"counting parent session {parent.id}'s 2 descendant session(s)" in (s.error or "")
     with pytest.raises(InvalidInput, match=f"spawn refused: parent session {parent.id}"):
         kids.spawn("third", model="gpt-5")

@@ -3,8 +3,7 @@
 Owns ``Agent`` (what a plugin implements: name, model routing, config table, argv, permission
 flags, event parsing, usage/cost rules, what it does around a turn, conformance samples),
 ``AgentOptions`` (what argv building gets), ``TurnFiles`` (where a turn's files are, for the
-hooks), ``Setting`` (one key of an agent's config table) and the checks at the boundary
-between an agent's output and zwarm. Must stay true:
+hooks) and the checks at the boundary between an agent's output and zwarm. Must stay true:
 - the prompt reaches an agent only on stdin: ``build_argv`` is never given it, and every agent
   declares so (``prompt_on_stdin``; the registry refuses an agent that does not);
 - a resume id (read back from a turn log or meta.json, which an agent can write) reaches argv
@@ -35,18 +34,13 @@ from zwarm.errors import InvalidInput
 from zwarm.model import Reason, TurnOutcome, Usage
 from zwarm.model.records import AGENT_NAME, AGENT_SESSION_ID
 from zwarm.model.steps import Step
-from zwarm.rules import CAP, DANGEROUS, EXECUTES, FREE, PRICES, Rule
+from zwarm.rules import CAP, DANGEROUS, FREE, PRICES
+from zwarm.rules import Setting as Setting  # where a plugin has always found it
 
 RESUME_ID = re.compile(AGENT_SESSION_ID)
 NAME = re.compile(AGENT_NAME)
 # ``Agent.turn_sidecar``: a plain extension, never one of zwarm's own turn files (the digest)
 SIDECAR = re.compile(r"^(?!digest\.json\Z)[a-z][a-z0-9_-]{0,31}\.json\Z")
-# config.toml tables that are zwarm's own, now or planned: no agent may take one as its name
-# (tests/agents/test_registry.py checks ``zwarm.config.SCHEMA`` is covered).
-RESERVED_TABLES = frozenset(
-    {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
-    | {"launcher", "slurm", "serve", "gemini-settings", "notify", "trust", "zwarm"}
-)
 
 Price = Mapping[str, float]  # USD per 1M tokens: input, cached_input, output
 
@@ -96,17 +90,6 @@ class TurnFiles(NamedTuple):
     session_dir: Path
     log: Path
     sidecar: Path | None = None
-
-
-class Setting(NamedTuple):
-    """One key of an agent's config table: accepted TOML types, default, allowed values, and
-    one line saying what it does (the comment ``zwarm init`` writes above it)."""
-
-    types: tuple[type, ...]
-    default: Any
-    choices: tuple[str, ...] = ()
-    doc: str = ""
-    trust: Rule = EXECUTES  # how zwarm trust treats it (zwarm.config): default-deny
 
 
 # Every agent's table has these; ``command`` defaults to the agent's name.

@@ -229,6 +229,12 @@ def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -
     help="What runs its turns: local, or slurm (each turn a job; default: [launcher] default).",
 )
 @click.option(
+    "--launcher-option",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A setting of the launcher's table for this session (slurm: partition, time, ...).",
+)
+@click.option(
     "--detached",
     is_flag=True,
     help="Started by an agent: not killed or removed with its parent session.",
@@ -351,11 +357,11 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
       zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
     """
     api = _api(ctx)
-    from zwarm import legacy
+    from zwarm import legacy_sessions
 
     tty = message != "-" and sys.stdin.isatty()
     ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
-    legacy.confirm(api, session, confirm_dir, confirm_agent, ask)
+    legacy_sessions.confirm(api, session, confirm_dir, confirm_agent, ask)
     s, state = api.inject(session, fast.read_task(message), context=context, timeout=timeout)
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:

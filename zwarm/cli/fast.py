@@ -92,6 +92,11 @@ def _refs(value: str) -> tuple[str, ...]:
     return split_refs((value,))
 
 
+def _one(value: str) -> tuple[str, ...]:
+    """A multiple option given once, as click passes it."""
+    return (value,)
+
+
 Check = Callable[[str], Any]  # a value as click converts it, None if click might not accept it
 
 
@@ -158,6 +163,7 @@ GRAMMARS = {
             "--branch": (_any, "branch"),
             "--base": (_any, "base"),
             "--launcher": (_any, "launcher"),
+            "--launcher-option": (_one, "launcher_option"),
             "--after": (_refs, "after"),
             "--group": (_any, "group"),
             "--priority": (_int, "priority"),
@@ -175,7 +181,7 @@ GRAMMARS = {
         },
         args=("task",),
         off={"--shared": "worktree"},
-        defaults={"worktree": None, "after": (), "priority": 0},
+        defaults={"worktree": None, "after": (), "priority": 0, "launcher_option": ()},
     ),
 }
 

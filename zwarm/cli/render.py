@@ -180,7 +180,8 @@ def took(started: str | None, ended: str | None, now: float | None = None) -> fl
     return None if a is None or b is None else max(0.0, b - a)
 
 
-_REASONS = {
+_AGENT_ERROR = ("agent_error", "killed")  # said by the error (exit 3) or the status itself
+_REASONS = {  # zwarm's own reasons; a launcher's are labelled by the launcher
     "timeout": "timeout",
     "supervisor_lost": "lost",
     "start_failed": "no start",
@@ -193,18 +194,21 @@ _REASONS = {
     "budget_exceeded": "budget",
     "stalled": "stalled",
     "dependency_failed": "dependency",
-    "slurm_timeout": "slurm timeout",
-    "slurm_node_fail": "node fail",
-    "slurm_preempted": "preempted",
-    "slurm_cancelled": "cancelled",
 }
 
 
 def short_reason(r: dict[str, Any]) -> str:
-    """Why a failed session failed, in a word or two (``timeout``, ``exit 3``, ``lost``)."""
+    """Why a failed session failed, in a word or two (``timeout``, ``exit 3``, ``lost``): a
+    launcher's own reason as it labels it (``preempted``), one no installed launcher declares
+    (its launcher uninstalled) as its words (``nice lost``)."""
     reason = r.get("reason")
     if reason in _REASONS:
         return _REASONS[reason]
+    if isinstance(reason, str) and reason not in _AGENT_ERROR:
+        from zwarm import launchers
+
+        found = launchers.failure(reason)
+        return oneline(found.label if found is not None else reason.replace("_", " "), 20)
     error = str(r.get("error") or "")
     for prefix, word in (("agent exited with code ", "exit "), ("agent killed by signal ", "sig ")):
         if error.startswith(prefix):

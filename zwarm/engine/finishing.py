@@ -218,7 +218,7 @@ class Finishing(ManagerCore):
             if whole is not None:
                 s.changes = whole
             self._record(s, t, outcome, returncode, timed_out, stderr_tail, stop)
-            if t.reason is Reason.BUDGET_EXCEEDED:
+            if t.reason == Reason.BUDGET_EXCEEDED:
                 s.queue.clear()
             if t.status in (Status.KILLED, Status.PARKED) or not s.queue:
                 return None

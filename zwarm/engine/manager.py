@@ -40,8 +40,9 @@ process itself. Must stay true (each layer's docstring says which of these it ke
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
@@ -92,11 +93,14 @@ class BaseSessionManager(Recovery):
         fleet: limits.Fleet | None = None,
         lineage: tree.Lineage | None = None,
         launcher: str = "local",
+        launcher_options: Mapping[str, Any] | None = None,
     ) -> Session:
         """Create a session and start its first turn (the launcher runs it detached). With a
         worktree ``workspace`` plan, its worktree is made first (and removed if this fails).
         ``lineage``: its parent and depth, verified by the caller (``engine.tree``).
-        ``launcher``: what runs its turns (``zwarm.runtime``), pinned with the session."""
+        ``launcher``: what runs its turns (``zwarm.launchers``), pinned with the session, and
+        ``launcher_options`` its spawn options (checked by the caller), pinned too."""
+        opts = dict(launcher_options or {})
         now = self.env.now_iso()
         sid = self.store.new_id()
         ws, cwd = self._workspace(workspace, sid, name, cwd)
@@ -108,8 +112,9 @@ class BaseSessionManager(Recovery):
             transitions.begin(s, _first_turn(task, now, timeout, launcher))
             limits.settle(s, fleet or limits.Fleet(), self.config)
             if self._must_queue(s):  # created queued; the scheduler starts it (or not yet)
-                return self.scheduler().admit_new(s, lambda: self._create(s, task, name, dangerous))
-            self._create(s, task, name, dangerous)
+                create = lambda: self._create(s, task, name, dangerous, opts)  # noqa: E731
+                return self.scheduler().admit_new(s, create)
+            self._create(s, task, name, dangerous, opts)
         except BaseException:
             if ws is not None and ws.mode == "worktree":
                 with contextlib.suppress(ZwarmError):
@@ -134,12 +139,14 @@ class BaseSessionManager(Recovery):
             return Workspace("shared", str(plan.repo), str(plan.tree)), cwd
         return None, cwd
 
-    def _create(self, s: Session, task: str, name: str | None, dangerous: bool) -> None:
+    def _create(
+        self, s: Session, task: str, name: str | None, dangerous: bool, opts: dict[str, Any]
+    ) -> None:
         """Pin the session's launch facts, then write it (and claim its name)."""
         self.store.ensure()
         root = os.path.realpath(self.store.root)
         pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, workspace=s.workspace)
-        pin.launcher = s.turns[0].launcher
+        pin.launcher, pin.launcher_options = s.turns[0].launcher, opts
         pins.write(self.env.environ, pin)
         self.store.create(s, task.encode("utf-8", "surrogateescape"))
         if name:  # claimed after create: a claim whose session dir is missing counts as stale

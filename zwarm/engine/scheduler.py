@@ -501,7 +501,7 @@ def _dependencies(
         if not d.status.finished:
             waiting.append(dep)
         elif d.status is not Status.COMPLETED and not s.after_any:
-            reason = f", {d.reason.value}" if d.reason and d.reason.value != d.status.value else ""
+            reason = f", {d.reason}" if d.reason and d.reason != d.status.value else ""
             return waiting, f"dependency failed: session {dep} ended {d.status.value}{reason}"
     return waiting, None
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from zwarm.env.children import for_children
 from zwarm.env.python import NEUTRAL_CWD, python_argv
-from zwarm.launchers.base import Launcher
+from zwarm.launchers.base import NO_SETTINGS, Launcher
 from zwarm.model import Turn
 from zwarm.system import procs
 from zwarm.system.files import open_append
@@ -50,17 +50,30 @@ class LocalLauncher(Launcher):
     name: ClassVar[str] = "local"
 
     def start(
-        self, sid: str, turn: Turn, after: Sequence[Turn] = (), after_any: bool = False
+        self,
+        sid: str,
+        turn: Turn,
+        after: Sequence[Turn] = (),
+        after_any: bool = False,
+        settings: Mapping[str, Any] = NO_SETTINGS,
     ) -> None:
+        prefix = self.wrapper(settings)
         log = open_append(self.store.session_dir(sid) / "supervisor.log")
         try:
-            pid = self._forked(sid, log)
+            pid = None if prefix else self._forked(sid, log)
             if pid is None:
-                pid = self._spawned(sid, log)
+                pid = self._spawned(sid, log, prefix)
         finally:
             os.close(log)
         turn.launcher = self.name
         turn.supervisor = procs.identify(pid)
+
+    def wrapper(self, settings: Mapping[str, Any]) -> list[str]:
+        """The argv the supervisor is started under (none here): a launcher built on this
+        one that runs it otherwise on this machine (``nice``, examples/toy-launcher) returns
+        the program and its arguments, which must ``exec`` the rest unchanged (its pid is the
+        supervisor's); such a supervisor is always a new interpreter, never forked."""
+        return []
 
     def _forked(self, sid: str, log: int) -> int | None:
         """The supervisor forked by the state dir's fork server (``runtime.forkserver``), or
@@ -113,12 +126,13 @@ class LocalLauncher(Launcher):
             _close(lock)
         _reap_later(proc)
 
-    def _spawned(self, sid: str, log: int) -> int:
-        """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``)."""
+    def _spawned(self, sid: str, log: int, prefix: Sequence[str] = ()) -> int:
+        """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``),
+        under ``prefix`` (``wrapper``)."""
         import subprocess
 
         proc = subprocess.Popen(
-            python_argv(self.env.python, SUPERVISOR, str(self.store.root), sid),
+            [*prefix, *python_argv(self.env.python, SUPERVISOR, str(self.store.root), sid)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,

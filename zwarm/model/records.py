@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from zwarm.model.status import RUNS, Reason, Status
+from zwarm.model.status import REASON_CODE, RUNS, Reason, Status
 from zwarm.system.boot import ProcRef
 
 # ASCII digits only (``\d`` is any Unicode digit, which no time parser takes); no capture groups:
@@ -55,6 +55,8 @@ Context = Literal["task", "summary", "native"]
 Priority = Annotated[int, Meta(ge=-1_000_000, le=1_000_000)]
 SessionId = Annotated[str, Meta(pattern=SESSION_ID)]
 Sha = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")]  # a git object id
+# why a turn did not complete: a ``Reason``, or its launcher's own (``status.REASON_CODE``)
+ReasonCode = Annotated[str, Meta(pattern=REASON_CODE)]
 
 
 def out_of_bounds(value: Any, typ: Any, positive: bool = False) -> str | None:
@@ -247,7 +249,7 @@ class Turn(Struct):
     reported_cost_usd: Money | None = None  # as reported (claude: cumulative on resume)
     final_message: Text | None = None
     error: Text | None = None
-    reason: Reason | None = None  # why it did not complete (typed; ``error`` says more)
+    reason: ReasonCode | None = None  # why it did not complete (typed; ``error`` says more)
     agent_session_id: AgentSessionId | None = None
     launcher: Annotated[str, Meta(pattern=AGENT_NAME)] = "local"  # what runs it (runtime)
     supervisor: ProcRef | None = None  # the local launcher's supervisor process
@@ -335,7 +337,7 @@ class Session(Struct):
     cost_source: Literal["reported", "estimated", "unknown"] = "unknown"
     last_message: Text | None = None
     error: Text | None = None
-    reason: Reason | None = None
+    reason: ReasonCode | None = None
     archive: Archive | None = None  # turns moved to the history file (``zwarm.store.history``)
     schema_version: int = 3
 
