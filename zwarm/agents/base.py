@@ -3,7 +3,8 @@
 Owns ``Agent`` (what a plugin implements: name, model routing, config table, argv, permission
 flags, event parsing, usage/cost rules, what it does around a turn, conformance samples),
 ``AgentOptions`` (what argv building gets), ``TurnFiles`` (where a turn's files are, for the
-hooks) and the checks at the boundary between an agent's output and zwarm. Must stay true:
+hooks) and the checks at the boundary
+between an agent's output and zwarm. Must stay true:
 - the prompt reaches an agent only on stdin: ``build_argv`` is never given it, and every agent
   declares so (``prompt_on_stdin``; the registry refuses an agent that does not);
 - a resume id (read back from a turn log or meta.json, which an agent can write) reaches argv
