@@ -11,8 +11,8 @@ including those inside functions (lazy imports still form cycles at run time), b
 under ``if TYPE_CHECKING:`` (never executed). Imports by name at run time are added from
 where they are declared: ``zwarm.cli.commands.LAZY_COMMANDS``, and the ``zwarm.*``
 entry-point groups in ``pyproject.toml`` (an edge from the package that loads the group, the
-one of its name, to each module in it); an ``import_module`` anywhere but in ``zwarm.cli.commands`` and
-``zwarm.plugins`` fails the test, so a new one must be taught here.
+one of its name, to each module in it); an ``import_module`` anywhere but in
+``zwarm.cli.commands`` and ``zwarm.plugins`` fails the test, so a new one must be taught here.
 """
 
 from __future__ import annotations
@@ -312,6 +312,8 @@ def test_the_checker_sees_what_it_must() -> None:
     ones are not; a cycle is reported as a path."""
     graph = import_graph()
     assert "zwarm.cli.orchestrator" in graph["zwarm.cli.commands"]  # LAZY_COMMANDS
+    assert "zwarm.agents.codex" in graph["zwarm.agents"]  # the group it loads
+    assert "zwarm.launchers.slurm" in graph["zwarm.launchers"]
     assert "zwarm.api" in graph["zwarm.orchestrator.tools.toolbox"]
     lazy = ast.parse("def f():\n    from zwarm import api\n")
     found = set().union(*(_targets("zwarm.cli", n) for n in _runtime_nodes(lazy)))
