@@ -312,6 +312,8 @@ def test_the_checker_sees_what_it_must() -> None:
     ones are not; a cycle is reported as a path."""
     graph = import_graph()
     assert "zwarm.cli.orchestrator" in graph["zwarm.cli.commands"]  # LAZY_COMMANDS
+    assert "zwarm.agents.codex" in graph["zwarm.agents"]  # the group it loads
+    assert "zwarm.launchers.slurm" in graph["zwarm.launchers"]
     assert "zwarm.api" in graph["zwarm.orchestrator.tools.toolbox"]
     lazy = ast.parse("def f():\n    from zwarm import api\n")
     found = set().union(*(_targets("zwarm.cli", n) for n in _runtime_nodes(lazy)))

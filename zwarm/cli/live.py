@@ -4,7 +4,7 @@
 Owns what refreshes on screen. Must stay true:
 - turn logs are read incrementally (``Zwarm.turn_watch``, ``Zwarm.follow``: ``ops.following``):
   a refresh costs what the agents wrote since the last one, never a re-parse of a whole log;
-- an idle view costs nothing: it sleeps on the state dir (``runtime.notify``) and reads again
+- an idle view costs nothing: it sleeps on the state dir (``system.notify``) and reads again
   only what changed (and everything every ``FULL_EVERY_S``); ``top`` paints each distinct
   cell once (``_Painter``) and redraws only a frame that changed, so a second in which only
   the clocks moved reads no file and renders no markup;
@@ -104,7 +104,7 @@ def top(
 class Board:
     """The sessions ``top`` shows, refreshed: rows, and a ``TurnWatch`` per running turn.
 
-    Used as a context manager it watches the state dir (``runtime.notify``): ``update`` reads
+    Used as a context manager it watches the state dir (``system.notify``): ``update`` reads
     the sessions again only when a watched session (or the set of sessions) changed, reads
     the turn logs that grew, and does everything every ``FULL_EVERY_S`` whatever changed."""
 
@@ -516,7 +516,7 @@ def progress(api: Zwarm, ids: Callable[[], list[str]]) -> Iterator[None]:
 
 
 class _Progress:
-    """What ``progress`` shows: read when the sessions' files change (``runtime.notify``);
+    """What ``progress`` shows: read when the sessions' files change (``system.notify``);
     only the clocks move otherwise, at no cost."""
 
     def __init__(self, api: Zwarm, ids: Callable[[], list[str]]) -> None:

@@ -47,7 +47,7 @@ class LiveLog:
     """A turn log that may still grow, read as a binary file. While the turn runs,
     ``readline`` returns complete lines only, waiting for them; once ``ended()`` is true it
     returns what is left, then b"" (end of file). With ``watch`` (the session's files,
-    ``runtime.notify``) it sleeps until they change instead of every ``poll_s``, and asks
+    ``system.notify``) it sleeps until they change instead of every ``poll_s``, and asks
     ``ended()`` only when the session's meta.json may have changed."""
 
     def __init__(
@@ -158,7 +158,7 @@ def follow(
     """The session's steps (numbered as ``Zwarm.trajectory`` numbers them), live: every turn
     from the first (or only ``only_turn``), then each turn that starts after them, until the
     session is idle (finished: no turn active, none to come). A ``TurnEnd`` follows each turn.
-    Between writes it sleeps until the session's files change (``runtime.notify``)."""
+    Between writes it sleeps until the session's files change (``system.notify``)."""
     from zwarm.ops.waiting import WAKE_S
     from zwarm.system.notify import Sessions
 

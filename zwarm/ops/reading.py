@@ -124,7 +124,7 @@ def logs(api: Zwarm, ref: str, turn: int | None = None, follow: bool = False) ->
 def _tail(api: Zwarm, sid: str, n: int, follow: bool) -> Iterator[bytes]:
     """Turn ``n``'s log; with ``follow``, until it ends, then each queued turn's that
     starts after it (a finished turn and the start of the next are one transaction).
-    Between reads it sleeps until the session's files change (``runtime.notify``), and
+    Between reads it sleeps until the session's files change (``system.notify``), and
     reads its meta.json again only when that changed or every ``WAKE_S``."""
     path = api.store.turn_path(sid, n)
     pos = 0

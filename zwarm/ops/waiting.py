@@ -36,7 +36,7 @@ def wait(
     all_running: bool = False,
 ) -> dict[str, Any]:
     """Block until all (or any) of ``refs`` finish, or ``timeout``. Never polls: it sleeps
-    until a session's meta.json is replaced (``runtime.notify``) and reads again only the
+    until a session's meta.json is replaced (``system.notify``) and reads again only the
     sessions that changed; every ``WAKE_S`` it also asks whether what runs each one is
     alive, and reads (reconciles) a lost one: a supervisor killed -9 writes nothing.
 

@@ -42,14 +42,15 @@ from typing import Any
 from zwarm.agents.base import AgentSetupError
 from zwarm.errors import InvalidInput, StoreError
 from zwarm.secret_names import looks_secret
+from zwarm.system.procs import MARKER
 
 HOME_DIR = "gemini-home"
 # ``[gemini] auth``: "" = from the environment (``auth_type``)
 AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
-MARKER = "ZWARM_SESSION_ID"  # zwarm.system.procs.MARKER (agents never import the runtime)
 # what the engine puts in every agent's environment and its shell commands need: the marker,
 # and the parent/state dir by which a `zwarm spawn` from inside becomes a child session, and
-# the launcher it runs zwarm with, and the PATH a child's agent is looked up on (zwarm.engine.tree)
+# the launcher it runs zwarm with, and the PATH a child's agent is looked up on (named by
+# zwarm.engine.tree, above the agents: spelled out here)
 KEEP = (MARKER, "ZWARM_PARENT_SESSION", "ZWARM_DIR", "ZWARM", "ZWARM_AGENT_PATH")
 
 MAX_USER_SETTINGS = 1 << 20
