@@ -26,7 +26,7 @@ from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import Step
 from zwarm.text import brief, cells, clean, cut, oneline, pad
 
-COLORS = {  # status -> ANSI colour (tree.py uses it too)
+COLORS = {  # status -> ANSI colour (table_lines: ls and ls --tree)
     "running": "33",
     "stalled": "33;1",
     "queued": "36",
@@ -278,6 +278,15 @@ def session_table(
             if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
                 widths.pop(h, None)
     shown = fit_columns(widths, width, _SQUEEZE)
+    out.write("\n".join(table_lines(header, table, shown, color)) + "\n")
+
+
+def table_lines(
+    header: Sequence[str], table: Sequence[Sequence[str]], shown: dict[str, int], color: bool
+) -> list[str]:
+    """``table`` (its first row the header) as lines of the columns ``shown`` (``fit_columns``):
+    each cell cut and padded to its column's width (the task, last, only cut), a row's status
+    coloured when ``color`` (``ls`` and ``ls --tree``)."""
     lines = []
     for k, row in enumerate(table):
         parts = []
@@ -286,11 +295,11 @@ def session_table(
                 continue
             cell = cut(row[i], shown[h])
             cell = cell if h == "TASK" else pad(cell, shown[h])
-            if color and k and h == "STATUS":
+            if color and k and h == "STATUS" and row[i]:
                 cell = f"\x1b[{COLORS.get(row[i].split()[0], '0')}m{cell}\x1b[0m"
             parts.append(cell)
         lines.append(_GAP.join(parts).rstrip())
-    out.write("\n".join(lines) + "\n")
+    return lines
 
 
 def fit_columns(

@@ -15,8 +15,8 @@ store, ``run_parts``) and totals that add every session under it to them. Must s
   part of its total, never a zero; the store is opened (``sqlite3`` imported) only when a
   listed session belongs to a run;
 - every row stays on one line, fitted to the terminal width when there is one the way ``ls``
-  is (``render.fit_columns``): a column with nothing in it goes first, then the costs, the
-  tokens, and the task is cut last (it always keeps some room).
+  is (``render.fit_columns``, ``render.table_lines``): a column with nothing in it goes first,
+  then the costs, the tokens, and the task is cut last (it always keeps some room).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zwarm.cli.render import (
-    COLORS,
     fit_columns,
     fleet_note,
     fmt_cost,
@@ -35,13 +34,12 @@ from zwarm.cli.render import (
     launcher_status,
     row_cost,
     short_reason,
+    table_lines,
 )
-from zwarm.text import cells, cut, oneline, pad
+from zwarm.text import cells, oneline
 
 if TYPE_CHECKING:
     from zwarm.orchestrator.runstore import Run
-
-_GAP = "  "
 
 
 def tree_cost(r: dict[str, Any]) -> str:
@@ -212,19 +210,7 @@ def tree_table(
             if h in _SQUEEZABLE and all(row[i] in ("", "-") for row in table[1:]):
                 del widths[h]
     shown = fit_columns(widths, width, _SQUEEZE)
-    lines = []
-    for k, row in enumerate(table):
-        parts = []
-        for i, h in enumerate(_HEADER):
-            if h not in shown:
-                continue
-            cell = cut(row[i], shown[h])
-            cell = cell if h == "TASK" else pad(cell, shown[h])
-            if color and k and h == "STATUS" and row[i]:
-                cell = f"\x1b[{COLORS.get(row[i].split()[0], '0')}m{cell}\x1b[0m"
-            parts.append(cell)
-        lines.append(_GAP.join(parts).rstrip())
-    out.write("\n".join(lines) + "\n")
+    out.write("\n".join(table_lines(_HEADER, table, shown, color)) + "\n")
 
 
 def _cells(lead: str, r: dict[str, Any], now: float) -> list[str]:
