@@ -125,8 +125,6 @@ def mcp_install_command(
     api = get_api(ctx)
     state_dir = Path(os.path.abspath(api.state_dir))
     environ = api.env.environ
-    if not printing:
-        api.store.ensure()  # the server refuses a state dir that is not there
     p = mcp_install.plan(
         client,
         user=user,
@@ -135,8 +133,10 @@ def mcp_install_command(
         environ=environ,
         command=mcp_install.zwarm_command(),
         http_url=http_url,
+        printing=printing,
     )
     if not printing:
+        api.store.ensure()  # the server refuses a state dir that is not there
         mcp_install.apply(p)
     for line in mcp_install.describe(p, printing):
         click.echo(line)
