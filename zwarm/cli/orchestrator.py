@@ -136,7 +136,7 @@ def mcp_install_command(
         printing=printing,
     )
     if not printing:
-        api.store.ensure()  # the server refuses a state dir that is not there
+        api.ensure_state_dir()  # the server refuses a state dir that is not there
         mcp_install.apply(p)
     for line in mcp_install.describe(p, printing):
         click.echo(line)
