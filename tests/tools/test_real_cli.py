@@ -100,11 +100,8 @@ def test_mcp_delegates_to_real_codex_and_claude(zw) -> None:
         assert len(csrv.requests) == 3 and len(asrv.requests) == 2
 
     cx, cl = found["cx"], found["cl"]
-    assert (cx["status"], cx["last_message"], cx["source"]) == (
-        "completed",
-        "REAL CODEX DONE",
-        "mcp:pytest-client",
-    )
+    assert (cx["status"], cx["last_message"]) == ("completed", "REAL CODEX DONE")
+    assert cx["source"].startswith("mcp:pytest-client/")
     assert (cl["status"], cl["last_message"], cl["adapter"]) == (
         "completed",
         "REAL CLAUDE DONE",

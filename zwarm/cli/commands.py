@@ -163,7 +163,7 @@ def _upgrade(api: Zwarm, yes: bool) -> None:
     """``init --upgrade``: the plan shown, written only when asked (``zwarm.upgrade``)."""
     from zwarm import upgrade
 
-    p = upgrade.plan(api.store.root)
+    p = upgrade.plan(api.state_dir)
     lines = [f"zwarm 3.x settings in {p.root}: {', '.join(p.found)}"]
     for title, items in (
         ("carries over:", p.carried),
@@ -304,8 +304,9 @@ def turn_result(ctx: click.Context, session: str, turn: int, as_json: bool) -> N
 
 
 def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool) -> None:
-    from zwarm.api import WAIT_EXIT, resumed_as, row
+    from zwarm.api import row
     from zwarm.cli import live
+    from zwarm.ops.waiting import WAIT_EXIT, resumed_as
 
     sid = api.resolve(sid)
     try:
@@ -357,11 +358,11 @@ def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_:
       zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
     """
     api = _api(ctx)
-    from zwarm import legacy_sessions
+    from zwarm import legacy
 
     tty = message != "-" and sys.stdin.isatty()
     ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
-    legacy_sessions.confirm(api, session, confirm_dir, confirm_agent, ask)
+    legacy.confirm(api, session, confirm_dir, confirm_agent, ask)
     s, state = api.inject(session, fast.read_task(message), context=context, timeout=timeout)
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:
@@ -398,8 +399,8 @@ def ls_cmd(ctx: click.Context, status: str | None, name: str | None, adapter: st
       zwarm ls --source 'orchestrate:*' --limit 20 --json
     """
     if watch:
-        from zwarm.api import select_rows
         from zwarm.cli import live
+        from zwarm.ops.listing import select_rows
 
         def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return select_rows(rows, name, adapter, source, limit)
@@ -527,8 +528,8 @@ def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, a
       zwarm wait verbose 3f2a --timeout 600
       zwarm wait --all --any
     """
-    from zwarm.api import WAIT_EXIT
     from zwarm.cli import live
+    from zwarm.ops.waiting import WAIT_EXIT
 
     if not sessions and not all_:
         raise click.UsageError("give session ids or --all")
@@ -648,7 +649,7 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
         raise click.UsageError("give session ids or --finished")
     api = _api(ctx)
     # without a state dir, --finished removes nothing; a given id is still "not found"
-    exists = api.store.exists() or bool(sessions)
+    exists = api.has_sessions() or bool(sessions)
     from zwarm.errors import PartlyFailed, ZwarmError
 
     try:

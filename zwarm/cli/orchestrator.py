@@ -25,13 +25,18 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from zwarm.cli import output
 from zwarm.cli.common import get_api
 from zwarm.cli.fast import read_task
+from zwarm.env.children import SOURCE_VAR
+from zwarm.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from zwarm.api import Zwarm
 
 FORMATS = ("openai", "anthropic", "mcp")
 
@@ -68,12 +73,22 @@ def _need(module: str, extra: str, command: str) -> None:
 
 
 @click.group("mcp", invoke_without_command=True)
+@click.option(
+    "--source",
+    metavar="NAME",
+    envvar=SOURCE_VAR,
+    help="Name this server's caller (else ZWARM_SOURCE; else each connection is one of its "
+    "own: mcp:<client name>/<id>).",
+)
 @click.pass_context
-def mcp_command(ctx: click.Context) -> None:
+def mcp_command(ctx: click.Context, source: str | None) -> None:
     """Serve zwarm's orchestrator tools over MCP on stdin/stdout.
 
     Register it with an MCP client (zwarm mcp install claude|codex writes the client's
-    configuration). Sessions it starts are marked with source mcp:<client name>.
+    configuration). It serves the state dir found from where the client starts it (a .zwarm
+    here or in a parent), or the one given (--state-dir, ZWARM_DIR); with none found and none
+    given it refuses to start. Sessions it starts are marked with source
+    mcp:<client name>/<connection id>, or NAME.
 
     \b
     Examples:
@@ -84,10 +99,47 @@ def mcp_command(ctx: click.Context) -> None:
         return
     _need("mcp", "mcp", "mcp")
     api = get_api(ctx)
+    _check_served_dir(api, given=(ctx.find_root().obj or {}).get("state_dir") is not None)
     api.setting("tools", "allowed_roots")  # loads config.toml: an invalid one is reported now
+    if source is not None:
+        source = _check_source(source)
     from zwarm.orchestrator import mcp_server
 
-    mcp_server.serve(api)
+    mcp_server.serve(api, source)
+
+
+def _check_served_dir(api: Zwarm, given: bool) -> None:
+    """Refuse, in one line, a state dir ``zwarm mcp`` cannot find or use: none found from the
+    working directory and none given (the client started the server elsewhere, or did not
+    pass ZWARM_DIR: it would serve an empty dir and never say so), one that is not a
+    directory, or one this user cannot read and write. A dir given that does not exist yet
+    is made by the first delegate, as for every command that writes."""
+    path = api.state_dir
+    if not os.path.lexists(path):
+        if not given:
+            raise InvalidInput(
+                f"no zwarm state dir found from {api.env.cwd} (no .zwarm there or in a "
+                "parent): run 'zwarm init' in the project, or give it with --state-dir or "
+                "ZWARM_DIR in the MCP client's server entry"
+            )
+        if not path.parent.is_dir():
+            raise InvalidInput(f"state dir {path}: {path.parent} is not a directory")
+        return
+    if not path.is_dir():
+        raise InvalidInput(f"state dir {path} is not a directory")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise InvalidInput(f"state dir {path} cannot be read and written by this user")
+    api.has_sessions()  # a sessions entry that is not a directory: a one-line StoreError
+
+
+def _check_source(source: str) -> str:
+    name = source.strip()
+    if not name or len(name) > 100 or not name.isprintable():
+        raise InvalidInput(
+            "--source (or ZWARM_SOURCE) must be 1 to 100 printable characters, "
+            f"not {source[:120]!r}"
+        )
+    return name
 
 
 @mcp_command.command("install")
