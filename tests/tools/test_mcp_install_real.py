@@ -123,7 +123,8 @@ def test_plain_claude_p_delegates_waits_reads_and_answers_after_install(zw: ZW) 
     assert any(WORKER_SAYS in json.dumps(s) for s in trajectory["steps"])
     assert events[-1]["result"] == answer
     (row,) = zw.json("ls")
-    assert (row["name"], row["status"], row["source"]) == ("w1", "completed", "mcp:claude-code")
+    assert (row["name"], row["status"]) == ("w1", "completed")
+    assert row["source"].startswith("mcp:claude-code/")  # this connection's own caller
     print(f"claude plain headless run after install: {time.monotonic() - started:.1f}s")
 
 

@@ -174,11 +174,8 @@ def test_real_claude_code_orchestrates_through_zwarm_mcp(zw) -> None:
     assert waited["finished"][0]["last_message"] == "Hi there! This is the fake server."
     assert events[-1]["result"] == "Delegated, waited, done."
     (row,) = zw.json("ls")
-    assert (row["name"], row["status"], row["source"]) == (
-        "from-claude",
-        "completed",
-        "mcp:claude-code",
-    )
+    assert (row["name"], row["status"]) == ("from-claude", "completed")
+    assert row["source"].startswith("mcp:claude-code/")  # each connection its own caller
 
 
 def _docs_text() -> str:
