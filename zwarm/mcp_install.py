@@ -99,6 +99,12 @@ def plan(
     ``--http --user``, serve's token is made if there is none, unless only ``printing``)."""
     if client not in CLIENTS:
         raise InvalidInput(f"unknown MCP client {client!r}: choose one of {', '.join(CLIENTS)}")
+    if http_url is not None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(http_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"--http takes an http(s) URL (serve's /mcp), not {http_url!r}")
     result = Plan(client, "user" if user else "project")
     token = None
     if http_url and user:
