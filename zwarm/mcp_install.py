@@ -93,12 +93,22 @@ def plan(
     environ: Mapping[str, str],
     command: list[str],
     http_url: str | None = None,
+    printing: bool = False,
 ) -> Plan:
-    """What ``zwarm mcp install CLIENT`` would write (nothing is written here)."""
+    """What ``zwarm mcp install CLIENT`` would write (nothing is written here; but for
+    ``--http --user``, serve's token is made if there is none, unless only ``printing``)."""
     if client not in CLIENTS:
         raise InvalidInput(f"unknown MCP client {client!r}: choose one of {', '.join(CLIENTS)}")
+    if http_url is not None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(http_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"--http takes an http(s) URL (serve's /mcp), not {http_url!r}")
     result = Plan(client, "user" if user else "project")
-    token = _user_token(environ, state_dir, cwd) if http_url and user else None
+    token = None
+    if http_url and user:
+        token = "TOKEN" if printing else _user_token(environ, state_dir, cwd)
     if client == "claude":
         _plan_claude(result, user, state_dir, cwd, environ, command, http_url, token)
     else:

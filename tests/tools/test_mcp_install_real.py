@@ -84,7 +84,7 @@ def _tool_results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _claude_project(zw: ZW, url: str) -> dict[str, str]:
+def _claude_project(zw: ZW, url: str, *install_args: str) -> dict[str, str]:
     """A private claude home that trusts zw.cwd (as accepting claude's trust dialog there
     does), and ``zwarm mcp install claude`` run in zw.cwd (project scope)."""
     env = _client_env(zw, claude_setup(url, zw.tmp))
@@ -92,8 +92,8 @@ def _claude_project(zw: ZW, url: str) -> dict[str, str]:
     conf.mkdir(parents=True, exist_ok=True)
     trusted = {"projects": {str(zw.cwd): {"hasTrustDialogAccepted": True}}}
     (conf / ".claude.json").write_text(json.dumps(trusted))
-    out = _install(zw, env, "claude")
-    assert f"created {zw.cwd / '.mcp.json'}" in out and "note:" not in out, out
+    out = _install(zw, env, "claude", *install_args)
+    assert f"created {zw.cwd / '.mcp.json'}" in out and "trust this folder" not in out, out
     return env
 
 
@@ -123,7 +123,8 @@ def test_plain_claude_p_delegates_waits_reads_and_answers_after_install(zw: ZW) 
     assert any(WORKER_SAYS in json.dumps(s) for s in trajectory["steps"])
     assert events[-1]["result"] == answer
     (row,) = zw.json("ls")
-    assert (row["name"], row["status"], row["source"]) == ("w1", "completed", "mcp:claude-code")
+    assert (row["name"], row["status"]) == ("w1", "completed")
+    assert row["source"].startswith("mcp:claude-code/")  # this connection's own caller
     print(f"claude plain headless run after install: {time.monotonic() - started:.1f}s")
 
 
@@ -221,3 +222,42 @@ def test_plain_claude_p_runs_two_worktree_workers_and_merges_them(zw: ZW) -> Non
     assert _git(zw.cwd, env0, "status", "--porcelain").strip() == ""
     print(f"claude two-worker worktree run with merges: {time.monotonic() - started:.1f}s")
     assert os.path.isdir(zw.state_dir)
+
+
+def test_plain_runs_reach_zwarm_serve_over_http_with_the_token_from_the_environment(
+    zw: ZW,
+) -> None:
+    """``--http``: the project files name $ZWARM_SERVE_TOKEN, never the token; both clients
+    send it from their environment and reach zwarm serve's /mcp."""
+    from tests.support.serve import start_server
+
+    claude, codex = require("claude"), require("codex")
+    _git(zw.cwd, zw.env, "init", "-q")
+    server = start_server(zw)
+    try:
+        url = f"{server.base}/mcp"
+        call = mcp_call("zwarm", "list_sessions", {})
+        cl_script = [Reply([call]), Reply([text("listed")])]
+        search = tool_search("zwarm list sessions")
+        cx_script = [Reply([search]), Reply([call]), Reply([text("ok")])]
+        with FakeMessagesServer(cl_script) as asrv, FakeResponsesServer(cx_script) as csrv:
+            env = _claude_project(zw, asrv.url, "--http", url)
+            codex_env, overrides = codex_setup(csrv.base_url, zw.tmp)
+            env.update(codex_env)
+            user_config = Path(env["CODEX_HOME"]) / "config.toml"
+            project = {str(zw.cwd): {"trust_level": "trusted"}}  # as `codex exec --trust` does
+            user_config.write_text(tomli_w.dumps({**nested(overrides), "projects": project}))
+            out = _install(zw, env, "codex", "--http", url)
+            assert "ZWARM_SERVE_TOKEN" in out and "note: codex reads" not in out, out
+            for name in (".mcp.json", ".codex/config.toml"):
+                assert server.token not in (zw.cwd / name).read_text()
+            env["ZWARM_SERVE_TOKEN"] = server.token
+            argv = [claude, "-p", "--output-format", "stream-json", "--verbose"]
+            (listed,) = _tool_results(_run(argv, env, zw.cwd, "list my zwarm sessions"))
+            assert listed["ok"] and listed["sessions"] == []
+            _run([codex, "exec", "--json", "-"], env, zw.cwd, "list my zwarm sessions")
+            last = csrv.requests[2].body["input"][-1]
+            assert last["type"] == "function_call_output", last
+            assert '"ok":true' in last["output"] and '"sessions":[]' in last["output"], last
+    finally:
+        server.stop()

@@ -217,6 +217,10 @@ def test_http_token_is_never_written_into_a_project_file(box: Box) -> None:
     codex = tomllib.loads((box.proj / ".codex" / "config.toml").read_text())["mcp_servers"]
     assert codex["zwarm"]["bearer_token_env_var"] == "ZWARM_SERVE_TOKEN"
     assert any("export ZWARM_SERVE_TOKEN" in n for n in p1.notes + p2.notes)
+    shown = box.plan("claude", user=True, http_url=url, printing=True)
+    assert any("Bearer TOKEN" in line for line in mcp_install.describe(shown, printing=True))
+    with pytest.raises(InvalidInput, match="http"):
+        box.plan("codex", http_url="claude")  # `--http claude`: the client taken for the URL
     # user scope may keep it: a file of the user's, 0600
     box.install("codex", user=True, http_url=url)
     user = box.home / ".codex" / "config.toml"

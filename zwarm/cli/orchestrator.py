@@ -34,6 +34,7 @@ from zwarm.cli.common import get_api
 from zwarm.cli.fast import read_task
 from zwarm.env.children import SOURCE_VAR
 from zwarm.errors import InvalidInput
+from zwarm.mcp_install import DEFAULT_HTTP_URL
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -149,9 +150,9 @@ def _check_source(source: str) -> str:
     "--http",
     "http_url",
     is_flag=False,
-    flag_value="http://127.0.0.1:8765/mcp",
+    flag_value=DEFAULT_HTTP_URL,
     metavar="URL",
-    help="Use zwarm serve's MCP endpoint (default http://127.0.0.1:8765/mcp) instead of stdio.",
+    help=f"Use zwarm serve's MCP endpoint (default {DEFAULT_HTTP_URL}) instead of stdio.",
 )
 @click.option("--print", "printing", is_flag=True, help="Only show what would be written.")
 @click.pass_context
@@ -177,8 +178,6 @@ def mcp_install_command(
     api = get_api(ctx)
     state_dir = Path(os.path.abspath(api.state_dir))
     environ = api.env.environ
-    if not printing:
-        api.ensure_state_dir()  # the server refuses a state dir that is not there
     p = mcp_install.plan(
         client,
         user=user,
@@ -187,8 +186,10 @@ def mcp_install_command(
         environ=environ,
         command=mcp_install.zwarm_command(),
         http_url=http_url,
+        printing=printing,
     )
     if not printing:
+        api.ensure_state_dir()  # the server refuses a state dir that is not there
         mcp_install.apply(p)
     for line in mcp_install.describe(p, printing):
         click.echo(line)
