@@ -62,6 +62,7 @@ from zwarm.model import (
     Usage,
 )
 from zwarm.model.records import Changes, Workspace
+from zwarm.model.requests import SpawnRequest
 from zwarm.model.steps import Step
 from zwarm.store import Store, pins, write_private
 from zwarm.store.files import open_append, open_read, read_file
@@ -144,34 +145,30 @@ class BaseSessionManager(abc.ABC):
     # ------------------------------------------------------------------ starting turns
     def spawn(
         self,
-        task: str,
+        req: SpawnRequest,
         *,
         cwd: Path,
-        model: str | None = None,
-        name: str | None = None,
-        timeout: float | None = None,
-        context: str = "summary",
-        source: str = "cli",
-        dangerous: bool = False,
         workspace: ws_mod.Plan | ws_mod.Found | None = None,
-        notify: bool = False,
         fleet: limits.Fleet | None = None,
         lineage: tree.Lineage | None = None,
-        launcher: str = "local",
     ) -> Session:
-        """Create a session and start its first turn (the launcher runs it detached). With a
-        worktree ``workspace`` plan, its worktree is made first (and removed if this fails).
-        ``lineage``: its parent and depth, verified by the caller (``engine.tree``).
-        ``launcher``: what runs its turns (``zwarm.runtime``), pinned with the session."""
+        """Create a session and start its first turn (the launcher runs it detached), as
+        ``req`` asks once the caller has settled it (``Zwarm.spawn``: its model routed, its
+        defaults from the config, its fleet options in ``fleet``); ``cwd``: the checked
+        working directory. With a worktree ``workspace`` plan, its worktree is made first (and
+        removed if this fails). ``lineage``: its parent and depth, verified by the caller
+        (``engine.tree``). ``req.launcher``: what runs its turns (``zwarm.launchers``),
+        pinned with the session."""
+        task, name, dangerous = req.task, req.name, bool(req.dangerous)
         now = self.env.now_iso()
         sid = self.store.new_id()
         ws, cwd = self._workspace(workspace, sid, name, cwd)
         try:
-            s = self._new_session(sid, task, cwd, now, model, name, context, source, dangerous)
+            s = self._new_session(sid, req, cwd, now, dangerous)
             s.workspace = ws
-            s.notify = notify  # a desktop notification when it ends (runtime.hooks)
+            s.notify = req.notify  # a desktop notification when it ends (runtime.hooks)
             (lineage or tree.Lineage()).apply(s)
-            transitions.begin(s, _first_turn(task, now, timeout, launcher))
+            transitions.begin(s, _first_turn(task, now, req.timeout, req.launcher or "local"))
             limits.settle(s, fleet or limits.Fleet(), self.config)
             if self._must_queue(s):  # created queued; the scheduler starts it (or not yet)
                 return self.scheduler().admit_new(s, lambda: self._create(s, task, name, dangerous))
@@ -216,17 +213,9 @@ class BaseSessionManager(abc.ABC):
                 raise
 
     def _new_session(
-        self,
-        sid: str,
-        task: str,
-        cwd: Path,
-        now: str,
-        model: str | None,
-        name: str | None,
-        context: str,
-        source: str,
-        dangerous: bool,
+        self, sid: str, req: SpawnRequest, cwd: Path, now: str, dangerous: bool
     ) -> Session:
+        task, model = req.task, req.model
         s = Session(
             id=sid,
             adapter=self.name,
@@ -235,11 +224,11 @@ class BaseSessionManager(abc.ABC):
             cwd=str(cwd),
             created_at=now,
             updated_at=now,
-            name=name,
+            name=req.name,
             model=self._asked_model(cwd, model, dangerous),
             requested_model=model,
-            context_mode="native" if context == "native" else "summary",
-            source=source[:200],
+            context_mode="native" if req.context == "native" else "summary",
+            source=req.source[:200],
             bypass=dangerous,
         )
         s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
