@@ -1,0 +1,339 @@
+"""``Finishing``: a turn's supervisor side, from its agent's launch to its recorded end.
+
+Owns what runs for a turn (``agent_launch``: ``AgentLaunch``, or ``StartRefused``), preparing
+it (a new worktree's setup, the before snapshot: ``prepare_turn``), and recording its end
+(``finish_turn``: the after snapshot and change stats, the outcome read from its log, usage and
+cost, the status and reason, a park on a usage or rate limit, the next queued turn begun).
+Must stay true:
+- what decides what runs (agent, working directory, sandbox bypass) comes from the session's
+  launch pin and the trusted config, never from meta.json (``agent_launch``), and the pinned
+  directory is checked again for a link into the state dir (``in_state_dir``);
+- every agent runs with its session's id as ``ZWARM_PARENT_SESSION``, the state dir as
+  ``ZWARM_DIR`` and ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory
+  first on ``PATH``), so what it spawns becomes its child (``engine.tree``);
+- per-turn usage and cost are deltas; a turn that used no tokens costs 0 whatever the model's
+  price, and any other turn without a known cost stays unknown (``_apply_outcome``);
+- a turn that ends past the session's budget (or an ancestor's) ends ``budget_exceeded`` and
+  its queue is dropped; a turn parked on a limit begins nothing (``finish_turn``);
+- a snapshot never decides a turn's outcome.
+"""
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import msgspec
+
+from zwarm.engine import limits, transitions, tree
+from zwarm.engine import workspace as ws_mod
+from zwarm.engine.core import MESSAGE_KEEP_CHARS, ManagerCore, in_state_dir
+from zwarm.env import launcher
+from zwarm.errors import ZwarmError
+from zwarm.model import RUNS, Reason, Session, Status, Turn, TurnOutcome
+from zwarm.model.records import Changes, Workspace
+from zwarm.store import Store, pins
+from zwarm.store.files import open_append, open_read
+from zwarm.system import procs
+
+
+class Finishing(ManagerCore):
+    """The supervisor's side of a turn (``runtime.supervisor`` calls these)."""
+
+    def agent_launch(self, s: Session, t: Turn) -> "AgentLaunch":
+        """What to run for turn ``t`` (session lock held). Security-relevant facts (agent, cwd,
+        sandbox bypass) come from the session's pin and the trusted config, never from
+        ``meta.json``, which the agent may have rewritten. ``StartRefused`` if they disagree,
+        or if the pinned directory now leads into the state dir (``in_state_dir``)."""
+        pin = pins.read(self.env.environ, s.id, Path(os.path.realpath(self.store.root)))
+        if pin is None:
+            raise StartRefused(
+                "no launch record for this session (it was not started by you with this "
+                "zwarm and state dir): refusing to run it"
+            )
+        if pin.adapter != s.adapter or pin.cwd != s.cwd:
+            raise StartRefused("meta.json disagrees with the session's launch record: refused")
+        if not ws_mod.same(pin.workspace, s.workspace):
+            raise StartRefused(
+                "meta.json disagrees with the session's launch record about its workspace: refused"
+            )
+        if in_state_dir(Path(pin.cwd), self.store.root):  # a link put in its place since
+            raise StartRefused(
+                f"working directory {pin.cwd!r} now leads into zwarm's state dir "
+                f"({os.path.realpath(pin.cwd)}): no agent runs there; refused"
+            )
+        resume = s.agent_session_id if t.context == "native" else None
+        opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass)
+        env = self.agent_env()
+        env[procs.MARKER] = s.id
+        env.pop(procs.SUPERVISOR_MARKER, None)
+        # what the agent spawns is a child of this session, in this state dir (engine.tree)
+        env[tree.PARENT_VAR] = s.id
+        env[tree.DIR_VAR] = os.path.realpath(self.store.root)
+        env[tree.AGENT_PATH_VAR] = env.get("PATH") or os.defpath  # for its children's agents
+        zwarm = launcher(self.env.python, env)  # "$ZWARM" survives a login shell; PATH not
+        if zwarm is not None:
+            env[tree.ZWARM_VAR] = str(zwarm)
+            env["PATH"] = os.pathsep.join([str(zwarm.parent), env.get("PATH") or os.defpath])
+        return AgentLaunch(self.build_argv(opts, resume), pin.cwd, env)
+
+    def fail_start(self, s: Session, t: Turn, why: str) -> None:
+        """Record that turn ``t``'s agent could not be started (lock held)."""
+        transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.START_FAILED, why)
+
+    def prepare_turn(self, sid: str, n: int) -> bool | None:
+        """Before turn ``n``'s agent starts (whatever runs it): prepare a new worktree (turn
+        1: ``[workspace]`` copy, link, setup; its output starts the turn's stderr) and snapshot
+        the session's tree. Returns whether the stderr file was started here, or None if the
+        turn must not run (preparing failed: recorded, the worktree removed; or it ended)."""
+        s = self.store.load(sid, history=False)
+        t = s.turn(n)
+        if t is None or t.status.finished:
+            return None
+        ws = self._pinned(s)
+        if ws is None or t.before is not None:  # none; or prepared already (a deferred turn)
+            return False
+        wrote = n == 1 and ws.mode == "worktree" and self._needs_setup()
+        if wrote and not self._setup(s, t, ws):
+            return None
+        before = self._snapshot(ws, sid, n, "before")
+        if before is not None:
+            with self.store.transaction(sid, history=False) as s:
+                t = s.turn(n)
+                if t is not None:
+                    t.before = before
+        return wrote
+
+    def _pinned(self, s: Session) -> Workspace | None:
+        """``s``'s workspace as its launch pin has it (None: none, or not trusted: said on
+        stderr, the supervisor's log; the turn is then refused by ``agent_launch`` anyway)."""
+        if s.workspace is None:
+            return None
+        try:
+            return ws_mod.pinned(s, self.env.environ, self.store.root)
+        except ZwarmError as e:
+            print(f"zwarm: no snapshot of session {s.id}'s workspace: {e}", file=sys.stderr)
+            return None
+
+    def _needs_setup(self) -> bool:
+        table = self.config.data["workspace"]
+        return bool(table["setup"] or table["copy"] or table["link"])
+
+    def _setup(self, s: Session, t: Turn, ws: Workspace) -> bool:
+        """Run turn ``t``'s worktree preparation; on failure end the turn ``setup_failed``,
+        drop its queue and remove the worktree and branch. Whether it succeeded."""
+        path = self.store.turn_path(s.id, t.n, "stderr")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a new turn's file: anything planted there (a link) goes
+        fd = open_append(path)
+        try:
+            env = self.agent_env()
+            env[procs.MARKER] = s.id  # so kill stops the setup commands too
+            try:
+                why = ws_mod.prepare(ws, self.config.table("workspace"), env, fd, t.timeout)
+            except ZwarmError as e:
+                why = f"setup failed: {e}"
+        finally:
+            os.close(fd)
+        if why is None:
+            return True
+        with contextlib.suppress(ZwarmError):
+            ws_mod.remove(ws, self.env.environ)
+        n = t.n
+        with self.store.transaction(s.id, history=False) as s:
+            t = s.turn(n) or t
+            if s.workspace is not None:
+                s.workspace.removed = True
+            if t.status in (Status.RUNNING, Status.STALLED):
+                s.queue.clear()
+                transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.SETUP_FAILED, why)
+        return False
+
+    def _snapshot(self, ws: Workspace, sid: str, n: int, which: str) -> str | None:
+        """A snapshot of the session's tree, or None if it could not be taken (said on
+        stderr: the supervisor's log). A snapshot never decides a turn's outcome."""
+        try:
+            return ws_mod.snapshot(ws, self.env.environ, sid, n, which, self.store.root)
+        except ZwarmError as e:
+            print(f"zwarm: no {which} snapshot of turn {n}: {e}", file=sys.stderr)
+            return None
+
+    def _after_turn(self, sid: str, n: int) -> tuple[str | None, Changes | None, Changes | None]:
+        """Turn ``n``'s after snapshot, what it changed, and what the session changed so far."""
+        s = self.store.load(sid, history=False)
+        ws = self._pinned(s)
+        if ws is None or ws.removed:
+            return None, None, None
+        after = self._snapshot(ws, sid, n, "after")
+        if after is None:
+            return None, None, None
+        t = s.turn(n)
+        before = t.before if t is not None else None
+        start = ws_mod.start_of(s, ws)
+        try:
+            from zwarm.engine import diffs
+
+            tree = ws_mod.git_dir_tree(ws, self.env.environ)
+            turn = diffs.stats(tree, self.env.environ, before, after) if before else None
+            whole = diffs.stats(tree, self.env.environ, start, after) if start else None
+        except ZwarmError as e:
+            print(f"zwarm: no change stats for turn {n}: {e}", file=sys.stderr)
+            return after, None, None
+        return after, turn, whole
+
+    def finish_turn(
+        self,
+        sid: str,
+        n: int,
+        returncode: int,
+        timed_out: bool,
+        stop: tuple[Reason, str] | None = None,
+        hand_off: bool = False,
+    ) -> Turn | None:
+        """Record turn ``n``'s end (with its after snapshot and change stats); begin the next
+        queued turn and return it, or None. ``stop``: why its supervisor stopped the agent
+        (a budget passed, a stall), if it did. A turn parked on a limit, or ended past the
+        session's budget (then the queue is dropped), begins nothing. With ``hand_off`` (a
+        supervisor that runs one turn: ``runtime.slurm``), the next turn is started by its
+        launcher in the same transaction, and None returned."""
+        outcome = self.read_outcome(sid, n)
+        stderr_tail = _tail(self.store, sid, n)
+        after, changes, whole = self._after_turn(sid, n)
+        with self.store.transaction(sid, history=False) as s:
+            t = s.turn(n)
+            if t is None:
+                return None
+            t.after, t.changes = after, changes
+            if whole is not None:
+                s.changes = whole
+            self._record(s, t, outcome, returncode, timed_out, stderr_tail, stop)
+            if t.reason is Reason.BUDGET_EXCEEDED:
+                s.queue.clear()
+            if t.status in (Status.KILLED, Status.PARKED) or not s.queue:
+                return None
+            nxt = self._begin_next(s)
+            if hand_off:
+                self._start(s, nxt)
+                return None
+            return nxt
+
+    def _record(
+        self,
+        s: Session,
+        t: Turn,
+        o: TurnOutcome,
+        returncode: int,
+        timed_out: bool,
+        stderr_tail: str,
+        stop: tuple[Reason, str] | None = None,
+    ) -> None:
+        t.exit_code = returncode if returncode >= 0 else None
+        t.signal = -returncode if 0 < -returncode <= 128 else None
+        self._apply_outcome(s, t, o)
+        if t.status not in RUNS:
+            return  # killed meanwhile: keep that, with the facts filled in
+        now = self.env.now_iso()
+        over = limits.over_budget(s) or tree.over_budget(self.store, s)
+        if stop is not None:
+            transitions.end(s, t, Status.FAILED, now, *stop)
+        elif timed_out:
+            why = f"timeout: killed after {t.timeout or 0:g} s"
+            transitions.end(s, t, Status.FAILED, now, Reason.TIMEOUT, why)
+        elif over is not None:
+            why = over + ("; the turn had completed" if o.status is Status.COMPLETED else "")
+            why += f"; the agent reported: {o.error}" if o.error else ""
+            transitions.end(s, t, Status.FAILED, now, Reason.BUDGET_EXCEEDED, why)
+        elif o.status is Status.COMPLETED:
+            transitions.end(s, t, Status.COMPLETED, now)
+        else:
+            why = _exit_reason(returncode, stderr_tail)
+            if o.status is Status.FAILED:
+                why = o.error or why
+            else:
+                why = f"{why}; no turn result in its output" + (f" ({o.error})" if o.error else "")
+            reason = (o.reason if o.status is Status.FAILED else None) or Reason.AGENT_ERROR
+            if not self._park(s, t, o, reason, why):
+                transitions.end(s, t, Status.FAILED, now, reason, why)
+
+    def _park(self, s: Session, t: Turn, o: TurnOutcome, reason: Reason, why: str) -> bool:
+        """Park turn ``t`` (ended on a usage or rate limit) until it may resume, if the
+        config says to wait; its supervisor waits for that time (``runtime.supervisor``)."""
+        from zwarm.env import iso
+
+        now = self.env.clock()
+        until = limits.park_until(self.config, s, reason, o, now)
+        if until is None:
+            return False
+        transitions.park(s, t, iso(now), iso(until), reason, why)
+        self.scheduler().mark(s.id)
+        return True
+
+    def _apply_outcome(self, s: Session, t: Turn, o: TurnOutcome) -> None:
+        if o.agent_session_id:
+            t.agent_session_id = o.agent_session_id
+            s.agent_session_id = o.agent_session_id
+        if o.model:
+            s.model = o.model
+        if o.final_message is not None:
+            t.final_message = o.final_message[:MESSAGE_KEEP_CHARS]
+        prev = s.resumed(t, t.agent_session_id) if t.context == "native" else None
+        if o.usage is not None:
+            t.reported_usage = o.usage
+            base = prev.reported_usage if prev and self.usage_cumulative_on_resume else None
+            t.usage = o.usage.minus(base) if base else o.usage
+        if self.reports_cost:
+            t.reported_cost_usd = o.cost_usd
+            base_cost = prev.reported_cost_usd if prev and self.cost_cumulative_on_resume else None
+            if o.cost_usd is not None:
+                t.cost_usd = round(max(0.0, o.cost_usd - (base_cost or 0.0)), 8)
+        else:
+            t.cost_usd = self.estimate_cost(t.usage, s.model) if o.usage else None
+        if t.cost_usd is None and not t.usage.total_tokens and _nothing_billed(o):
+            t.cost_usd = 0.0
+        if o.model:
+            s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
+
+
+class StartRefused(Exception):
+    """A turn's agent must not be started (its session's records disagree); says why."""
+
+
+class AgentLaunch(msgspec.Struct, frozen=True):
+    """How to run one turn's agent: its argv, working directory and environment."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+def _exit_reason(returncode: int, stderr_tail: str) -> str:
+    if returncode < 0:
+        why = f"agent killed by signal {-returncode}"
+    else:
+        why = f"agent exited with code {returncode}"
+    return f"{why}: {stderr_tail}" if stderr_tail else why
+
+
+def _tail(store: Store, sid: str, n: int, limit: int = 400) -> str:
+    """The last non-blank line of turn ``n``'s stderr (at most ``limit`` characters)."""
+    try:
+        fd = open_read(store.turn_path(sid, n, "stderr"))
+    except OSError:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - 4096), os.SEEK_SET)
+        text = os.read(fd, 4096).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""
+
+
+def _nothing_billed(o: TurnOutcome) -> bool:
+    """Whether the turn's outcome shows nothing was billed (its usage is already zero): the
+    agent reported zero tokens, or it reported the failure before the model answered at all
+    (a 429 on the first request). A turn cut off without a report may have been billed."""
+    return o.usage is not None or (o.status is Status.FAILED and o.unanswered)

@@ -1,0 +1,323 @@
+"""Every tool zwarm offers an LLM: its name, description, JSON Schema, handler and hints.
+
+Owns ``TOOLS`` (in the order the surfaces list them) and the text a model reads about each
+tool. Must stay true: a tool is declared here once and every surface (``zwarm tools``,
+``zwarm mcp``, ``zwarm orchestrate``, ``Toolbox.dispatch``) is generated from it; each
+schema uses only what ``args`` checks; a description says what the tool does, when to use it
+and what it returns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zwarm import agents
+from zwarm.orchestrator.tools.base import Tool, object_schema
+from zwarm.orchestrator.tools.review import comment, get_diff, merge
+from zwarm.orchestrator.tools.sessions import (
+    LIST_LIMIT,
+    check_session,
+    converse,
+    delegate,
+    end_session,
+    list_sessions,
+)
+from zwarm.orchestrator.tools.trajectory import get_trajectory
+from zwarm.orchestrator.tools.waiting import wait
+
+
+def _s(desc: str, **kw: Any) -> dict[str, Any]:
+    return {"type": "string", "description": desc, **kw}
+
+
+_SESSION_ID = _s("Session id, unique id prefix (4+ chars) or session name.", minLength=1)
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        "delegate",
+        "Start a coding agent (OpenAI Codex, Claude Code or Gemini CLI) on a task, in the "
+        "background. "
+        "Returns its session_id at once; the agent keeps working while you do other things. "
+        "Give a complete, self-contained task: the agent sees nothing else of this "
+        "conversation. Start several sessions for independent tasks, then call wait.",
+        object_schema(
+            {
+                "task": _s(
+                    "Everything the agent needs: goal, files, constraints, how to "
+                    "verify, what to report back.",
+                    minLength=1,
+                ),
+                "adapter": _s("Agent CLI to run (default from config).", enum=list(agents.names())),
+                "model": _s(
+                    "Model name; an alias like sonnet, opus or gpt-5 also picks the "
+                    "adapter. Default: the configured one."
+                ),
+                "cwd": _s(
+                    "Working directory for the agent (absolute, or relative to where "
+                    "zwarm runs); must be inside the allowed roots."
+                ),
+                "name": _s(
+                    "Optional unique name to refer to the session by "
+                    "(letters, digits, '.', '_', '-')."
+                ),
+                "timeout": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Kill the turn after this many seconds.",
+                },
+                "worktree": {
+                    "type": "boolean",
+                    "description": "Run in a new git worktree and branch of cwd's repository, "
+                    "so parallel agents never overwrite each other (default from config).",
+                },
+                "branch": _s("With worktree: the new branch (default zwarm/<name or id>)."),
+                "base": _s("With worktree: the commit or branch to start from (default HEAD)."),
+                "after": {
+                    "type": "array",
+                    "items": _SESSION_ID,
+                    "maxItems": 100,
+                    "description": "Start only once these sessions have finished; if any did "
+                    "not complete it ends failed (dependency_failed) without starting.",
+                },
+                "after_any": {
+                    "type": "boolean",
+                    "description": "With after: start whatever their outcome.",
+                },
+                "group": _s("A group name: its [groups.NAME] caps and budgets apply."),
+                "priority": {
+                    "type": "integer",
+                    "description": "Higher starts first when sessions are queued (default 0).",
+                },
+                "max_cost": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Budget in USD: past it the session is stopped, failed.",
+                },
+                "max_tokens": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Budget in tokens: past it the session is stopped, failed.",
+                },
+                "stall_s": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Mark it stalled when its agent is silent this long.",
+                },
+                "detached": {
+                    "type": "boolean",
+                    "description": "When you run inside a zwarm session: the new session is "
+                    "not killed or removed with yours (default: it is).",
+                },
+            },
+            ["task"],
+        ),
+        delegate,
+    ),
+    Tool(
+        "converse",
+        "Send a follow-up message to a session: it continues with the context of its earlier "
+        "turns. If a turn is still running the message is queued and starts when it ends. "
+        "Returns at once with state 'started' or 'queued' and the turn number.",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "message": _s("The follow-up instruction or question.", minLength=1),
+                "context": _s(
+                    "How the agent gets the earlier turns: 'summary' (a fresh run "
+                    "with a compact summary; default) or 'native' (resume the "
+                    "agent's own session).",
+                    enum=["summary", "native"],
+                ),
+                "timeout": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "description": "Kill this turn after this many seconds (default: the "
+                    "session's own limit, given when it was delegated).",
+                },
+            },
+            ["session_id", "message"],
+        ),
+        converse,
+    ),
+    Tool(
+        "check_session",
+        "Status of one session: status (running, stalled, queued, parked, completed, failed, "
+        "killed), current turn, the agent's last message, error and its typed reason "
+        "(rate_limited, usage_limit, budget_exceeded...), token usage, cost, queued messages, "
+        "for a queued session its place in the queue and what it waits for, and the sessions "
+        "it started (children) with its whole subtree's usage and cost.",
+        object_schema({"session_id": _SESSION_ID}, ["session_id"]),
+        check_session,
+        read_only=True,
+    ),
+    Tool(
+        "list_sessions",
+        "List sessions, newest first, as compact rows. Sessions that finished since you last "
+        "looked are flagged new and listed in finished_since_last_look.",
+        object_schema(
+            {
+                "status": _s(
+                    "Only sessions with this status.",
+                    enum=[
+                        "running",
+                        "stalled",
+                        "queued",
+                        "parked",
+                        "completed",
+                        "failed",
+                        "killed",
+                        "damaged",
+                    ],
+                ),
+                "mine": {
+                    "type": "boolean",
+                    "description": "Only the sessions you started (default false).",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": f"At most this many rows (default {LIST_LIMIT}).",
+                },
+            }
+        ),
+        list_sessions,
+        read_only=True,
+    ),
+    Tool(
+        "get_trajectory",
+        "What a session's agent did, step by step: messages, reasoning, shell commands with "
+        "exit codes and output, file changes, tool calls, errors. Long outputs are shortened "
+        "and, if the whole does not fit, the middle steps are left out; a note says what was "
+        "cut. Use it to verify work, not just the agent's own claims.",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "turn": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Only this turn (default: all turns).",
+                },
+                "full": {
+                    "type": "boolean",
+                    "description": "Keep long texts much longer (default false).",
+                },
+            },
+            ["session_id"],
+        ),
+        get_trajectory,
+        read_only=True,
+    ),
+    Tool(
+        "wait",
+        "Block until a session finishes, instead of polling. Returns as soon as any of the "
+        "given sessions finishes that you were not already told about (or, with all=true, "
+        "when all have finished), or when the timeout passes; then it lists which finished "
+        "and which still run. Default sessions: every session you started that is running "
+        "or finished without your being told. One call "
+        "waits at most about 45 s: call it again to keep waiting.",
+        object_schema(
+            {
+                "session_ids": {
+                    "type": "array",
+                    "items": _SESSION_ID,
+                    "maxItems": 100,
+                    "description": "Sessions to wait for (default: yours that run or have news).",
+                },
+                "timeout_s": {
+                    "type": "number",
+                    "minimum": 0,
+                    "description": "Give up after this many seconds (capped).",
+                },
+                "all": {
+                    "type": "boolean",
+                    "description": "Wait for all of them instead of the first (default false).",
+                },
+            }
+        ),
+        wait,
+        read_only=True,
+    ),
+    Tool(
+        "end_session",
+        "Stop a running session (kills the agent and drops its queued messages). With "
+        "delete=true also delete its files; a finished session can only be deleted.",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "delete": {
+                    "type": "boolean",
+                    "description": "Also delete the session's files (default false).",
+                },
+            },
+            ["session_id"],
+        ),
+        end_session,
+        destructive=True,
+    ),
+    Tool(
+        "get_diff",
+        "Exactly what a session (or one of its turns) changed in its git working tree: the "
+        "changed files with added/removed line counts and the unified diff, from snapshots "
+        "zwarm takes before and after each turn. Review it before merging. Long diffs are "
+        "cut to fit (a note names the files left out).",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "turn": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Only this turn (default: the whole session).",
+                },
+                "stat_only": {
+                    "type": "boolean",
+                    "description": "Only the files and line counts (default false).",
+                },
+            },
+            ["session_id"],
+        ),
+        get_diff,
+        read_only=True,
+    ),
+    Tool(
+        "comment",
+        "Attach a review comment to a line of a session's diff. Open comments are sent to "
+        "the agent, with the diff lines around them, at the start of your next converse.",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "path": _s("A changed file, relative to the repository's top.", minLength=1),
+                "line": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "The line (in the file as the session left it).",
+                },
+                "text": _s("What should change there, and why.", minLength=1),
+            },
+            ["session_id", "path", "line", "text"],
+        ),
+        comment,
+    ),
+    Tool(
+        "merge",
+        "Merge a finished worktree session's branch (its uncommitted work is committed "
+        "first) into the main checkout's branch or another. Refused while it runs, or when "
+        "it would write a file of the target that has uncommitted changes or that git does "
+        "not track; a conflict is refused (nothing merged), listing the conflicting files, "
+        "what was committed and what to do next.",
+        object_schema(
+            {
+                "session_id": _SESSION_ID,
+                "into": _s("The branch to merge into (default: the main worktree's)."),
+                "squash": {
+                    "type": "boolean",
+                    "description": "One commit on the target instead of a merge (default false).",
+                },
+            },
+            ["session_id"],
+        ),
+        merge,
+    ),
+)
+
+TOOL_NAMES = tuple(t.name for t in TOOLS)

@@ -1,0 +1,107 @@
+"""What one caller of the tools has been told: the "last looked" state, on disk per caller.
+
+Owns ``.zwarm/orchestrator/seen/`` (one JSON file per caller, and the lock they are updated
+under) and the rule of what is news to a caller. Must stay true:
+- a finished session is news to a caller if it finished after the caller first used the tools
+  and the caller has not been told of it in its current state (a continued session that
+  finishes again is news again);
+- the state is advisory: a file that cannot be read is an empty state and one that cannot be
+  written is skipped, so a broken state dir never makes a tool fail;
+- every update is a load-modify-write under the one flock helper (``store.files.locked``)
+  and an atomic replace, so two callers marking at once lose neither's marks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from zwarm.api import Zwarm
+from zwarm.env import parse_iso
+from zwarm.errors import ZwarmError
+from zwarm.model import FINISHED
+from zwarm.store import atomic_write
+from zwarm.store.files import locked, private_dir
+
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class Looked:
+    """Which finished sessions one caller has been told about, kept on disk per source.
+
+    ``.zwarm/orchestrator/seen/<source>.json`` maps session id -> "<turns>:<status>" at the
+    time the caller saw it finished, plus ``since``: when the caller first used the tools.
+    A finished session is *new* to the caller if it finished after ``since`` and the caller
+    has not seen it finished in its current state (a continued session can be new again).
+    """
+
+    def __init__(self, api: Zwarm, source: str) -> None:
+        slug = _SLUG.sub("_", source)[:60]
+        digest = hashlib.sha1(source.encode("utf-8", "replace")).hexdigest()[:8]
+        self.dir = api.state_dir / "orchestrator" / "seen"
+        self.path = self.dir / f"{slug}-{digest}.json"
+        self.api = api
+
+    def load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def start(self, now: str) -> None:
+        """Record when this caller started (once); later finishes count as new to it."""
+        if "since" not in self.load():
+            self._update(lambda d: d.setdefault("since", now))
+
+    def is_new(self, state: Mapping[str, Any], r: Mapping[str, Any]) -> bool:
+        if r.get("status") not in FINISHED:
+            return False
+        since = state.get("since")
+        updated = r.get("updated_at")
+        if not isinstance(since, str) or not isinstance(updated, str):
+            return False
+        seen = state.get("seen") or {}
+        if seen.get(r["id"]) == seen_key(r):
+            return False
+        try:
+            return parse_iso(updated) > parse_iso(since)
+        except ValueError:
+            return False
+
+    def mark(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Remember these rows' finished states as seen."""
+        marks = {r["id"]: seen_key(r) for r in rows if r.get("status") in FINISHED}
+        if not marks:
+            return
+
+        def apply(d: dict[str, Any]) -> None:
+            seen = d.setdefault("seen", {})
+            seen.update(marks)
+            try:
+                live = set(self.api.session_ids())
+            except ZwarmError:
+                return  # keep the marks, prune nothing
+            for sid in [s for s in seen if s not in live]:
+                del seen[sid]
+
+        self._update(apply)
+
+    def _update(self, fn: Callable[[dict[str, Any]], Any]) -> None:
+        """Load-modify-write under a lock. Best effort: the flags are advisory, so a state dir
+        that cannot be written must not make the tools themselves fail."""
+        try:
+            private_dir(self.dir)
+            with locked(self.dir / ".lock"):
+                data = self.load()
+                fn(data)
+                atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+        except (OSError, ZwarmError):
+            pass
+
+
+def seen_key(r: Mapping[str, Any]) -> str:
+    return f"{r.get('turns')}:{r.get('status')}"
