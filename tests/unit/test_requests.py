@@ -18,6 +18,7 @@ from zwarm.env import Env
 from zwarm.errors import InvalidInput
 from zwarm.model import requests
 from zwarm.model.requests import MessageRequest, SpawnRequest
+from zwarm.orchestrator.tools import catalog
 from zwarm.serve import bodies
 
 FRONT_ENDS: list[tuple[str, type[msgspec.Struct], tuple[str, ...], dict[str, str]]] = [
@@ -26,6 +27,8 @@ FRONT_ENDS: list[tuple[str, type[msgspec.Struct], tuple[str, ...], dict[str, str
      options.MESSAGE_LEFT_OUT),
     ("http spawn", SpawnRequest, bodies.SPAWN, bodies.SPAWN_LEFT_OUT),
     ("http inject", MessageRequest, bodies.MESSAGE, bodies.MESSAGE_LEFT_OUT),
+    ("tool delegate", SpawnRequest, catalog.DELEGATE, catalog.DELEGATE_LEFT_OUT),
+    ("tool converse", MessageRequest, catalog.CONVERSE, catalog.CONVERSE_LEFT_OUT),
 ]  # fmt: skip
 
 
