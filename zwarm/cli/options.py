@@ -85,12 +85,11 @@ def described(command: str) -> list[Described]:
     from zwarm.model import requests
 
     cls: type[Struct] = requests.SpawnRequest if command == "spawn" else requests.MessageRequest
-    rows = SPAWN if command == "spawn" else MESSAGE
-    helps = requests.field_help(cls)
-    defaults = {f.name: f.default for f in msgspec.structs.fields(cls)}
+    fields = {f.name: f for f in msgspec.structs.fields(cls)}  # its annotations read once
     out = []
-    for row in rows:
-        typ = requests.field_type(cls, row.field)
+    for row in SPAWN if command == "spawn" else MESSAGE:
+        f = fields[row.field]
+        typ = requests.bare_type(f.type)
         choices: tuple[str, ...] = ()
         kind = row.kind
         if kind:
@@ -103,7 +102,7 @@ def described(command: str) -> list[Described]:
             kind = "multiple"
         else:
             kind = {str: "text", float: "float", int: "int"}[typ]
-        out.append(Described(row, kind, choices, defaults[row.field], helps[row.field]))
+        out.append(Described(row, kind, choices, f.default, requests.description(f.type)))
     return out
 
 

@@ -148,21 +148,20 @@ class MessageRequest(Struct, kw_only=True, forbid_unknown_fields=True):
 # ---------------------------------------------------------------------- what front ends read
 def field_help(cls: type[Struct]) -> dict[str, str]:
     """Each field's help text, by field name."""
-    return {f.name: _description(f.type) for f in msgspec.structs.fields(cls)}
+    return {f.name: description(f.type) for f in msgspec.structs.fields(cls)}
 
 
-def _description(typ: Any) -> str:
+def description(typ: Any) -> str:
+    """The help text of a field's type (``msgspec.structs.fields``)."""
     for meta in getattr(typ, "__metadata__", ()):
         if isinstance(meta, Meta) and meta.description:
             return meta.description
     return ""
 
 
-def field_type(cls: type[Struct], name: str) -> Any:
-    """Field ``name``'s type without its bounds, help or ``None``: ``str``, ``float``,
-    ``int``, ``bool``, a ``Literal`` or a ``tuple``."""
-    (f,) = [f for f in msgspec.structs.fields(cls) if f.name == name]
-    typ = f.type
+def bare_type(typ: Any) -> Any:
+    """A field's type (``msgspec.structs.fields``) without its bounds, help or ``None``:
+    ``str``, ``float``, ``int``, ``bool``, a ``Literal`` or a ``tuple``."""
     while True:
         if get_origin(typ) is Annotated:
             typ = get_args(typ)[0]
