@@ -3,9 +3,10 @@
 Owns the shape of everything zwarm stores and prints: ``status`` (statuses, state groups,
 failure reasons), ``records`` (the typed session record), ``schema`` (decoding, migrations,
 encoding of ``meta.json``), ``steps`` (the normalized trajectory step), ``rows`` (the schema
-of a session's listing row, for rows read back from the listing's cache). Must stay true:
-nothing here imports anything of zwarm's outside ``zwarm.model`` (but for a lazy import in one
-migration step).
+of a session's listing row, for rows read back from the listing's cache), ``requests`` (what
+a caller asks to start: every spawn and follow-up option, which every front end is made
+from). Must stay true: nothing here imports anything of zwarm's outside ``zwarm.model`` (but
+for a lazy import in one migration step).
 """
 
 from zwarm.model.records import ProcRef, QueuedMessage, Session, Turn, TurnOutcome, Usage
