@@ -35,8 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from zwarm.agents.codex import DEFAULT_PRICES  # noqa: E402
 from zwarm.env import iso  # noqa: E402
-from zwarm.model import ProcRef, Session, Status, Turn, Usage  # noqa: E402
+from zwarm.model import Session, Status, Turn, Usage  # noqa: E402
 from zwarm.store import Store  # noqa: E402
+from zwarm.system.boot import ProcRef  # noqa: E402
 
 SAMPLES = ROOT / "tests" / "fixtures" / "samples"
 GEN_VERSION = "4"  # 4: schema 3 (meta.json)

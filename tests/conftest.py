@@ -5,13 +5,14 @@ first on PATH, running the installed ``zwarm`` as a real subprocess, building a
 ``zwarm.api.Zwarm`` on the same state dir), ``midday``, and the autouse ``private_trust``:
 every test gets its own zwarm trust file and launch pins (``XDG_CONFIG_HOME`` and
 ``XDG_STATE_HOME`` under ``tmp_path``, and ``XDG_DATA_HOME``, where worktrees go, set in
-``os.environ`` so every zwarm subprocess inherits them). Plain helpers and constants
-(``wait_until``, ``ZWARM_BIN``, ...) live in tests/support.py: import them from there. Must
-stay true: nothing here touches anything outside ``tmp_path`` (HOME, TMPDIR, the trust file,
-pins and worktrees are isolated too); a fixture only wires up what tests/support.py defines.
+``os.environ`` so every zwarm subprocess inherits them), and the Slurm tests' ``slurm_cluster``
+and ``sl`` (used from two folders). Plain helpers and constants (``wait_until``, ``ZWARM_BIN``,
+...) live in the tests/support/ package: import them from there. Must stay true: nothing here
+touches anything outside ``tmp_path`` (HOME, TMPDIR, the trust file, pins and worktrees are
+isolated too); a fixture only wires up what tests/support/ defines.
 
 Also applies the test tiers (docs/testing.md): every test gets exactly one of ``TIERS`` (by
-folder, ``TIER_BY_PATH`` in tests/support.py, unless it carries one), and a ``unit`` test that
+folder, ``TIER_BY_PATH`` in tests/support/, unless it carries one), and a ``unit`` test that
 starts a process or connects over the network fails.
 """
 
@@ -27,26 +28,15 @@ from typing import Any
 
 import pytest
 
-# Re-exported for test files not yet importing from tests.support (new code: import from there).
-from tests.support import (  # noqa: F401
-    DEFAULT_TIMEOUT,
-    FAKE_BIN,
+from tests.support import (
     ROOT,
-    SAMPLES,
-    TESTS,
     TIER_BY_PATH,
     TIERS,
-    VENV_BIN,
     ZW,
-    ZWARM_BIN,
-    StdoutRecorder,
-    forkservers,
     kill_leftovers,
     make_env,
     midday_tz,
-    parked_note,
     stop_forkservers,
-    wait_until,
 )
 
 
@@ -129,6 +119,30 @@ def no_forkservers_left(tmp_path: Path) -> Iterator[None]:
     dirs: one would otherwise idle on for minutes after its test."""
     yield
     stop_forkservers(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """A Slurm that answers (``tests.support.slurm.cluster_problem``): else the test skips
+    with the reason, or fails when ``CI=true``."""
+    from tests.support.slurm import cluster_problem
+
+    problem = cluster_problem()
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
+@pytest.fixture
+def sl(zw: ZW, slurm_cluster: None) -> ZW:
+    """The ``zw`` world with a state dir whose trusted config.toml runs every session on the
+    slurm launcher, the fake agents' settings exported to the jobs (``sl_config``)."""
+    from tests.support.slurm import sl_config
+
+    zw.state_dir.mkdir()
+    sl_config(zw)
+    return zw
 
 
 @pytest.fixture

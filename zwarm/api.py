@@ -4,7 +4,8 @@ Owns the operations on sessions (spawn, inject, list, show, trajectory, logs, wa
 and their stable JSON shapes. Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
-  session (never a turn log), each decoded by the one schema (``zwarm.model.schema``);
+  session (never a turn log, but a zwarm 3.x record's: ``legacy_sessions.filled``, in
+  memory), each decoded by the one schema (``zwarm.model.schema``);
   running ones are checked with their launcher, and only a lost one is reconciled;
 - a damaged session is listed as damaged, never hidden, rewritten or deleted; what can still
   be read of it (its turn logs, if this user's zwarm started it) is shown, with the damage
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from zwarm import agents
+from zwarm import agents, legacy_sessions
 from zwarm.agents import agent_for_model
 from zwarm.env import Env, parse_iso
 from zwarm.errors import (
@@ -58,9 +59,9 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm.launchers.base import Launcher, Probe
     from zwarm.model import Turn
     from zwarm.model.requests import MessageRequest, SpawnRequest
-    from zwarm.store.files import DirFileKey
     from zwarm.store.rowcache import RowCache
     from zwarm.system import notify
+    from zwarm.system.files import DirFileKey
 
 T = TypeVar("T")
 WAIT_EXIT = {"completed": 0, "failed": 1, "timeout": 124}
@@ -149,7 +150,7 @@ class Zwarm:
 
         text = commented(self.config if path.exists() else config_mod.defaults())
         self.store.ensure()
-        from zwarm.store import atomic_write
+        from zwarm.system.files import atomic_write
 
         atomic_write(path, text.encode("utf-8"))
         return path
@@ -169,7 +170,8 @@ class Zwarm:
         it is that session's child, killed and removed with it unless ``detached``; ``run``
         is the orchestrator run starting it (a root of its own). ``launcher``: what runs
         its turns (``local``, ``slurm``: each turn a Slurm job), default ``[launcher]
-        default``."""
+        default``; ``launcher_option``: ``KEY=VALUE`` settings of its table for this session
+        (the keys the launcher takes per session: ``Launcher.spawn_options``)."""
         from zwarm.model.requests import SpawnRequest
 
         req = _request(SpawnRequest, request, "task", options)
@@ -186,6 +188,7 @@ class Zwarm:
         fleet = self._fleet(req)
         lineage = self._lineage(req.run, req.detached)
         runner = self._launcher_for(req.launcher)
+        runner_opts = self._launcher_options(runner, req.launcher_option)
         ws = self._workspace_for(workdir, req.worktree, req.branch, req.base)
         settled = msgspec.structs.replace(
             req,
@@ -195,7 +198,30 @@ class Zwarm:
             dangerous=cfg.get(adapter, "dangerous") if req.dangerous is None else req.dangerous,
             launcher=runner,
         )
-        return mgr.spawn(settled, cwd=workdir, workspace=ws, fleet=fleet, lineage=lineage)
+        return mgr.spawn(
+            settled,
+            cwd=workdir,
+            workspace=ws,
+            fleet=fleet,
+            lineage=lineage,
+            launcher_options=runner_opts,
+        )
+
+    def _launcher_options(self, name: str, pairs: Sequence[str]) -> dict[str, Any]:
+        """``spawn --launcher-option KEY=VALUE`` for launcher ``name``, typed and checked as
+        its config table's values are (``InvalidInput``)."""
+        if not pairs:
+            return {}
+        from zwarm import config as config_mod
+        from zwarm.errors import ConfigError
+        from zwarm.launchers import parse_options
+
+        opts = parse_options(name, pairs)
+        try:
+            config_mod.validate({name: opts}, "--launcher-option")
+        except ConfigError as e:
+            raise InvalidInput(str(e)) from None
+        return opts
 
     def _launcher_for(self, name: str | None) -> str:
         """The launcher a new session's turns run on: ``name`` (spawn --launcher), else
@@ -373,6 +399,8 @@ class Zwarm:
         sid = self.store.resolve(ref)
         self.tick()
         s = self.store.load(sid, history)
+        if s.imported:  # zwarm 3.x's: what its turn logs say, in memory (zwarm.legacy_sessions)
+            return legacy_sessions.filled(self.reader(s.adapter), s)
         if s.status not in RUNS or self._alive(s):
             return s
         return self.reader(s.adapter).reconcile(s)
@@ -443,6 +471,9 @@ class Zwarm:
                     if self.store.removed(sid):
                         continue  # removed since listed (rm renames it away whole): not damage
                     rows.append(damaged_row(sid, got.problem))
+                elif got.imported:  # zwarm 3.x's, never running: its logs read
+                    filled = legacy_sessions.filled(self.reader(got.adapter), got)
+                    rows.append(_kept(row(filled), encoded))
                 elif got.status in RUNS and got.current is not None:
                     running.append(got)
                 else:
@@ -1249,7 +1280,7 @@ def _past(deadline: float | None) -> bool:
 def _read_at(path: Path, pos: int, size: int) -> bytes:
     """Up to ``size`` bytes of the turn log ``path`` from ``pos`` (none if it is missing or not
     a regular file: a planted FIFO or link is never opened blocking or followed)."""
-    from zwarm.store.files import open_read
+    from zwarm.system.files import open_read
 
     try:
         fd = open_read(path)
@@ -1723,7 +1754,9 @@ def check_prompt(text: str) -> str:
 
 def _check_workdir(s: Session) -> None:
     """A follow-up's working directory is still there (its removal is named now, not as an
-    agent that could not start); one removed after this is named by its supervisor."""
+    agent that could not start); one removed after this is named by its supervisor. A zwarm
+    3.x record is continued only once confirmed (``legacy_sessions.continuable``)."""
+    legacy_sessions.continuable(s)
     if not os.path.isdir(s.cwd):
         raise InvalidInput(
             f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"

@@ -5,10 +5,12 @@ limit, lower or higher is tighter, or it is free), and what a departure from a t
 is (``changes``: an executing value that is not the trusted one, a limit looser than it).
 Must stay true:
 - ``SCHEMA`` is the single list of zwarm's own keys, each with its rule; each agent's table
-  (``[codex]``, ...) is the agent's ``config_schema()`` (``zwarm.agents``; a key's rule is its
-  ``Setting.trust``, executing unless it says otherwise), added by ``schema()``: nothing here
-  names an agent; ``.zwarm.example/config.toml`` documents every key of zwarm and of the
-  agents that ship with it (a test checks they agree);
+  (``[codex]``, ...) is the agent's ``config_schema()`` (``zwarm.agents``) and each launcher's
+  (``[slurm]``) the launcher's ``settings`` (``zwarm.launchers``), a key's rule its
+  ``Setting.trust`` (executing unless it says otherwise) and its shape ``Setting.pattern``,
+  added by ``schema()``: nothing here names an agent or a launcher;
+  ``.zwarm.example/config.toml`` documents every key of zwarm and of the agents and launchers
+  that ship with it (a test checks they agree);
 - a limit is compared as the engine uses it: 0 = none where it means that, a group's unset
   budget is ``[limits]``'s, a price left out is the agent's list price (unknown: nothing);
 - an invalid file (TOML syntax, unknown key, wrong type or value) raises ``ConfigError`` naming
@@ -30,6 +32,7 @@ from zwarm.errors import ConfigError
 from zwarm.rules import CAP, COUNT, EXECUTES, FREE, KILL_FIRST, PRICES, Rule
 
 if TYPE_CHECKING:
+    from zwarm.rules import Setting
     from zwarm.trust import ConfigSource
 
 
@@ -98,21 +101,10 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
         "on_fail": ((str, list), "", EXECUTES),
         "timeout_s": ((int, float), 30, FREE),
     },
-    # what runs a new session's turns (zwarm.runtime: an entry point of zwarm.launchers)
+    # what runs a new session's turns (an entry point of zwarm.launchers; each launcher's own
+    # table, [slurm], is the launcher's: ``schema()``)
     "launcher": {
         "default": ((str,), "local", EXECUTES),
-    },
-    # the slurm launcher (zwarm.launchers.slurm): one batch job per turn; "" / 0 = Slurm's default
-    "slurm": {
-        "partition": ((str,), "", FREE),
-        "account": ((str,), "", EXECUTES),
-        "qos": ((str,), "", FREE),
-        "time": ((str,), "", FREE),  # per-turn wall limit (Slurm's format); --timeout also sets it
-        "cpus": ((int,), 0, FREE),  # --cpus-per-task
-        "mem": ((str,), "", FREE),  # --mem, e.g. "4G"
-        "extra_args": ((list,), [], EXECUTES),  # more sbatch arguments
-        "env": ((list,), [], EXECUTES),  # names of variables exported to the job (not values)
-        "python": ((str,), "", EXECUTES),  # the interpreter with zwarm on the nodes; "" = this one
     },
 }
 
@@ -202,14 +194,26 @@ Data = dict[str, dict[str, Any]]  # table -> key -> value
 
 
 def schema() -> dict[str, dict[str, Spec]]:
-    """Every table and key: zwarm's own (``SCHEMA``) and one table per installed agent."""
-    from zwarm import agents
+    """Every table and key: zwarm's own (``SCHEMA``), one table per installed agent, and one
+    per installed launcher that has one."""
+    from zwarm import agents, launchers
 
     out = dict(SCHEMA)
     for name in agents.names():
         keys = agents.get(name).config_schema()
         out[name] = {key: (s.types, s.default, s.trust) for key, s in keys.items()}
+    for name, settings in launchers.tables().items():
+        out[name] = {key: (s.types, s.default, s.trust) for key, s in settings.items()}
     return out
+
+
+def _setting(table: str, key: str) -> "Setting | None":
+    """A plugin's declaration of ``table.key`` (an agent's or a launcher's), or None."""
+    from zwarm import agents, launchers
+
+    if table in launchers.names():
+        return launchers.settings_of(table).get(key)
+    return agents.get(table).config_schema().get(key)
 
 
 def _choices(table: str, key: str) -> tuple[Any, ...]:
@@ -219,7 +223,7 @@ def _choices(table: str, key: str) -> tuple[Any, ...]:
         return agents.names()
     if table in SCHEMA:
         return CHOICES.get((table, key), ())
-    setting = agents.get(table).config_schema().get(key)
+    setting = _setting(table, key)
     return setting.choices if setting is not None else ()
 
 
@@ -456,7 +460,7 @@ def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
     """Load and validate ``path``; a missing file gives the defaults (checked against what was
     trusted all the same: a deleted file loosens nothing). ``environ`` locates the trust file
     (default ``os.environ``); it is read only when a value that is not free is used."""
-    from zwarm.store.files import read_file
+    from zwarm.system.files import read_file
     from zwarm.trust import ConfigSource
 
     tables = schema()  # once: each agent's table is asked of the agent
@@ -547,8 +551,10 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
         _check_prices(name, value, where)
     if table == "workspace":
         _check_workspace(key, value, name, where)
-    if table in ("launcher", "slurm"):
-        _check_launcher(table, key, value, name, where)
+    if (table, key) == ("launcher", "default") and not re.match(_LAUNCHER_NAME, value):
+        raise ConfigError(where, f"{name} must be a launcher name (local, slurm), not {value!r}")
+    if table not in SCHEMA:
+        _check_declared(_setting(table, key), value, name, where)
     if (table, key) == ("orchestrator", "compact_at") and not 0 <= value <= 1:
         raise ConfigError(where, f"{name} must be between 0 and 1 (a fraction of the window)")
     if (table, key) == ("orchestrator", "max_attempts") and value < 1:
@@ -574,28 +580,27 @@ def _check_stored(name: str, value: Any, typ: Any, where: str) -> None:
         raise ConfigError(where, f"{name} must be 0 (none) or {why}")
 
 
-_SLURM_PATTERNS = {  # what Slurm accepts there (one argv element each: never an option)
-    ("launcher", "default"): (r"^[a-z][a-z0-9_-]{0,31}\Z", "a launcher name (local, slurm)"),
-    ("slurm", "partition"): (r"^([A-Za-z0-9][A-Za-z0-9._,-]{0,199})?\Z", "a partition name"),
-    ("slurm", "account"): (r"^([A-Za-z0-9][A-Za-z0-9._-]{0,199})?\Z", "an account name"),
-    ("slurm", "qos"): (r"^([A-Za-z0-9][A-Za-z0-9._-]{0,199})?\Z", "a QOS name"),
-    ("slurm", "time"): (
-        r"^((\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE)?\Z",
-        'a Slurm time ("30", "1:00:00", "2-00:00:00")',
-    ),
-    ("slurm", "mem"): (r"^(\d+[KMGT]?)?\Z", 'a Slurm memory size ("4G", "500M")'),
-    ("slurm", "python"): (r"^(/[^\x00\n]*)?\Z", "an absolute path"),
-}
+_LAUNCHER_NAME = r"^[a-z][a-z0-9_-]{0,31}\Z"
 
 
-def _check_launcher(table: str, key: str, value: Any, name: str, where: str) -> None:
-    """[launcher] and [slurm]: values that go to sbatch as they are, so of Slurm's shapes;
-    ``env`` variable names; ``extra_args`` strings (checked above)."""
-    spec = _SLURM_PATTERNS.get((table, key))
-    if spec is not None and not re.match(spec[0], value):
-        raise ConfigError(where, f"{name} must be {spec[1]}, not {value!r}")
-    if key == "env" and not all(isinstance(v, str) and _ENV_NAME.match(v) for v in value):
-        raise ConfigError(where, f"{name} must be a list of environment variable names")
+def _check_declared(setting: "Setting | None", value: Any, name: str, where: str) -> None:
+    """A plugin's key with a shape (``Setting.pattern``: a launcher's values go to its
+    commands as they are): a string matches it whole, or each string of a list does; a number
+    is within ``Setting.bounds``."""
+    if setting is None:
+        return
+    if setting.bounds is not None and isinstance(value, (int, float)):
+        low, high = setting.bounds
+        if not low <= value <= high:
+            raise ConfigError(where, f"{name} must be from {low:g} to {high:g}, not {value!r}")
+    if not setting.pattern:
+        return
+    if isinstance(value, str) and not re.match(setting.pattern, value):
+        raise ConfigError(where, f"{name} must be {setting.shape}, not {value!r}")
+    if isinstance(value, list) and not all(
+        isinstance(v, str) and re.match(setting.pattern, v) for v in value
+    ):
+        raise ConfigError(where, f"{name} must be {setting.shape}")
 
 
 def _check_workspace(key: str, value: Any, name: str, where: str) -> None:

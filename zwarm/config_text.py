@@ -2,10 +2,11 @@
 what it does.
 
 Owns the one-line description of each of zwarm's own keys (``DOCS``) and of the keys every
-agent table has (``COMMON_DOCS``); an agent's own keys are described by the agent
-(``Setting.doc``). Must stay true: the text written parses back (``tomllib``) to exactly the
-config it was made from; every key line is directly below its comment line; nothing here names
-an agent; ``tomli_w`` is imported only here, when writing.
+agent table has (``COMMON_DOCS``); an agent's own keys are described by the agent, a
+launcher's by the launcher (``Setting.doc``). Must stay true: the text written parses back
+(``tomllib``) to exactly the config it was made from; every key line is directly below its
+comment line; nothing here names an agent or a launcher; ``tomli_w`` is imported only here,
+when writing.
 """
 
 from __future__ import annotations
@@ -83,18 +84,7 @@ DOCS: dict[str, dict[str, str]] = {
         "timeout_s": "Time limit of each hook, in seconds (then it is killed; see hooks.log).",
     },
     "launcher": {
-        "default": 'What runs new sessions\' turns: "local" (this machine) or "slurm" (jobs).',
-    },
-    "slurm": {
-        "partition": 'Partition of the turns\' jobs (sbatch --partition); "" = the default.',
-        "account": 'Account the jobs are charged to (--account); "" = your default.',
-        "qos": 'Quality of service of the jobs (--qos); "" = the default.',
-        "time": 'Wall limit of each turn\'s job ("30", "2:00:00"); --timeout also sets it.',
-        "cpus": "CPUs per turn (--cpus-per-task); 0 = the partition's default.",
-        "mem": 'Memory per turn ("4G"; --mem); "" = the partition\'s default.',
-        "extra_args": "More sbatch arguments for every turn's job.",
-        "env": "Names of variables exported to the jobs (API keys...); zwarm writes no value.",
-        "python": 'Python with zwarm on the compute nodes; "" = the one running zwarm here.',
+        "default": "What runs new sessions' turns, an installed launcher: ",  # + their names
     },
 }
 
@@ -113,10 +103,16 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
 
 def describe(table: str, key: str) -> str:
     """The one-line description of ``table.key``."""
+    from zwarm import agents, launchers
+
+    if (table, key) == ("launcher", "default"):
+        text = DOCS[table][key] + ", ".join(f'"{n}"' for n in launchers.loaded()) + "."
+        return text if len(text) <= 96 else text[:92] + ", ..."
     if table in DOCS:
         return DOCS[table].get(key, key)
-    from zwarm import agents
-
+    if table in launchers.names():
+        got = launchers.settings_of(table).get(key)
+        return (got.doc if got is not None else "") or f"The {table} launcher's {key!r} setting."
     setting = agents.get(table).config_schema().get(key)
     doc = setting.doc if setting is not None else ""
     return doc or COMMON_DOCS.get(key) or f"The {table} agent's {key!r} setting."

@@ -14,7 +14,9 @@ before it is validated (``zwarm.upgrade`` maps them onto today's). Must stay tru
   once (``warning``); a table or key that is neither zwarm's, an agent's nor 3.x's is still
   an error. Where 3.x and zwarm share a key (``[orchestrator] max_steps``) zwarm's meaning
   and checks apply;
-- it imports nothing of zwarm (``config.load`` uses it on every load).
+- it imports nothing of zwarm at module level (``config.load`` uses it on every load).
+
+What zwarm does with 3.x's sessions is ``zwarm.legacy_sessions``'s.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ import os
 import sys
 from typing import Any
 
+AGENTS = "zwarm.agents"  # the entry-point group of agents (``zwarm.agents``)
+LAUNCHERS = "zwarm.launchers"  # ... of launchers (``zwarm.launchers``)
+
 _cache: dict[str, dict[str, str]] | None = None
 
 

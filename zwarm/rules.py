@@ -1,9 +1,11 @@
-"""The trust rules a config key can have (``Rule``), and the ones zwarm uses.
+"""The trust rules a config key can have (``Rule``), and what a plugin declares of its table.
 
-Owns what each rule means; which key has which is declared next to the key (``zwarm.config``'s
-``SCHEMA``, an agent's ``Setting.trust``), and how a value is compared under it is
-``zwarm.config.changes``. Must stay true: imports nothing of zwarm (the config and every agent
-module import it).
+Owns what each rule means; ``Setting``, one key of a plugin's config table (an agent's
+``[codex]``, a launcher's ``[slurm]``: its type, default, shape and rule), and ``OWN_TABLES``,
+zwarm's own table names that no plugin may take. Which key has which rule is declared next to
+the key (``zwarm.config``'s ``SCHEMA``, a plugin's ``Setting.trust``), and how a value is
+compared under it is ``zwarm.config.changes``. Must stay true: imports nothing of zwarm (the
+config, every agent module and every launcher module import it).
 """
 
 from typing import Any, NamedTuple
@@ -31,3 +33,29 @@ DANGEROUS = Rule("at_most", order=(False, True))
 # USD per 1M tokens by model: a limit, higher is tighter (a lower price lets a budget buy more);
 # a model left out costs its list price (the agent's default_prices), an unknown one nothing
 PRICES = Rule("at_least")
+
+
+class Setting(NamedTuple):
+    """One key of a plugin's config table (an agent's, a launcher's): accepted TOML types,
+    default, allowed values, one line saying what it does (the comment ``zwarm init`` writes
+    above it), its trust rule, and its shape: ``pattern``, which a string value (each string
+    of a list) must match whole, ``shape`` saying what that is in an error ("a partition
+    name"); ``bounds`` for a number. ``zwarm.config`` checks every declared key through the
+    same path as its own."""
+
+    types: tuple[type, ...]
+    default: Any
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+    trust: Rule = EXECUTES  # how zwarm trust treats it (zwarm.config): default-deny
+    pattern: str = ""
+    shape: str = ""
+    bounds: tuple[float, float] | None = None  # a number's lowest and highest value
+
+
+# config.toml tables that are zwarm's own, now or planned: no plugin (agent, launcher) may take
+# one as its name; a launcher's name is its table's, so no agent may take it either
+OWN_TABLES = frozenset(
+    {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
+    | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm"}
+)

@@ -1,7 +1,13 @@
-"""Making text safe and short for a terminal: control characters, one-line cells, widths.
+"""Making text safe and short: control characters, one-line cells, widths, every cut.
 
-Owns the one rule for printing text zwarm did not write itself (a task, a name, an agent's
-message or command output, an error quoting either): ``clean`` removes terminal escape
+Owns every way zwarm shortens text: ``cut`` (terminal cells, ending in …), ``clip``
+(characters, ending in …: a bound on what is stored, logged or sent, which must not depend on
+how wide a character shows), ``elide`` (head and tail around a ``[... N chars cut ...]`` note:
+what a model reads, which should know text is missing) and ``brief`` (the first lines and
+characters, with how much more: a long output in a terminal). No other module slices text and
+appends a marker of its own. Owns too the one rule for printing text zwarm did not write
+itself (a task, a name, an agent's message or command output, an error quoting either):
+``clean`` removes terminal escape
 sequences and control characters, so nothing an agent or a user wrote can recolour, move the
 cursor in, retitle or otherwise drive the terminal. Must stay true:
 - every human-readable output path passes such text through ``clean`` (or ``oneline`` /
@@ -10,7 +16,9 @@ cursor in, retitle or otherwise drive the terminal. Must stay true:
   (CSI, OSC, DCS/PM/APC/SOS strings, two-character escapes), the C0 and C1 control characters,
   DEL, and the Unicode bidirectional overrides and isolates (which reorder what is shown);
 - widths are terminal cells (wide East Asian characters count 2, combining marks 0);
-- stdlib only, cheap to import: ``zwarm ls`` imports it.
+- it imports only the standard library, cheap
+  to import: ``zwarm ls`` imports it, and every front end (the CLI, serve, the orchestrator)
+  shares it, none owning it.
 """
 
 from __future__ import annotations
@@ -101,6 +109,39 @@ def cut(s: str, width: int) -> str:
         out.append(c)
         used += w
     return "".join(out) + "…"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters (not cells: see ``cut``), ending in … when
+    cut: a bound on what is stored, logged or sent to a model or a browser."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"
+
+
+def elide(text: str, limit: int, head: int | None = None, sep: str = " ") -> str:
+    """``text`` if it has at most ``limit`` characters; else ``head`` characters of its start
+    (default half of ``limit``) and the rest of ``limit`` from its end, around a note of the
+    cut: ``<head><sep>[... N chars cut ...]<sep><tail>`` (the note and ``sep`` come on top of
+    ``limit``). For what a model reads: it knows text is missing, and how much."""
+    if len(text) <= limit:
+        return text
+    first = limit // 2 if head is None else max(min(head, limit), 0)
+    rest = max(limit - first, 0)
+    note = f"[... {len(text) - first - rest} chars cut ...]"
+    return text[:first] + sep + note + (sep + text[len(text) - rest :] if rest else "")
+
+
+def brief(text: str, lines: int, chars: int) -> str:
+    """``text``'s first ``lines`` lines and ``chars`` characters, each cut said after it with
+    how much more there was: ``… (N more lines)``, ``… (N more chars)`` (a long message or
+    output in a terminal, unless asked in full)."""
+    split = text.splitlines()
+    if len(split) > lines:
+        text = "\n".join(split[:lines]) + f"\n… ({len(split) - lines} more lines)"
+    if len(text) > chars:
+        text = text[:chars] + f"… ({len(text) - chars} more chars)"
+    return text
 
 
 def pad(s: str, width: int) -> str:

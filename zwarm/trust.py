@@ -231,7 +231,7 @@ def _stamp(v: Any, what: str, where: str) -> str:
 
 def update(fn: Callable[[TrustData], T], environ: Mapping[str, str] | None = None) -> T:
     """Read-modify-write the trust file under its lock; written atomically, 0600."""
-    from zwarm.store.files import atomic_write, private_dir
+    from zwarm.system.files import atomic_write, private_dir
 
     path = trust_file(environ)
     try:
@@ -247,7 +247,7 @@ def update(fn: Callable[[TrustData], T], environ: Mapping[str, str] | None = Non
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    from zwarm.store.files import lock_fd
+    from zwarm.system.files import lock_fd
 
     try:
         fd = lock_fd(path.with_name(path.name + ".lock"))

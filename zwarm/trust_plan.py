@@ -146,7 +146,7 @@ def _file_status(path: str, e: ConfigEntry, environ: Mapping[str, str] | None) -
     from zwarm.errors import ZwarmError
 
     try:
-        from zwarm.store.files import read_file
+        from zwarm.system.files import read_file
 
         data, _ = read_file(path, 1 << 20, follow=True)
     except OSError:
@@ -181,7 +181,7 @@ def trust_config(
     from zwarm.errors import ConfigError
 
     if data is None:
-        from zwarm.store.files import read_file
+        from zwarm.system.files import read_file
 
         try:
             data, _ = read_file(path, 1 << 20, follow=True)

@@ -45,7 +45,7 @@ def read_toml(path: Path) -> dict[str, Any] | None:
 
     from zwarm.config import MAX_CONFIG_BYTES
     from zwarm.errors import ConfigError
-    from zwarm.store.files import read_file
+    from zwarm.system.files import read_file
 
     try:
         raw, _ = read_file(path, MAX_CONFIG_BYTES, follow=True)
@@ -183,7 +183,7 @@ def plan(root: Path) -> Plan:
     from zwarm import config as config_mod
     from zwarm.config_text import commented
     from zwarm.errors import ConfigError, InvalidInput
-    from zwarm.store.files import read_file
+    from zwarm.system.files import read_file
 
     path = root / "config.toml"
     tables = config_mod.schema()
@@ -235,7 +235,7 @@ def write(p: Plan) -> None:
     overwritten), then config.toml replaced atomically, if it is still what was read."""
     from zwarm import config as config_mod
     from zwarm.errors import InvalidInput, StoreError
-    from zwarm.store.files import atomic_write, fsync_dir, read_file
+    from zwarm.system.files import atomic_write, fsync_dir, read_file
 
     if p.raw is not None:
         try:

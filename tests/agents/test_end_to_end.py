@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.agents.conftest import require_agent
 from tests.support import ZW, ZWARM_BIN
+from tests.support.agents import require_agent
 
 BIG = 200 << 20  # a 200 MB single line
 

@@ -190,7 +190,7 @@ def test_start_up_reads_no_plugins(tmp_path: Path, argv: list[str] | None) -> No
 
 
 def test_zwarms_own_config_tables_are_reserved_agent_names() -> None:
-    from zwarm import config
-    from zwarm.agents.base import RESERVED_TABLES
+    from zwarm import agents, config
 
-    assert set(config.SCHEMA) <= RESERVED_TABLES
+    assert set(config.SCHEMA) <= agents.reserved_tables()
+    assert {"local", "slurm"} <= agents.reserved_tables()  # every launcher's, from the registry

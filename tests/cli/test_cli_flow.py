@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from tests.support import ZWARM_BIN
+
 SESSION_KEYS = {
     "id",
     "name",
@@ -208,7 +210,7 @@ def test_racing_injects_both_run_in_order(zw) -> None:
     env = {**zw.env, **replay}
     procs = [
         subprocess.Popen(
-            [str(__import__("conftest").ZWARM_BIN), "inject", sid, msg],
+            [str(ZWARM_BIN), "inject", sid, msg],
             env=env,
             cwd=zw.cwd,
             stdout=subprocess.PIPE,

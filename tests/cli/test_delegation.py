@@ -140,7 +140,7 @@ def test_a_child_started_from_a_login_shell_finds_the_agent_its_parent_found(zw)
 def test_the_launcher_runs_the_interpreter_it_names_even_one_not_utf8(tmp_path) -> None:
     """``env.launcher``: one per interpreter, 0700, exactly ``PYTHON -I -m zwarm "$@"``, kept
     when intact and rewritten when not; a path that is not UTF-8 is written as it is."""
-    from zwarm.env import launcher
+    from zwarm.env.launcher import launcher
 
     environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
     odd = os.fsdecode(b"/opt/py\xff/bin/python")
@@ -305,7 +305,7 @@ def test_a_parents_budget_covers_its_subtree(zw) -> None:
     second = kids.spawn("second", model="gpt-5")
     zw.wait(second.id)
     s = kids.get(second.id)
-    assert (s.status.value, s.reason.value if s.reason else None) == ("failed", "budget_exceeded")
+    assert (s.status.value, s.reason) == ("failed", "budget_exceeded")
     assert f"counting parent session {parent.id}'s 2 descendant session(s)" in (s.error or "")
     with pytest.raises(InvalidInput, match=f"spawn refused: parent session {parent.id}"):
         kids.spawn("third", model="gpt-5")

@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 from tests.support import forkservers, wait_until
+from zwarm.launchers import forking
 from zwarm.launchers.local import supervisor_env
-from zwarm.runtime import forking, forkserver
+from zwarm.runtime import forkserver
 from zwarm.system import procs
 
 SID = "0123abcd-0000-4000-8000-00000000beef"

@@ -36,9 +36,10 @@ from typing import Any
 import pytest
 
 from tests.support import SAMPLES, ZWARM_BIN
-from zwarm.model import ProcRef, Session, schema
+from zwarm.model import Session, schema
 from zwarm.store import Store, history
 from zwarm.system import procs as zprocs
+from zwarm.system.boot import ProcRef
 
 from ._helpers import UUID, meta, spawn, wait_until
 

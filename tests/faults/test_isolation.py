@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.chat_server import FakeChatServer, call, final, reply
-from tests.serve.conftest import _first_line
 from tests.support import FAKE_BIN, ROOT, SAMPLES, ZWARM_BIN, wait_until
+from tests.support.serve import first_line
+from tests.support.workspace import make_repo
 from tests.tools.orch_world import delegated, env_for
-from tests.workspace.conftest import make_repo
 
 from ._helpers import sdir, wait_status
 
@@ -180,7 +180,7 @@ def test_serve_orchestrate_and_the_slurm_job_import_nothing_planted(zw: Any) -> 
         stderr=subprocess.DEVNULL,
     )
     try:
-        base, _, token = _first_line(proc, 60).partition("/#token=")
+        base, _, token = first_line(proc, 60).partition("/#token=")
         import urllib.request
 
         req = urllib.request.Request(

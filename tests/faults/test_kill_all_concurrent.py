@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from zwarm.launchers.local import LocalLauncher
-from zwarm.model import ProcRef
 from zwarm.system import procs
+from zwarm.system.boot import ProcRef
 
 from ._helpers import agent_ref, alive, meta, spawn, supervisor_ref, wait_until
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.support import ZWARM_BIN
-from zwarm.model import ProcRef
 from zwarm.runtime import supervisor
 from zwarm.system import procs
+from zwarm.system.boot import ProcRef
 
 from ._helpers import (
     Victim,
@@ -141,16 +141,17 @@ def zw_popen(zw: Any, *args: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.parametrize("skew", list(SKEWS), ids=list(SKEWS))
-def test_kill_tree_never_signals_a_reused_pid(zw: Any, strays: list[Any], skew: str) -> None:
-    """procs.kill_tree / terminate, and the supervisor's timeout path, given a stale identity."""
+def test_stopping_never_signals_a_reused_pid(zw: Any, strays: list[Any], skew: str) -> None:
+    """procs.kill_session / terminate_all, and the supervisor's timeout path, given a stale
+    identity."""
     victim = Victim(zw.tmp / "victims", strays)
     stale = ProcRef(**forged(victim, skew))
     sid = "0f0f0f0f-0000-4000-8000-00000000beef"
     if skew != "exact":
         assert not procs.is_alive(stale)
-        assert procs.kill_tree(stale, grace=0.2) is False
-        assert procs.wait_gone(stale, 0.1) is True
+        assert procs.terminate_all([(stale, None)], grace=0.2) == []
+        assert procs.wait_all_gone([stale], 0.1) == []
     assert procs.kill_session(stale, sid, grace=0.2) is False
-    assert procs.terminate(stale, sid, grace=0.2) is False
+    assert procs.terminate_all([(stale, sid)], grace=0.2) == []
     supervisor._expire(stale, sid, threading.Event())  # the timeout timer fires on it
     victim.assert_untouched()

@@ -23,8 +23,8 @@ from typing import Any
 import psutil
 import pytest
 
-from zwarm.model import ProcRef
 from zwarm.system import procs
+from zwarm.system.boot import ProcRef
 
 from ._helpers import (
     ROOT,

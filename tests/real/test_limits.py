@@ -82,7 +82,7 @@ def test_a_usage_limit_is_typed_with_its_reset_time(real: RealWorld, adapter: st
         lambda: (lambda s: s.current if s.status.value != "running" else None)(real.api().get(sid)),
         message="the turn to end",
     )
-    assert (t.status.value, t.reason.value) == ("parked", "usage_limit"), t.error
+    assert (t.status.value, t.reason) == ("parked", "usage_limit"), t.error
     assert t.parked_until is not None
     # claude reports the epoch; codex "try again at 5:59 PM" (a minute's precision)
     assert reset - 60 <= parse_iso(t.parked_until) <= reset, t.error

@@ -353,7 +353,7 @@ def processes_under(root: Path) -> list[psutil.Process]:
 
 
 def _forkserver(pid: int) -> bool:
-    from zwarm.runtime import forking
+    from zwarm.launchers import forking
     from zwarm.system import procs
 
     return procs.has_marker(pid, forking.PLACEHOLDER, procs.SUPERVISOR_MARKER)

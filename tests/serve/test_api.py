@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import Server
 from tests.support import wait_until
+from tests.support.serve import Server
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -405,7 +405,7 @@ def test_a_token_planted_in_the_state_dir_is_never_accepted(zw, serve, planted: 
 
 
 def test_listening_elsewhere_warns(capsys) -> None:
-    from zwarm.serve import command
+    from zwarm.cli import serve as command
 
     command._tell("0.0.0.0", "/x/.zwarm", mcp=False)
     assert "reachable from other machines" in capsys.readouterr().err

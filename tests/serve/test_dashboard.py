@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import Server
-from tests.slurm import conftest as slurm
-from tests.support import ROOT, wait_until
+from tests.support import ROOT, slurm, wait_until
+from tests.support.serve import Server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,7 +38,6 @@ ARGS = [
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 ARTIFACTS = ROOT / ".artifacts" / "screens"
-sl, slurm_cluster = slurm.sl, slurm.slurm_cluster  # the Slurm suite's fixtures
 
 
 @pytest.fixture

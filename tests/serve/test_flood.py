@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.serve.conftest import Server
 from tests.support import wait_until
+from tests.support.serve import Server
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import codex_stream
 from tests.support import wait_until
+from tests.support.serve import codex_stream
 from zwarm.serve import streams
 
 pytestmark = pytest.mark.timeout(180)

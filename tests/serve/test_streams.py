@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import Event, Events, Server, codex_stream
 from tests.support import wait_until
+from tests.support.serve import Event, Events, Server, codex_stream
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,7 +19,7 @@ import tomli_w
 
 from tests.fakes.llm import Reply, text
 from tests.real.world import ADAPTERS, RealWorld
-from tests.slurm.conftest import final_state
+from tests.support.slurm import final_state
 from zwarm.trust_plan import trust_config
 
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.slurm.conftest import final_state, job_of, job_state, marked, sl_config, status
 from tests.support import ZW, wait_until
+from tests.support.slurm import final_state, job_of, job_state, marked, sl_config, status
 
 LONG = 150.0  # Slurm checks time limits every 30 s: a 1-minute limit ends within ~95 s
 
@@ -340,3 +340,29 @@ def test_timeout_is_the_supervisors_timer_and_the_jobs_limit(sl: ZW) -> None:
     row = wait_until(status(sl, sid), message="the supervisor's timeout")
     assert row["status"] == "failed" and row["reason"] == "timeout", row
     wait_until(lambda: not marked(sid), message="no process of it left")
+
+
+def test_a_spawn_option_sets_that_sessions_jobs_only(sl: ZW) -> None:
+    """``--launcher-option`` sets a free ``[slurm]`` key for one session's jobs (kept in its
+    launch pin, over the trusted table); a key that decides what runs is refused."""
+    sl_config(sl, time="30", extra_args=["--begin=now+3600"])  # held: its limit can be read
+
+    def limit(job: str) -> str:
+        r = subprocess.run(
+            ["squeue", "--noheader", "--states=all", f"--jobs={job}", "--format=%l"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return r.stdout.strip()
+
+    env = sl.replay("codex_simple")
+    mine = sl.spawn("t", "--launcher-option", "time=7", env_extra=env)
+    other = sl.spawn("t", env_extra=env)
+    try:
+        assert wait_until(lambda: limit(job_of(sl, mine)), message="squeue") == "7:00"
+        assert wait_until(lambda: limit(job_of(sl, other)), message="squeue") == "30:00"
+    finally:
+        sl.run("kill", mine, other)
+    res = sl.run("spawn", "t", "--launcher-option", "account=someone-else", env_extra=env)
+    assert res.returncode != 0 and "takes no option 'account'" in res.stderr, res.stderr

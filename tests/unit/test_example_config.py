@@ -3,7 +3,7 @@
 import tomllib
 from pathlib import Path
 
-from zwarm import agents, config
+from zwarm import agents, config, launchers
 
 EXAMPLE = Path(__file__).resolve().parents[2] / ".zwarm.example" / "config.toml"
 
@@ -14,14 +14,18 @@ def test_example_is_valid():
 
 
 def _shipped(table: str) -> bool:
-    """zwarm's own tables and those of the agents that ship with it (not plugins')."""
-    return table in config.SCHEMA or type(agents.get(table)).__module__.startswith("zwarm.")
+    """zwarm's own tables and those of the agents and launchers that ship with it (not
+    plugins')."""
+    if table in config.SCHEMA:
+        return True
+    found = launchers.loaded().get(table) or type(agents.get(table))
+    return found.__module__.startswith("zwarm.")
 
 
 def test_example_documents_every_key():
     doc = tomllib.loads(EXAMPLE.read_text())
     tables = {t: keys for t, keys in config.schema().items() if _shipped(t)}
-    assert set(tables) - set(config.SCHEMA) == {"codex", "claude", "gemini"}
+    assert set(tables) - set(config.SCHEMA) == {"codex", "claude", "gemini", "slurm"}
     missing = [
         f"{table}.{key}"
         for table, keys in tables.items()

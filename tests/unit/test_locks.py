@@ -1,4 +1,4 @@
-"""The one flock helper family (``store.files.open_lock``/``take_lock``/``lock_fd``): every
+"""The one flock helper family (``system.files.open_lock``/``take_lock``/``lock_fd``): every
 lock zwarm takes opens its file without following a link, and waits as its caller asks."""
 
 import os
@@ -8,7 +8,7 @@ import pytest
 
 from zwarm import trust
 from zwarm.errors import TrustFileError
-from zwarm.store.files import lock_fd, open_lock, take_lock
+from zwarm.system.files import lock_fd, open_lock, take_lock
 
 
 def test_take_lock_one_try_and_timeout(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import pytest
 from zwarm.model import (
     SCHEMA_VERSION,
     USAGE_KEYS,
-    ProcRef,
     QueuedMessage,
     Reason,
     Session,
@@ -21,6 +20,7 @@ from zwarm.model import (
     Usage,
     schema,
 )
+from zwarm.system.boot import ProcRef
 
 NOW = "2026-01-01T00:00:00.000+00:00"
 LATER = "2026-01-01T00:01:00.000+00:00"
@@ -328,7 +328,8 @@ def test_version_1_is_migrated_in_memory() -> None:
 
 def test_migrations_are_ordered_one_version_at_a_time() -> None:
     starts = [v for v, _ in schema.MIGRATIONS]
-    assert starts == sorted(starts) and starts == list(range(1, SCHEMA_VERSION))
+    # from version 0 (zwarm 3.x's meta.json, ``schema.ZWARM3_VERSION``)
+    assert starts == sorted(starts) and starts == list(range(0, SCHEMA_VERSION))
 
 
 def test_the_listing_order_is_creation_time_then_id() -> None:

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from tests.support import wait_until
-from zwarm.model import ProcRef
 from zwarm.system import boot, procs
+from zwarm.system.boot import ProcRef
 
 pytestmark = pytest.mark.subprocess  # real processes to find, signal and wait for
 
@@ -99,25 +99,25 @@ def test_dead_and_zombie_are_not_alive() -> None:
     assert procs.start_ticks(p.pid) is None or not procs.is_alive(ref)
 
 
-def test_kill_tree_kills_group_and_descendants(cleanup) -> None:
+def test_kill_session_kills_group_and_descendants(cleanup) -> None:
     # the group leader starts two sleeps, and one grandchild that leaves the group (setsid)
-    p = _start("sleep 300 & sleep 301 & setsid sleep 302 & wait")
+    p = _marked("sleep 300 & sleep 301 & setsid sleep 302 & wait", SID)
     cleanup.append(p)
     leader = procs.identify(p.pid)
     assert leader is not None
     kids = _children_refs(p.pid, 3)
-    assert procs.kill_tree(leader, grace=5.0)
+    assert procs.kill_session(leader, SID, grace=5.0)
     p.wait(timeout=30)
     wait_until(lambda: _all_gone(kids), message="the whole tree to die")
 
 
-def test_kill_tree_never_signals_a_reused_pid(cleanup) -> None:
+def test_terminate_never_signals_a_reused_pid(cleanup) -> None:
     p = _start("sleep 300")
     cleanup.append(p)
     real = procs.identify(p.pid)
     assert real is not None
     stale = ProcRef(p.pid, real.start_ticks - 50, real.boot_id)  # same pid, another process
-    assert procs.kill_tree(stale, grace=0.5) is False
+    assert procs.terminate_all([(stale, None)], grace=0.5) == []
     time.sleep(0.2)
     assert p.poll() is None and procs.is_alive(real)
 
@@ -159,7 +159,7 @@ def test_kill_session_never_signals_an_unmarked_process_even_with_its_true_ident
     ref = procs.identify(victim.pid)
     assert ref is not None and procs.is_alive(ref)
     assert procs.kill_session(ref, SID, grace=0.5) is False
-    assert procs.terminate(ref, SID, grace=0.5) is False
+    assert procs.terminate_all([(ref, SID)], grace=0.5) == []
     time.sleep(0.2)
     assert victim.poll() is None and procs.is_alive(ref)
     other = _marked("sleep 300", "0f0f0f0f-0000-4000-8000-00000000ffff")  # another session's
@@ -185,19 +185,19 @@ def test_terminate_escalates_to_sigkill(cleanup) -> None:
     assert p.stdout is not None and p.stdout.readline() == b"ready\n"
     ref = procs.identify(p.pid)
     assert ref is not None
-    assert procs.terminate(ref, grace=0.5)
+    assert procs.terminate_all([(ref, None)], grace=0.5) == [ref]
     assert p.wait(timeout=30) == -signal.SIGKILL
-    assert procs.terminate(ref) is False  # already gone
+    assert procs.terminate_all([(ref, None)]) == []  # already gone
 
 
-def test_wait_gone(cleanup) -> None:
+def test_wait_all_gone(cleanup) -> None:
     p = _start("sleep 300")
     cleanup.append(p)
     ref = procs.identify(p.pid)
     assert ref is not None
-    assert procs.wait_gone(ref, 0.1) is False
+    assert procs.wait_all_gone([ref], 0.1) == [ref]
     p.kill()
-    assert procs.wait_gone(ref, 30.0) is True
+    assert procs.wait_all_gone([ref], 30.0) == []
 
 
 # ------------------------------------------------------------------ shared /proc scans
@@ -402,7 +402,7 @@ def test_waiting_on_pidfds_reads_no_proc_while_idle(
         assert [r.pid for r in exits.wait(0.3)] == [p.pid]
     assert reads == []
     p.kill()
-    assert procs.wait_gone(ref, 30.0)
+    assert procs.wait_all_gone([ref], 30.0) == []
 
 
 def test_stopping_without_pidfds_polls_by_identity(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from zwarm.cli import render
+from zwarm.cli.render import activity
 from zwarm.env import iso
 from zwarm.text import cells
 
@@ -153,15 +154,15 @@ def test_tool_inputs_show_as_json_not_python_reprs() -> None:
     line = render.step_line(step, full=False)
     assert '{"path": "a.py", "all": true, "limit": null}' in line
     assert "True" not in line and "None" not in line
-    assert render.activity(step) == 'tool Read {"path": "a.py", "all": true, "limit": null}'
+    assert activity(step) == 'tool Read {"path": "a.py", "all": true, "limit": null}'
 
 
 def test_activity_is_one_clean_line() -> None:
     step = {"kind": "command", "command": "echo \x1b[2Jhi\nthere", "exit_code": None,
             "status": "in_progress"}  # fmt: skip
-    assert render.activity(step) == "$ echo hi there (running)"
-    assert render.activity({"kind": "message", "text": "x" * 500}, 20) == "x" * 19 + "…"
-    assert render.activity(None) == ""
+    assert activity(step) == "$ echo hi there (running)"
+    assert activity({"kind": "message", "text": "x" * 500}, 20) == "x" * 19 + "…"
+    assert activity(None) == ""
 
 
 def test_trajectory_header_names_the_session() -> None:
@@ -199,7 +200,7 @@ def test_a_command_reads_as_the_command_inside_its_shell_wrapper(command: str, s
         "output": "",
         "status": "completed",
     }
-    assert render.activity(step, 200) == f"$ {shown} (exit 0)"
+    assert activity(step, 200) == f"$ {shown} (exit 0)"
     assert render.step_line(step, False).startswith(f"[bold]$ {render.esc(shown)}[/]")
 
 
@@ -225,3 +226,76 @@ def test_a_tree_at_80_columns_keeps_its_tasks(capsys: pytest.CaptureFixture[str]
     head = capsys.readouterr().out.splitlines()[0]
     assert head.split() == ["SESSION", "STATUS", "TOKENS", "COST", "TREE", "TOKENS", "TREE",
                             "COST", "TASK"]  # fmt: skip
+
+
+# every kind of step (zwarm.model.steps.KINDS): what a trajectory line reads (markup
+# removed) and what the live views' one line reads; both come from model/steps.py
+EVERY_KIND: list[tuple[dict[str, Any], str, str]] = [
+    ({"kind": "message", "text": "Done."}, "message Done.", "Done."),
+    ({"kind": "reasoning", "text": "hmm"}, "reasoning hmm", "thinking: hmm"),
+    (
+        {
+            "kind": "command",
+            "command": "sh -c 'make'",
+            "exit_code": 2,
+            "output": "E",
+            "status": "failed",
+        },
+        "$ make (exit 2)\nE",
+        "$ make (exit 2)",
+    ),
+    (
+        {
+            "kind": "command",
+            "command": "ls",
+            "exit_code": None,
+            "output": "",
+            "status": "unfinished",
+        },
+        "$ ls (did not finish)",
+        "$ ls (did not finish)",
+    ),
+    (
+        {
+            "kind": "file_change",
+            "changes": [{"path": "a.py", "kind": "update"}],
+            "status": "completed",
+        },
+        "files update a.py",
+        "files: update a.py",
+    ),
+    (
+        {"kind": "tool_call", "id": "1", "name": "Read", "arguments": {"n": None}},
+        'tool Read {"n": null}',
+        'tool Read {"n": null}',
+    ),
+    (
+        {"kind": "tool_result", "id": "1", "name": None, "result": "ok", "is_error": True},
+        "result ok",
+        "result: ok",
+    ),
+    ({"kind": "web_search", "query": "zwarm"}, "search zwarm", "search: zwarm"),
+    (
+        {"kind": "todo", "items": [{"text": "a", "completed": True}, {"text": "b"}]},
+        "todo [x] a; [ ] b",
+        "todo: [x] a; [ ] b",
+    ),
+    ({"kind": "error", "message": "bad", "fatal": True}, "error bad", "error: bad"),
+    ({"kind": "error", "message": "meh", "fatal": False}, "warning meh", "warning: meh"),
+]
+
+
+def test_every_step_kind_reads_the_same_in_a_trajectory_and_the_live_views() -> None:
+    """Step kinds are declared once (model/steps.py) with their labels: each kind has its
+    line in both views, and an unknown kind shows as its name and JSON, never a repr."""
+    from rich.text import Text
+
+    from zwarm.model.steps import KINDS
+
+    assert sorted({s["kind"] for s, _, _ in EVERY_KIND}) == sorted(KINDS)
+    for step, shown, line in EVERY_KIND:
+        plain = Text.from_markup(render.step_line(dict(step), full=False)).plain
+        assert (plain, render.activity(dict(step))) == (shown, line), step
+    odd = {"kind": "new_kind", "x": True}
+    assert render.step_line(odd, full=False) == 'new_kind {"kind": "new_kind", "x": true}'
+    assert render.activity(odd) == "new_kind"

@@ -30,7 +30,7 @@ from zwarm.model import QueuedMessage, Session, Status, Turn, Usage
 from zwarm.model.records import Archive, Changes, Workspace
 from zwarm.model.rows import decode_row
 from zwarm.store import Store, rowcache
-from zwarm.store.files import dir_file_key
+from zwarm.system.files import dir_file_key
 
 T0 = "2026-01-01T00:00:00.000+00:00"
 T1 = "2026-01-01T00:05:00.000+00:00"

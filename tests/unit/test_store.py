@@ -21,7 +21,8 @@ from zwarm.errors import (
     StoreError,
 )
 from zwarm.model import QueuedMessage, Session, Status, Turn
-from zwarm.store import Store, atomic_write
+from zwarm.store import Store
+from zwarm.system.files import atomic_write
 
 NOW = "2026-01-01T00:00:00.000+00:00"
 
@@ -82,7 +83,7 @@ def test_atomic_write_failed_write_keeps_old_file(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import resource, signal, sys
         from pathlib import Path
-        from zwarm.store import atomic_write
+        from zwarm.system.files import atomic_write
         from zwarm.errors import StoreError
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
@@ -498,7 +499,7 @@ def test_an_oversized_meta_json_is_damaged_without_reading_it(
 def test_write_private_replaces_a_planted_link_instead_of_writing_through(
     tmp_path: Path,
 ) -> None:
-    from zwarm.store import write_private
+    from zwarm.system.files import write_private
 
     target = tmp_path / "victim"
     target.write_text("precious")

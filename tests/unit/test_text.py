@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zwarm.text import ByteCleaner, cells, clean, cut, oneline, pad, visible
+from zwarm.text import ByteCleaner, brief, cells, clean, clip, cut, elide, oneline, pad, visible
 
 NASTY = [
     ("red \x1b[31mRED\x1b[0m task", "red RED task"),  # SGR colours
@@ -66,3 +66,40 @@ def test_byte_cleaner_handles_sequences_and_utf8_split_across_chunks() -> None:
     assert out == '{"a":"xred中"}\n'.encode()
     b = ByteCleaner()
     assert b.feed(b"\x1b") + b.feed(b"", final=True) == b""
+
+
+def test_clip_bounds_characters_not_cells() -> None:
+    """A stored or sent bound (meta.json's error, a step served to a browser): characters."""
+    assert clip("abc", 3) == "abc"
+    assert clip("abcdef", 4) == "abc…" and len(clip("x" * 9000, 4000)) == 4000
+    assert clip("中文字中文字", 4) == "中文字…"  # 4 characters, 7 cells: not ``cut``
+    assert clip("abc", 0) == "…" and clip("", 0) == ""
+
+
+def test_elide_keeps_head_and_tail_and_says_the_cut() -> None:
+    """What a model reads: it knows text is missing, and how much."""
+    text = "".join(chr(ord("a") + i % 26) for i in range(100))
+    assert elide(text, 100) == text
+    assert elide(text, 10) == f"{text[:5]} [... 90 chars cut ...] {text[-5:]}"
+    assert elide(text, 11) == f"{text[:5]} [... 89 chars cut ...] {text[-6:]}"
+    assert elide(text, 10, head=10) == f"{text[:10]} [... 90 chars cut ...]"
+    assert elide(text, 9, head=6, sep="\n") == f"{text[:6]}\n[... 91 chars cut ...]\n{text[-3:]}"
+    assert elide(text, 0) == " [... 100 chars cut ...]"
+
+
+def test_brief_says_how_many_lines_and_chars_were_left_out() -> None:
+    """A long message or output in the terminal (``zwarm trajectory`` without ``--full``)."""
+    assert brief("a\nb", 2, 10) == "a\nb"
+    assert brief("a\nb\nc\nd", 2, 100) == "a\nb\n… (2 more lines)"
+    assert brief("x" * 30, 5, 10) == "x" * 10 + "… (20 more chars)"
+
+
+def test_serve_cuts_a_steps_text_to_the_documented_4000_characters() -> None:
+    """docs/serve.md: a trajectory's long texts are cut to 4,000 characters (they were 4,001:
+    4,000 and the …); ``truncated`` names the fields cut."""
+    from zwarm.serve.app import CUT, _cut
+
+    step = {"kind": "command", "output": "x" * 9000, "command": "y" * 10}
+    _cut(step)
+    assert CUT == 4000 and len(step["output"]) == CUT and step["output"].endswith("…")
+    assert step["command"] == "y" * 10 and step["truncated"] == ["output"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import ZW, wait_until
-from tests.workspace.conftest import Repo, agent, spawn
+from tests.support.workspace import Repo, agent, spawn
 
 # one turn that adds (untracked), deletes, renames, changes a binary, adds a symlink, a file
 # with spaces, a file with a quote and a tab in its name, and an ignored file

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ZW
-from tests.workspace.conftest import Repo, agent
+from tests.support.workspace import Repo, agent
 
 HOOKS = [
     *("pre-commit", "pre-merge-commit", "prepare-commit-msg", "commit-msg", "post-commit"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ZW, wait_until
-from tests.workspace.conftest import Repo, agent, spawn
+from tests.support.workspace import Repo, agent, spawn
 
 CHANGE = "printf 'def main():\\n    return 42\\n' > src/app.py; echo doc > doc.txt"
 

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tests.support import ZW, wait_until
-from tests.workspace.conftest import Repo, agent
+from tests.support.workspace import Repo, agent
 from zwarm.orchestrator.tools import Toolbox
 
 

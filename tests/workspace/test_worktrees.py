@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from tests.support import ZW, wait_until
-from tests.workspace.conftest import Repo, agent, spawn
+from tests.support.workspace import Repo, agent, spawn
 
 
 def test_worktree_spawn_runs_the_agent_in_its_own_worktree_and_branch(zw: ZW, repo: Repo) -> None:

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from zwarm.agents.base import Agent
 
-GROUP = "zwarm.agents"
 DEFAULT_AGENT = "codex"  # [defaults] adapter
 _BUILTIN = "zwarm.agents."  # the module prefix of the agents that ship with zwarm
 
@@ -76,7 +75,7 @@ def problems() -> dict[str, str]:
 def _specs() -> dict[str, str]:
     from zwarm import plugins
 
-    return plugins.entry_points(GROUP)
+    return plugins.entry_points(plugins.AGENTS)
 
 
 def _load(name: str) -> Agent | None:
@@ -105,10 +104,19 @@ def _import(spec: str) -> Any:
 
 def _check_name(name: str) -> None:
     """A name is a config table and is stored in meta.json: checked before any import."""
-    from zwarm.agents.base import NAME, RESERVED_TABLES
+    from zwarm.agents.base import NAME
 
-    if not NAME.match(name) or name in RESERVED_TABLES:
+    if not NAME.match(name) or name in reserved_tables():
         raise ValueError(f"{name!r} is not a valid agent name (a-z, 0-9, '_', '-'; not a table)")
+
+
+def reserved_tables() -> frozenset[str]:
+    """The config tables no agent may take as its name: zwarm's own (``rules.OWN_TABLES``)
+    and every registered launcher's (``zwarm.launchers``), loaded or not."""
+    from zwarm import plugins
+    from zwarm.rules import OWN_TABLES
+
+    return OWN_TABLES | frozenset(plugins.entry_points(plugins.LAUNCHERS))
 
 
 def _instantiate(name: str, obj: Any) -> Agent:

@@ -2,8 +2,8 @@
 
 Owns ``Agent`` (what a plugin implements: name, model routing, config table, argv, permission
 flags, event parsing, usage/cost rules, conformance samples), ``AgentOptions`` (what argv
-building gets), ``Setting`` (one key of an agent's config table) and the checks at the
-boundary between an agent's output and zwarm. Must stay true:
+building gets) and the checks at the boundary between an agent's output and zwarm. Must stay
+true:
 - the prompt reaches an agent only on stdin: ``build_argv`` is never given it, and every agent
   declares so (``prompt_on_stdin``; the registry refuses an agent that does not);
 - a resume id (read back from a turn log or meta.json, which an agent can write) reaches argv
@@ -29,16 +29,11 @@ from zwarm.errors import InvalidInput
 from zwarm.model import Reason, TurnOutcome, Usage
 from zwarm.model.records import AGENT_NAME, AGENT_SESSION_ID
 from zwarm.model.steps import Step
-from zwarm.rules import CAP, DANGEROUS, EXECUTES, FREE, PRICES, Rule
+from zwarm.rules import CAP, DANGEROUS, FREE, PRICES
+from zwarm.rules import Setting as Setting  # where a plugin has always found it
 
 RESUME_ID = re.compile(AGENT_SESSION_ID)
 NAME = re.compile(AGENT_NAME)
-# config.toml tables that are zwarm's own, now or planned: no agent may take one as its name
-# (tests/agents/test_registry.py checks ``zwarm.config.SCHEMA`` is covered).
-RESERVED_TABLES = frozenset(
-    {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
-    | {"launcher", "slurm", "serve", "gemini-settings", "notify", "trust", "zwarm"}
-)
 
 Price = Mapping[str, float]  # USD per 1M tokens: input, cached_input, output
 
@@ -72,17 +67,6 @@ def check_resume_id(value: object) -> str:
     if not isinstance(value, str) or not RESUME_ID.match(value):
         raise UnsafeResumeId(f"refusing to resume agent session id {str(value)[:80]!r}")
     return value
-
-
-class Setting(NamedTuple):
-    """One key of an agent's config table: accepted TOML types, default, allowed values, and
-    one line saying what it does (the comment ``zwarm init`` writes above it)."""
-
-    types: tuple[type, ...]
-    default: Any
-    choices: tuple[str, ...] = ()
-    doc: str = ""
-    trust: Rule = EXECUTES  # how zwarm trust treats it (zwarm.config): default-deny
 
 
 # Every agent's table has these; ``command`` defaults to the agent's name.
@@ -379,12 +363,13 @@ def _counts(u: Usage) -> tuple[int, int, int, int]:
 
 
 def _cut(text: str | None, limit: int) -> str | None:
-    """``text`` cut to ``limit`` characters (a bound on what meta.json keeps), not
-    ``cli.text.cut``'s terminal cells: a stored bound must not depend on how wide characters
-    show, and the supervisors that run this import nothing of the CLI."""
+    """``zwarm.text.clip`` (characters: a bound on what meta.json keeps), imported only when a
+    text is that long: a supervisor's turn does not pay for the terminal's regexes."""
     if text is None or len(text) <= limit:
         return text
-    return text[: limit - 1] + "…"
+    from zwarm.text import clip
+
+    return clip(text, limit)
 
 
 def _error_step(message: str) -> Step:

@@ -56,7 +56,7 @@ LAZY_COMMANDS = {
     "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
     "serve": (
-        "zwarm.serve.command",
+        "zwarm.cli.serve",
         "serve_command",
         "Serve the HTTP API, live event streams and the web dashboard.",
     ),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from zwarm.env import python_argv
+from zwarm.env.python import python_argv
 
 TASK = "Summarise this directory in NOTES.md"
 FOLLOW_UP = "Now list what you changed"

@@ -135,7 +135,7 @@ class LiveLog:
 
 
 def _open(path: Path) -> int | None:
-    from zwarm.store.files import open_read
+    from zwarm.system.files import open_read
 
     try:
         return open_read(path)

@@ -31,6 +31,7 @@ import click
 
 from zwarm.cli import follow, render
 from zwarm.cli.common import get_api
+from zwarm.cli.render import activity
 from zwarm.env import parse_iso
 from zwarm.model import RUNS, Status
 from zwarm.model.status import IDLE
@@ -226,7 +227,7 @@ class Board:
         w = self.watches.get((s.id, t.n))
         elapsed = self.now - parse_iso(t.started_at)
         waiting = s.status not in RUNS
-        doing = render.activity(w.latest if w else None, 200) or ("" if waiting else "starting…")
+        doing = activity(w.latest if w else None, 200) or ("" if waiting else "starting…")
         if s.queue:
             doing = f"(+{len(s.queue)} queued) {doing}"
         listed = next((r for r in self.rows if r["id"] == s.id), None)  # its launcher's word
@@ -579,7 +580,7 @@ class _Progress:
             t = s.current
             assert t is not None
             w = self.watches[(s.id, t.n)]
-            doing = render.activity(w.latest, 120) or "starting…"
+            doing = activity(w.latest, 120) or "starting…"
             clock = render.fmt_clock(now - parse_iso(t.started_at))
             tokens = render.fmt_tokens(follow.tokens_so_far(s, w))
             state = "" if s.status is Status.RUNNING else f"{s.status.value} · "

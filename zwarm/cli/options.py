@@ -46,6 +46,7 @@ SPAWN = (
     Opt("branch", "--branch"),
     Opt("base", "--base"),
     Opt("launcher", "--launcher"),
+    Opt("launcher_option", "--launcher-option", metavar="KEY=VALUE"),
     Opt("detached", "--detached"),
     Opt("after", "--after", metavar="ID[,ID...]"),
     Opt("after_any", "--after-any"),

@@ -21,9 +21,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from zwarm.env import parse_iso
+from zwarm.model import steps as step_text
 from zwarm.model.status import IDLE, RUNS, WAITING, Status
-from zwarm.model.steps import UNFINISHED, Step
-from zwarm.text import cells, clean, cut, oneline, pad
+from zwarm.model.steps import Step
+from zwarm.text import brief, cells, clean, cut, oneline, pad
 
 COLORS = {  # status -> ANSI colour (tree.py uses it too)
     "running": "33",
@@ -179,7 +180,8 @@ def took(started: str | None, ended: str | None, now: float | None = None) -> fl
     return None if a is None or b is None else max(0.0, b - a)
 
 
-_REASONS = {
+_AGENT_ERROR = ("agent_error", "killed")  # said by the error (exit 3) or the status itself
+_REASONS = {  # zwarm's own reasons; a launcher's are labelled by the launcher
     "timeout": "timeout",
     "supervisor_lost": "lost",
     "start_failed": "no start",
@@ -192,18 +194,21 @@ _REASONS = {
     "budget_exceeded": "budget",
     "stalled": "stalled",
     "dependency_failed": "dependency",
-    "slurm_timeout": "slurm timeout",
-    "slurm_node_fail": "node fail",
-    "slurm_preempted": "preempted",
-    "slurm_cancelled": "cancelled",
 }
 
 
 def short_reason(r: dict[str, Any]) -> str:
-    """Why a failed session failed, in a word or two (``timeout``, ``exit 3``, ``lost``)."""
+    """Why a failed session failed, in a word or two (``timeout``, ``exit 3``, ``lost``): a
+    launcher's own reason as it labels it (``preempted``), one no installed launcher declares
+    (its launcher uninstalled) as its words (``nice lost``)."""
     reason = r.get("reason")
     if reason in _REASONS:
         return _REASONS[reason]
+    if isinstance(reason, str) and reason not in _AGENT_ERROR:
+        from zwarm import launchers
+
+        found = launchers.failure(reason)
+        return oneline(found.label if found is not None else reason.replace("_", " "), 20)
     error = str(r.get("error") or "")
     for prefix, word in (("agent exited with code ", "exit "), ("agent killed by signal ", "sig ")):
         if error.startswith(prefix):
@@ -569,124 +574,45 @@ def steps(items: Iterable[Step], full: bool = False, header: str | None = None) 
         c.print(step_line(s, full))
 
 
+# a step kind's style in a trajectory (the label's; the whole line's for reasoning)
+_STEP_STYLES = {
+    "message": "bold green",
+    "reasoning": "dim",
+    "file_change": "blue",
+    "tool_call": "magenta",
+    "tool_result": "magenta",
+    "web_search": "blue",
+    "todo": "blue",
+    "error": "bold red",
+}
+
+
 def step_line(s: Step, full: bool) -> str:
-    """One step as rich markup (possibly several lines)."""
+    """One step as rich markup (possibly several lines): its label (``steps.label``) styled,
+    then its text (``steps.text``), long ones shortened unless ``full``."""
     kind = s.get("kind")
-    if kind == "message":
-        return f"[bold green]message[/] {esc(_short(str(s.get('text', '')), full))}"
-    if kind == "reasoning":
-        return f"[dim]reasoning {esc(_short(str(s.get('text', '')), full))}[/]"
     if kind == "command":
-        code = s.get("exit_code")
-        style = "green" if code == 0 else "red"
+        style = "green" if s.get("exit_code") == 0 else "red"
         out = _short(str(s.get("output") or ""), full)
         body = f"\n{esc(out)}" if out.strip() else ""
-        # no exit code: it never ran (declined), runs (in_progress) or never finished
-        ended = f"exit {code}" if code is not None else esc(_no_exit(s.get("status")))
-        return f"[bold]$ {esc(command_text(s.get('command')))}[/] [{style}]({ended})[/]{body}"
-    if kind == "file_change":
-        return f"[blue]files[/] {esc(_changes(s))}"
-    if kind == "tool_call":
-        args = _short(as_json(s.get("arguments")), full)
-        return f"[magenta]tool {esc(s.get('name'))}[/] {esc(args)}"
-    if kind == "tool_result":
-        style = "red" if s.get("is_error") else "magenta"
-        return f"[{style}]result[/] {esc(_short(str(s.get('result', '')), full))}"
-    if kind == "web_search":
-        return f"[blue]search[/] {esc(s.get('query'))}"
-    if kind == "todo":
-        return f"[blue]todo[/] {esc(_todo(s))}"
-    if kind == "error":
-        label = "error" if s.get("fatal") else "warning"
-        return f"[bold red]{label}[/] {esc(s.get('message'))}"
-    return f"{esc(kind)} {esc(as_json(s))}"
-
-
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
-
-
-def command_text(command: Any) -> str:
-    """A command step's text as people read it (trajectory, top): the command inside a
-    shell wrapper (``/bin/bash -lc 'pytest -q'``, ``sh -c X``, ``zsh -lc X`` -> ``pytest -q``),
-    as codex runs every command; anything else as it is."""
-    text = str(command or "")
-    head = text.split(" ", 2)
-    if len(head) < 3 or head[0].rsplit("/", 1)[-1] not in _SHELLS:
-        return text
-    flag = head[1]
-    if not (flag.startswith("-") and "c" in flag and flag[1:].isalpha()):
-        return text
-    import shlex
-
-    try:
-        words = shlex.split(text)
-    except ValueError:  # unbalanced quotes: shown as it is
-        return text
-    return words[2] if len(words) == 3 and words[2].strip() else text
-
-
-def _no_exit(status: Any) -> str:
-    """What a command without an exit code says instead."""
-    if status == "in_progress":
-        return "running"
-    if status == UNFINISHED:
-        return "did not finish"
-    return str(status or "no exit code")
+        ended = esc(step_text.exit_text(s))
+        command = esc(step_text.command_text(s.get("command")))
+        return f"[bold]$ {command}[/] [{style}]({ended})[/]{body}"
+    name, said = esc(step_text.label(s)), esc(_short(step_text.text(s), full))
+    look = _STEP_STYLES.get(kind) if isinstance(kind, str) else None
+    if kind == "tool_result" and s.get("is_error"):
+        look = "red"
+    if look is None:
+        return f"{name} {said}"
+    if kind == "reasoning":
+        return f"[{look}]{name} {said}[/]"
+    return f"[{look}]{name}[/] {said}"
 
 
 def activity(s: Step | None, width: int = 80) -> str:
     """A step as one plain line (live views): ``$ pytest -q (exit 1)``, ``message Done…``."""
-    if s is None:
-        return ""
-    kind = s.get("kind")
-    if kind in ("message", "reasoning"):
-        text = f"{'' if kind == 'message' else 'thinking: '}{s.get('text', '')}"
-    elif kind == "command":
-        code = s.get("exit_code")
-        ended = f"exit {code}" if code is not None else _no_exit(s.get("status") or "running")
-        text = f"$ {command_text(s.get('command'))} ({ended})"
-    elif kind == "file_change":
-        text = f"files: {_changes(s)}"
-    elif kind == "tool_call":
-        text = f"tool {s.get('name')} {as_json(s.get('arguments'))}"
-    elif kind == "tool_result":
-        text = f"result: {s.get('result', '')}"
-    elif kind == "web_search":
-        text = f"search: {s.get('query')}"
-    elif kind == "todo":
-        text = f"todo: {_todo(s)}"
-    elif kind == "error":
-        text = f"{'error' if s.get('fatal') else 'warning'}: {s.get('message')}"
-    else:
-        text = str(kind)
-    return oneline(text, width)
-
-
-def as_json(value: Any) -> str:
-    """Tool inputs and unknown values as JSON (never a Python repr)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
-        return str(value)
-
-
-def _changes(s: Step) -> str:
-    return ", ".join(f"{c.get('kind')} {c.get('path')}" for c in s.get("changes") or [])
-
-
-def _todo(s: Step) -> str:
-    items: Sequence[dict[str, Any]] = s.get("items") or []
-    return "; ".join(("[x] " if i.get("completed") else "[ ] ") + str(i.get("text")) for i in items)
+    return "" if s is None else oneline(step_text.line(s), width)
 
 
 def _short(text: str, full: bool) -> str:
-    if full:
-        return text
-    lines = text.splitlines()
-    if len(lines) > _SHORT_LINES:
-        text = "\n".join(lines[:_SHORT_LINES]) + f"\n… ({len(lines) - _SHORT_LINES} more lines)"
-    if len(text) > _SHORT_CHARS:
-        text = text[:_SHORT_CHARS] + f"… ({len(text) - _SHORT_CHARS} more chars)"
-    return text
+    return text if full else brief(text, _SHORT_LINES, _SHORT_CHARS)

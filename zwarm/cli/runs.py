@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from zwarm.cli import output
-from zwarm.text import clean, oneline
+from zwarm.text import cells, clean, oneline, pad
 
 
 def list_runs(api: Any, as_json: bool) -> None:
@@ -41,10 +41,10 @@ def list_runs(api: Any, as_json: bool) -> None:
         return
     header = ("RUN", "STATUS", "STEPS", "TOKENS", "CONTEXT", "COST", "TASK")
     table = [header] + [_cells(i, r) for i, r in items]
-    widths = [max(len(row[k]) for row in table) for k in range(len(header) - 1)]
+    widths = [max(cells(row[k]) for row in table) for k in range(len(header) - 1)]
     for row in table:
-        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
-        click.echo("  ".join([*cells, row[-1]]).rstrip())
+        padded = [pad(c, w) for c, w in zip(row, widths, strict=False)]
+        click.echo("  ".join([*padded, row[-1]]).rstrip())
 
 
 def _damaged(rid: str, e: Exception) -> dict[str, Any]:

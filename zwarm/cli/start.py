@@ -64,24 +64,34 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, **opts: 
 @click.argument("message")
 @click_options("inject")
 @click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
+@click.option(
+    "--confirm-dir", metavar="DIR", help="A zwarm 3.x session: the folder it continues in."
+)
+@click.option("--confirm-agent", metavar="AGENT", help="A zwarm 3.x session: its agent.")
 @json_option
 @click.pass_context
 def inject(ctx: click.Context, /, session: str, message: str, as_json: bool, wait_: bool,
-           **opts: Any) -> None:  # fmt: skip
+           confirm_dir: str | None, confirm_agent: str | None, **opts: Any) -> None:  # fmt: skip
     """Continue SESSION with MESSAGE; queued if a turn is running.
 
     SESSION is a session id, a unique prefix of it (4+ characters), or its name; MESSAGE -
     reads the message from stdin. With --wait the command blocks until this turn ends and
-    exits 0 if it completed, 1 if not.
+    exits 0 if it completed, 1 if not. A session made by zwarm 3.x is continued once you
+    confirm its folder and agent (asked on a terminal, or --confirm-dir and --confirm-agent).
 
     \b
     Examples:
       zwarm inject verbose "also update the README"
       zwarm inject 3f2a "now fix the tests" --context native --wait
+      zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
     """
+    from zwarm import legacy_sessions
     from zwarm.model.requests import MessageRequest
 
     api = get_api(ctx)
+    tty = message != "-" and sys.stdin.isatty()
+    ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
+    legacy_sessions.confirm(api, session, confirm_dir, confirm_agent, ask)
     s, state = api.inject(session, MessageRequest(message=fast.read_task(message), **opts))
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:
@@ -96,10 +106,11 @@ def after_start(
 ) -> None:
     """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
     prompt given as an argument is in this process's argv: we re-exec without it first, as
-    every Python process zwarm starts, isolated (``env.python_argv``) in ``env.NEUTRAL_CWD``:
-    the working directory is the agent's, and nothing it wrote there may be imported."""
+    every Python process zwarm starts, isolated (``env.python``: ``python_argv``, in
+    ``NEUTRAL_CWD``): the working directory is the agent's, and nothing it wrote there may be
+    imported."""
     if wait_ and argv_task and sys.executable:
-        from zwarm.env import NEUTRAL_CWD, python_argv
+        from zwarm.env.python import NEUTRAL_CWD, python_argv
 
         sys.stdout.flush()
         args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]

@@ -20,6 +20,7 @@ from zwarm.model.steps import Step
 DIGEST_VERSION = 1
 _MAX_CMDS = 40
 _MAX_ERRORS = 10
+_CUT_NOTE = 40  # ' [... N chars cut ...]'
 _NOTE_ROOM = 80  # '(N earlier turns omitted to fit the context budget)'
 
 
@@ -99,11 +100,15 @@ def load_digest(data: bytes) -> Digest:
 
 
 def _cut(text: str, limit: int) -> str:
-    """The head only, the cut said after it: a digest of an earlier turn in a follow-up
-    prompt, where the start of a message says what it asked (characters: a model's budget)."""
+    """``zwarm.text.elide`` keeping the head only, the note counted in ``limit`` (a prompt
+    stays within its budget): a digest of an earlier turn, where the start of a message says
+    what it asked. Imported when a text is that long: a turn's start does not pay for it."""
     if len(text) <= limit:
         return text
-    return text[: max(0, limit - 40)] + f" [... {len(text) - limit + 40} chars cut]"
+    from zwarm.text import elide
+
+    keep = max(0, limit - _CUT_NOTE)
+    return elide(text, keep, head=keep)
 
 
 def _render_full(d: Digest, limit: int) -> str:

@@ -28,14 +28,15 @@ from zwarm.agents.base import Agent, AgentOptions
 from zwarm.config import Config
 from zwarm.engine import transitions, tree
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
-from zwarm.env import Env, for_children
-from zwarm.errors import InvalidInput, StoreError
+from zwarm.env import Env
+from zwarm.env.children import for_children
+from zwarm.errors import InvalidInput, StoreError, ZwarmError
 from zwarm.launchers import get_launcher
 from zwarm.launchers.base import Launcher
 from zwarm.model import Reason, Session, Status, Turn, TurnOutcome, Usage
 from zwarm.model.steps import Step
-from zwarm.store import Store, pins, write_private
-from zwarm.store.files import open_read
+from zwarm.store import Store, pins
+from zwarm.system.files import open_read, write_private
 
 if TYPE_CHECKING:
     from zwarm.engine import scheduler as scheduler_mod
@@ -142,11 +143,35 @@ class ManagerCore(abc.ABC):
     ) -> None:
         """Have the launcher start running turn ``t`` (inside the transaction that made it);
         ``after``: running turns its launcher makes it wait for (``Launcher.can_wait_for``)."""
+        runner = self.launcher(t)
         try:
-            self.launcher(t).start(s.id, t, after, after_any)
+            try:
+                settings = self._launcher_settings(s, runner)
+            except ZwarmError as e:  # its table is not trusted, a pin's option is invalid
+                raise OSError(str(e)) from None
+            runner.start(s.id, t, after, after_any, settings)
         except OSError as e:
             why = f"could not start the turn's supervisor: {e.strerror or e}"
             transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.START_FAILED, why)
+
+    def _launcher_settings(self, s: Session, runner: Launcher) -> dict[str, Any]:
+        """The launcher's ``[name]`` table as trust allows it (``UntrustedConfig`` if a value
+        it uses is not trusted), with the session's spawn options from its launch pin over
+        it: checked again (a pin is read as untrusted input), and only the keys the
+        launcher takes per session."""
+        name = runner.name
+        if name not in self.config.data:
+            return {}
+        table = self.config.table(name)
+        values = {k: table[k] for k in self.config.data[name]}
+        pin = pins.read(self.env.environ, s.id, Path(os.path.realpath(self.store.root)))
+        given = dict(pin.launcher_options) if pin is not None else {}
+        if given:
+            from zwarm import config as config_mod
+
+            checked = config_mod.validate({name: given}, "the session's launch pin")[name]
+            values.update({k: checked[k] for k in given if k in runner.spawn_options})
+        return values
 
     def _admit(self, s: Session, t: Turn) -> bool:
         """Start just-begun turn ``t`` of a session that was not running, or, while caps are

@@ -28,13 +28,13 @@ import msgspec
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.core import MESSAGE_KEEP_CHARS, ManagerCore, in_state_dir
-from zwarm.env import launcher
+from zwarm.env.launcher import launcher
 from zwarm.errors import ZwarmError
 from zwarm.model import RUNS, Reason, Session, Status, Turn, TurnOutcome
 from zwarm.model.records import Changes, Workspace
 from zwarm.store import Store, pins
-from zwarm.store.files import open_append, open_read
 from zwarm.system import procs
+from zwarm.system.files import open_append, open_read
 
 
 class Finishing(ManagerCore):
@@ -207,7 +207,7 @@ class Finishing(ManagerCore):
             if whole is not None:
                 s.changes = whole
             self._record(s, t, outcome, returncode, timed_out, stderr_tail, stop)
-            if t.reason is Reason.BUDGET_EXCEEDED:
+            if t.reason == Reason.BUDGET_EXCEEDED:
                 s.queue.clear()
             if t.status in (Status.KILLED, Status.PARKED) or not s.queue:
                 return None

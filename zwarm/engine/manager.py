@@ -38,8 +38,9 @@ stay true (each layer's docstring says which of these it keeps):
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
@@ -83,6 +84,7 @@ class BaseSessionManager(Recovery):
         workspace: ws_mod.Plan | ws_mod.Found | None = None,
         fleet: limits.Fleet | None = None,
         lineage: tree.Lineage | None = None,
+        launcher_options: Mapping[str, Any] | None = None,
     ) -> Session:
         """Create a session and start its first turn (the launcher runs it detached), as
         ``req`` asks once the caller has settled it (``Zwarm.spawn``: its model routed, its
@@ -90,8 +92,10 @@ class BaseSessionManager(Recovery):
         working directory. With a worktree ``workspace`` plan, its worktree is made first (and
         removed if this fails). ``lineage``: its parent and depth, verified by the caller
         (``engine.tree``). ``req.launcher``: what runs its turns (``zwarm.launchers``),
-        pinned with the session."""
+        pinned with the session, and ``launcher_options`` its ``req.launcher_option``s,
+        parsed and checked by the caller, pinned too."""
         task, name, dangerous = req.task, req.name, bool(req.dangerous)
+        opts = dict(launcher_options or {})
         now = self.env.now_iso()
         sid = self.store.new_id()
         ws, cwd = self._workspace(workspace, sid, name, cwd)
@@ -103,8 +107,9 @@ class BaseSessionManager(Recovery):
             transitions.begin(s, _first_turn(task, now, req.timeout, req.launcher or "local"))
             limits.settle(s, fleet or limits.Fleet(), self.config)
             if self._must_queue(s):  # created queued; the scheduler starts it (or not yet)
-                return self.scheduler().admit_new(s, lambda: self._create(s, task, name, dangerous))
-            self._create(s, task, name, dangerous)
+                create = lambda: self._create(s, task, name, dangerous, opts)  # noqa: E731
+                return self.scheduler().admit_new(s, create)
+            self._create(s, task, name, dangerous, opts)
         except BaseException:
             if ws is not None and ws.mode == "worktree":
                 with contextlib.suppress(ZwarmError):
@@ -129,12 +134,14 @@ class BaseSessionManager(Recovery):
             return Workspace("shared", str(plan.repo), str(plan.tree)), cwd
         return None, cwd
 
-    def _create(self, s: Session, task: str, name: str | None, dangerous: bool) -> None:
+    def _create(
+        self, s: Session, task: str, name: str | None, dangerous: bool, opts: dict[str, Any]
+    ) -> None:
         """Pin the session's launch facts, then write it (and claim its name)."""
         self.store.ensure()
         root = os.path.realpath(self.store.root)
         pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, workspace=s.workspace)
-        pin.launcher = s.turns[0].launcher
+        pin.launcher, pin.launcher_options = s.turns[0].launcher, opts
         pins.write(self.env.environ, pin)
         self.store.create(s, task.encode("utf-8", "surrogateescape"))
         if name:  # claimed after create: a claim whose session dir is missing counts as stale

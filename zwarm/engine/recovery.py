@@ -18,8 +18,8 @@ from zwarm.engine.finishing import Finishing
 from zwarm.env import parse_iso
 from zwarm.errors import SessionStateError, WriteFailed
 from zwarm.model import ACTIVE, RUNS, Reason, Session, Status, Turn
-from zwarm.store.files import read_file
 from zwarm.system import procs
+from zwarm.system.files import read_file
 
 
 class Recovery(Finishing):
@@ -72,7 +72,9 @@ class Recovery(Finishing):
         orphan = procs.kill_session(t.agent, s.id)
         o = self.read_outcome(s.id, t.n)
         self._apply_outcome(s, t, o)
-        reason, what = self.launcher(t).lost(s.id, t)  # e.g. slurm_timeout: its job's end
+        runner = self.launcher(t)
+        reason, what = runner.lost(s.id, t)  # e.g. slurm_timeout: its job's end
+        reason = runner.recordable(reason)
         if orphan:
             what += "; its orphaned agent was terminated"
         if o.status is not None:
@@ -135,7 +137,7 @@ class Recovery(Finishing):
             what = "failed or killed" if kind == "retry" else "parked"
             now = t.status.value if t is not None else "empty"
             raise SessionStateError(f"session {s.id} is not {what} ({now}): nothing to {kind}")
-        if t.reason is Reason.DEPENDENCY_FAILED and not t.started:
+        if t.reason == Reason.DEPENDENCY_FAILED and not t.started:
             raise SessionStateError(
                 f"session {s.id} never started: a session it runs after failed; spawn it again"
             )

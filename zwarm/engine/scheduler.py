@@ -54,7 +54,7 @@ from zwarm.engine import limits, transitions
 from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, SessionNotFound, StoreError, ZwarmError
 from zwarm.model import RUNS, WAITING, Reason, Session, Status, Turn
-from zwarm.store.files import CLOEXEC, NOFOLLOW, open_lock, take_lock
+from zwarm.system.files import CLOEXEC, NOFOLLOW, open_lock, take_lock
 
 if TYPE_CHECKING:
     from zwarm.config import Config
@@ -501,7 +501,7 @@ def _dependencies(
         if not d.status.finished:
             waiting.append(dep)
         elif d.status is not Status.COMPLETED and not s.after_any:
-            reason = f", {d.reason.value}" if d.reason and d.reason.value != d.status.value else ""
+            reason = f", {d.reason}" if d.reason and d.reason != d.status.value else ""
             return waiting, f"dependency failed: session {dep} ended {d.status.value}{reason}"
     return waiting, None
 
@@ -543,8 +543,9 @@ def _command(pid: int) -> str:
             raw = f.read(4096)
     except OSError:
         return "gone"
-    text = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
-    return text if len(text) <= 80 else text[:79] + "…"
+    from zwarm.text import clip  # only when a process is reported
+
+    return clip(" ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a), 80)
 
 
 def _unlink(path: os.PathLike[str] | str) -> None:

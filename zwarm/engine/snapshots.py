@@ -56,7 +56,7 @@ def open_store(repo: git.Tree, env: Mapping[str, str]) -> git.Tree:
     path = store(repo)
     alternates = path / "objects" / "info" / "alternates"
     if not os.path.isfile(alternates):
-        from zwarm.store.files import atomic_write
+        from zwarm.system.files import atomic_write
 
         try:
             path.parent.mkdir(mode=0o700, exist_ok=True)
@@ -142,7 +142,7 @@ def _seed(real: Path, private: Path) -> None:
     second as the index was written ("racily clean") by comparing with the index file's
     time, so a newer copy would trust a stale stat and miss a same-size change. An index
     that cannot be read is simply not copied."""
-    from zwarm.store.files import read_file
+    from zwarm.system.files import read_file
 
     try:
         data, st = read_file(real, INDEX_LIMIT)

@@ -95,11 +95,12 @@ def end(
     t: Turn,
     to: Status,
     now: str,
-    reason: Reason | None = None,
+    reason: str | None = None,
     error: str | None = None,
 ) -> None:
     """Move active turn ``t`` of ``s`` to finished status ``to`` (with ``reason`` unless
-    completed). A parked turn keeps the time its agent ended."""
+    completed: a ``Reason``, or the turn's launcher's own). A parked turn keeps the time its
+    agent ended."""
     if to not in FINISHED:
         raise TransitionError(f"turn {t.n} of session {s.id}: {to} is not a finished status")
     if (to is Status.COMPLETED) != (reason is None):

@@ -225,7 +225,7 @@ def create(p: Plan, sid: str, name: str | None, environ: Mapping[str, str]) -> W
 
 @contextlib.contextmanager
 def _repo_lock(folder: Path) -> Iterator[None]:
-    from zwarm.store.files import locked, private_dir
+    from zwarm.system.files import locked, private_dir
 
     try:
         private_dir(folder)
@@ -380,8 +380,9 @@ def prepare(
 
 
 def _shown(cmd: str | list[str]) -> str:
-    text = cmd if isinstance(cmd, str) else " ".join(cmd)
-    return text if len(text) <= 80 else text[:79] + "…"
+    from zwarm.text import clip  # a failed setup only
+
+    return clip(cmd if isinstance(cmd, str) else " ".join(cmd), 80)
 
 
 def _note(fd: int, text: str) -> None:

@@ -4,10 +4,11 @@ Owns starting the supervisor (``runtime.supervisor``), telling whether it lives,
 a turn's processes (many turns' at once for ``kill --all``). A supervisor is forked by the
 state dir's fork server (``runtime.forkserver``) when one serves this environment, else it is
 a new interpreter (and a server is started for the turns after). Must stay true:
-- the supervisor is started isolated (``env.python_argv``: ``python -I``, no ``PYTHON*``
-  variables, no user site, no script dir on ``sys.path``; a forked one inherits this from its
-  server, started the same way) with ``/`` as its working directory (``env.NEUTRAL_CWD``),
-  so nothing an agent planted in the state dir or its working directory is ever imported;
+- the supervisor is started isolated (``env.python.python_argv``: ``python -I``, no
+  ``PYTHON*`` variables, no user site, no script dir on ``sys.path``; a forked one inherits
+  this from its server, started the same way) with ``/`` as its working directory
+  (``env.python.NEUTRAL_CWD``), so nothing an agent planted in the state dir or its working
+  directory is ever imported;
 - a forked supervisor runs exactly what a new interpreter would, with the environment this
   command would have given it (sent with the request); anything the server's answer does not
   prove (``forking.fork``) costs a new interpreter, never a turn;
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from zwarm.env import NEUTRAL_CWD, for_children, python_argv
-from zwarm.launchers.base import Launcher
+from zwarm.env.children import for_children
+from zwarm.env.python import NEUTRAL_CWD, python_argv
+from zwarm.launchers.base import NO_SETTINGS, Launcher
 from zwarm.model import Turn
-from zwarm.store.files import open_append
 from zwarm.system import procs
+from zwarm.system.files import open_append
 
 if TYPE_CHECKING:
     import subprocess
@@ -48,22 +50,35 @@ class LocalLauncher(Launcher):
     name: ClassVar[str] = "local"
 
     def start(
-        self, sid: str, turn: Turn, after: Sequence[Turn] = (), after_any: bool = False
+        self,
+        sid: str,
+        turn: Turn,
+        after: Sequence[Turn] = (),
+        after_any: bool = False,
+        settings: Mapping[str, Any] = NO_SETTINGS,
     ) -> None:
+        prefix = self.wrapper(settings)
         log = open_append(self.store.session_dir(sid) / "supervisor.log")
         try:
-            pid = self._forked(sid, log)
+            pid = None if prefix else self._forked(sid, log)
             if pid is None:
-                pid = self._spawned(sid, log)
+                pid = self._spawned(sid, log, prefix)
         finally:
             os.close(log)
         turn.launcher = self.name
         turn.supervisor = procs.identify(pid)
 
+    def wrapper(self, settings: Mapping[str, Any]) -> list[str]:
+        """The argv the supervisor is started under (none here): a launcher built on this
+        one that runs it otherwise on this machine (``nice``, examples/toy-launcher) returns
+        the program and its arguments, which must ``exec`` the rest unchanged (its pid is the
+        supervisor's); such a supervisor is always a new interpreter, never forked."""
+        return []
+
     def _forked(self, sid: str, log: int) -> int | None:
         """The supervisor forked by the state dir's fork server (``runtime.forkserver``), or
         None: not usable here, refused, or no server yet (one is started for later turns)."""
-        from zwarm.runtime import forking
+        from zwarm.launchers import forking
 
         if not forking.usable(self.env.python, self.env.environ):
             return None
@@ -78,7 +93,7 @@ class LocalLauncher(Launcher):
     def _start_server(self, name: str, environ: dict[str, str]) -> None:
         """Start the server ``name`` (detached) unless another is starting for this state dir
         (``forking.start_lock``): it holds the lock until it listens."""
-        from zwarm.runtime import forking
+        from zwarm.launchers import forking
 
         try:
             lock = forking.start_lock(self.store.root)
@@ -111,12 +126,13 @@ class LocalLauncher(Launcher):
             _close(lock)
         _reap_later(proc)
 
-    def _spawned(self, sid: str, log: int) -> int:
-        """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``)."""
+    def _spawned(self, sid: str, log: int, prefix: Sequence[str] = ()) -> int:
+        """A new interpreter as the supervisor (``python -I -m zwarm.runtime.supervisor``),
+        under ``prefix`` (``wrapper``)."""
         import subprocess
 
         proc = subprocess.Popen(
-            python_argv(self.env.python, SUPERVISOR, str(self.store.root), sid),
+            [*prefix, *python_argv(self.env.python, SUPERVISOR, str(self.store.root), sid)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,

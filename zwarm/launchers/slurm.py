@@ -2,8 +2,11 @@
 
 Owns submitting a turn's job (``sbatch``), asking Slurm where its jobs stand (one ``squeue``
 for every turn a listing asks about; ``sacct`` only for a job ``squeue`` no longer knows),
-cancelling them (``scancel``), and what a job's end means for a turn its supervisor did not
-record (``slurm_timeout``, ``slurm_node_fail``, ``slurm_preempted``, ``slurm_cancelled``).
+cancelling them (``scancel``), what a job's end means for a turn its supervisor did not
+record (its own reasons: ``slurm_timeout``, ``slurm_node_fail``, ``slurm_preempted``,
+``slurm_cancelled``), and the ``[slurm]`` config table (``SETTINGS``: each key's shape, doc
+and trust rule; ``partition``, ``qos``, ``time``, ``cpus``, ``mem`` may also be set per
+session: ``spawn --launcher-option``).
 The job runs ``python -I -m zwarm.runtime.supervisor --turn N STATE_DIR ID``, which runs that
 one turn and has the next queued one submitted as a job of its own. Must stay true:
 - ``sbatch`` gets an argv, never a shell command line with user text: the job script (on its
@@ -26,7 +29,11 @@ one turn and has the next queued one submitted as a job of its own. Must stay tr
   turn (``runs_here``);
 - the state dir must be at the same path on every node (a shared filesystem): a state dir on
   a filesystem other nodes certainly cannot see (tmpfs, overlay) is refused when the
-  partition has other nodes.
+  partition has other nodes;
+- every ``[slurm]`` value that reaches ``sbatch`` has Slurm's own shape (``SETTINGS``'
+  patterns, checked by the config when the file is read): one argv element, never an option;
+- importing this module is cheap (the config asks for its table on every load): subprocess,
+  socket and the like are imported where Slurm is asked.
 """
 
 from __future__ import annotations
@@ -34,23 +41,102 @@ from __future__ import annotations
 import math
 import os
 import re
-import shlex
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from zwarm.launchers.base import Launcher, Probe
+from zwarm.launchers.base import NO_SETTINGS, Failure, Launcher, Probe
+from zwarm.rules import FREE, Setting
 
 if TYPE_CHECKING:
-    from zwarm.config import Config
+    import subprocess
+
     from zwarm.env import Env
-    from zwarm.model import Reason, Turn
+    from zwarm.model import Turn
     from zwarm.store import Store
+
+# the cluster job that ran the turn ended before its supervisor recorded it
+TIMEOUT = "slurm_timeout"
+NODE_FAIL = "slurm_node_fail"
+PREEMPTED = "slurm_preempted"
+CANCELLED = "slurm_cancelled"
+REASONS: Mapping[str, Failure] = MappingProxyType(
+    {
+        TIMEOUT: Failure("slurm timeout", "the job reached its Slurm time limit"),
+        NODE_FAIL: Failure("node fail", "its node failed (or failed to boot)"),
+        PREEMPTED: Failure("preempted", "Slurm preempted it for other work"),
+        CANCELLED: Failure("cancelled", "cancelled outside zwarm (scancel, an administrator)"),
+    }
+)
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*\Z"
+# [slurm]: one batch job per turn; "" / 0 = Slurm's default. Values go to sbatch as they are,
+# so each has Slurm's shape (one argv element each: never an option)
+SETTINGS: Mapping[str, Setting] = MappingProxyType(
+    {
+        "partition": Setting(
+            (str,),
+            "",
+            doc='Partition of the turns\' jobs (sbatch --partition); "" = the default.',
+            trust=FREE,
+            pattern=r"^([A-Za-z0-9][A-Za-z0-9._,-]{0,199})?\Z",
+            shape="a partition name",
+        ),
+        "account": Setting(
+            (str,),
+            "",
+            doc='Account the jobs are charged to (--account); "" = your default.',
+            pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,199})?\Z",
+            shape="an account name",
+        ),
+        "qos": Setting(
+            (str,),
+            "",
+            doc='Quality of service of the jobs (--qos); "" = the default.',
+            trust=FREE,
+            pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,199})?\Z",
+            shape="a QOS name",
+        ),
+        "time": Setting(  # per-turn wall limit; --timeout also sets it
+            (str,),
+            "",
+            doc='Wall limit of each turn\'s job ("30", "2:00:00"); --timeout also sets it.',
+            trust=FREE,
+            pattern=r"^((\d+-)?\d+(:\d+){0,2}|UNLIMITED|INFINITE)?\Z",
+            shape='a Slurm time ("30", "1:00:00", "2-00:00:00")',
+        ),
+        "cpus": Setting(
+            (int,),
+            0,
+            doc="CPUs per turn (--cpus-per-task); 0 = the partition's default.",
+            trust=FREE,
+        ),
+        "mem": Setting(
+            (str,),
+            "",
+            doc='Memory per turn ("4G"; --mem); "" = the partition\'s default.',
+            trust=FREE,
+            pattern=r"^(\d+[KMGT]?)?\Z",
+            shape='a Slurm memory size ("4G", "500M")',
+        ),
+        "extra_args": Setting((list,), [], doc="More sbatch arguments for every turn's job."),
+        "env": Setting(  # names only: sbatch reads the values from its own environment
+            (list,),
+            [],
+            doc="Names of variables exported to the jobs (API keys...); zwarm writes no value.",
+            pattern=_ENV_NAME,
+            shape="a list of environment variable names",
+        ),
+        "python": Setting(  # the interpreter with zwarm on the nodes
+            (str,),
+            "",
+            doc='Python with zwarm on the compute nodes; "" = the one running zwarm here.',
+            pattern=r"^(/[^\x00\n]*)?\Z",
+            shape="an absolute path",
+        ),
+    }
+)
 
 JOB_ID = re.compile(r"^[1-9][0-9]{0,11}\Z")
 QUERY_TIMEOUT_S = 5.0  # squeue, sacct, scancel, sinfo: longer means "slurm unreachable"
@@ -93,8 +179,7 @@ ENDED = frozenset(
 LOCAL_ONLY_FS = frozenset({"tmpfs", "ramfs", "devtmpfs", "overlay", "squashfs"})
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(NamedTuple):
     """What Slurm says of one job; ``state`` "" when Slurm no longer knows it."""
 
     id: str
@@ -107,24 +192,33 @@ class Job:
 class SlurmLauncher(Launcher):
     name: ClassVar[str] = "slurm"
     batched: ClassVar[bool] = True
+    settings: ClassVar[Mapping[str, Setting]] = SETTINGS
+    spawn_options: ClassVar[tuple[str, ...]] = ("partition", "qos", "time", "cpus", "mem")
+    reasons: ClassVar[Mapping[str, Failure]] = REASONS
 
     def __init__(self, store: Store, env: Env) -> None:
         super().__init__(store, env)
-        self._config: Config | None = None
         self._shared_checked = False
 
     # ------------------------------------------------------------------ starting
     def start(
-        self, sid: str, turn: Turn, after: Sequence[Turn] = (), after_any: bool = False
+        self,
+        sid: str,
+        turn: Turn,
+        after: Sequence[Turn] = (),
+        after_any: bool = False,
+        settings: Mapping[str, Any] = NO_SETTINGS,
     ) -> None:
-        table = self._table()
+        table = {**{k: s.default for k, s in SETTINGS.items()}, **settings}
         root = os.path.realpath(self.store.root)
         self._check_shared(root, table)
+        import shutil
+
         if shutil.which("sbatch", path=self.env.environ.get("PATH", os.defpath)) is None:
             raise OSError("sbatch not found on PATH (Slurm's client commands are needed here)")
         log = self.store.turn_path(sid, turn.n, "slurm.log")
         argv = sbatch_argv(table, self.env.environ, sid, turn, str(log), after, after_any)
-        from zwarm.store.files import write_private
+        from zwarm.system.files import write_private
 
         write_private(log, b"")  # a new file of ours (a planted link is replaced, not followed)
         script = job_script(table["python"] or self.env.python, root, sid, turn.n)
@@ -146,19 +240,6 @@ class SlurmLauncher(Launcher):
             raise OSError(f"{e}; slurm job {job} cancelled") from None
         turn.launcher = self.name
         turn.handle = {"job": job}
-
-    def _table(self) -> Mapping[str, Any]:
-        """The trusted ``[slurm]`` table (its errors as ``OSError``: the turn fails to start)."""
-        from zwarm import config as config_mod
-        from zwarm.errors import ZwarmError
-
-        try:
-            if self._config is None:
-                self._config = config_mod.load(self.store.root / "config.toml", self.env.environ)
-            table = self._config.table("slurm")
-            return {k: table[k] for k in self._config.data["slurm"]}
-        except ZwarmError as e:
-            raise OSError(str(e)) from None
 
     def _check_shared(self, root: str, table: Mapping[str, Any]) -> None:
         """Refuse a state dir other nodes cannot see (once per process)."""
@@ -214,7 +295,7 @@ class SlurmLauncher(Launcher):
             out[sid] = probe(known.get(job) if job else Job("", ""), job is not None)
         return out
 
-    def lost(self, sid: str, turn: Turn) -> tuple[Reason, str]:
+    def lost(self, sid: str, turn: Turn) -> tuple[str, str]:
         job = self._watched(sid, turn)
         if job is None:
             from zwarm.model import Reason
@@ -351,7 +432,9 @@ def sbatch_argv(
 
 def job_script(python: str, state_dir: str, sid: str, n: int) -> str:
     """The batch script: zwarm's own values only, shell-quoted; no prompt, no variable."""
-    from zwarm.env import python_argv
+    import shlex
+
+    from zwarm.env.python import python_argv
 
     cmd = python_argv(python, "zwarm.runtime.supervisor", "--turn", str(n), state_dir, sid)
     return (
@@ -481,7 +564,8 @@ def parse_sacct(text: str) -> dict[str, Job]:
 
 
 def _word(text: str) -> str:
-    """A short, printable field of Slurm's output."""
+    """A short, printable field of Slurm's output, compared as it is (a job's name and user
+    before a cancel): no escape is interpreted, no marker added (not a cutter for display)."""
     return "".join(c for c in text.strip() if c.isprintable())[:200]
 
 
@@ -502,17 +586,17 @@ def probe(job: Job | None, recorded: bool) -> Probe:
     return Probe(True, detail=f"slurm job {job.id}{where}", state=job.state)
 
 
-_LOST = {  # job state -> (reason name, what happened)
-    "TIMEOUT": ("SLURM_TIMEOUT", "reached its Slurm time limit"),
-    "DEADLINE": ("SLURM_TIMEOUT", "reached its Slurm deadline"),
-    "NODE_FAIL": ("SLURM_NODE_FAIL", "lost its node (node failure)"),
-    "BOOT_FAIL": ("SLURM_NODE_FAIL", "never ran: its node failed to boot"),
-    "PREEMPTED": ("SLURM_PREEMPTED", "was preempted by Slurm"),
-    "CANCELLED": ("SLURM_CANCELLED", "was cancelled outside zwarm (scancel)"),
+_LOST = {  # job state -> (reason, what happened)
+    "TIMEOUT": (TIMEOUT, "reached its Slurm time limit"),
+    "DEADLINE": (TIMEOUT, "reached its Slurm deadline"),
+    "NODE_FAIL": (NODE_FAIL, "lost its node (node failure)"),
+    "BOOT_FAIL": (NODE_FAIL, "never ran: its node failed to boot"),
+    "PREEMPTED": (PREEMPTED, "was preempted by Slurm"),
+    "CANCELLED": (CANCELLED, "was cancelled outside zwarm (scancel)"),
 }
 
 
-def lost_reason(job: Job, log: str) -> tuple[Reason, str]:
+def lost_reason(job: Job, log: str) -> tuple[str, str]:
     """The reason and message of a turn whose job ended unrecorded."""
     from zwarm.model import Reason
 
@@ -527,8 +611,8 @@ def lost_reason(job: Job, log: str) -> tuple[Reason, str]:
         return Reason.DEPENDENCY_FAILED, why
     state = job.state + (f", {job.reason}" if job.reason and job.reason != "None" else "")
     if job.state in _LOST:
-        name, what = _LOST[job.state]
-        return Reason[name], f"slurm job {job.id} {what} ({state})"
+        reason, what = _LOST[job.state]
+        return reason, f"slurm job {job.id} {what} ({state})"
     code = f", exit {job.exit}" if job.exit else ""
     why = (
         f"slurm job {job.id} ended ({state}{code}) without its supervisor recording the "
@@ -571,6 +655,8 @@ def other_nodes(partition: str) -> list[str]:
     r = _run(argv, QUERY_TIMEOUT_S)
     if r is None or r.returncode != 0:
         return []
+    import socket
+
     me = {socket.gethostname(), socket.gethostname().split(".", 1)[0], "localhost"}
     nodes = {_word(n) for n in r.stdout.decode("utf-8", "replace").split()}
     return sorted(n for n in nodes if n and n not in me)
@@ -583,6 +669,8 @@ def _run(
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes] | None:
     """Run a Slurm command; None if it is missing or did not finish within ``timeout``."""
+    import subprocess
+
     try:
         return subprocess.run(
             argv,
@@ -599,5 +687,7 @@ def _run(
 
 def _said(data: bytes) -> str:
     """What a Slurm command wrote on stderr, on one line (its last three lines)."""
+    from zwarm.text import oneline
+
     lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return "".join(c for c in "; ".join(lines[-3:]) if c.isprintable())[:400]
+    return oneline("; ".join(lines[-3:]), 400)

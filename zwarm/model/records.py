@@ -14,7 +14,8 @@ Must stay true:
 - turn ``n`` is found by ``Session.turn(n)`` and the number of turns is ``Session.count``, never
   by list position: a session loaded without its history (``head``) holds turn 1 and the turns
   after the archived ones only (``Archive``);
-- this module imports only the standard library and msgspec (it is on every command's path);
+- this module imports only the standard library, msgspec and ``zwarm.system.boot`` (which
+  declares ``ProcRef``, a process identity: it is on every command's path);
 - its annotations are objects, not postponed strings (no ``from __future__ import
   annotations``), as in every module that defines a ``Struct``: msgspec would compile and
   evaluate each string when it first decodes the type, ~30 µs each, on every command's path.
@@ -26,7 +27,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from zwarm.model.status import RUNS, Reason, Status
+from zwarm.model.status import REASON_CODE, RUNS, Reason, Status
+from zwarm.system.boot import ProcRef
 
 # ASCII digits only (``\d`` is any Unicode digit, which no time parser takes); no capture groups:
 # a time is checked ~15 times per meta.json read, and this form is checked ~25% faster
@@ -52,8 +54,9 @@ AgentSessionId = Annotated[str, Meta(pattern=AGENT_SESSION_ID)]
 Context = Literal["task", "summary", "native"]
 Priority = Annotated[int, Meta(ge=-1_000_000, le=1_000_000)]
 SessionId = Annotated[str, Meta(pattern=SESSION_ID)]
-Pid = Annotated[int, Meta(ge=1, le=2**31 - 1)]
 Sha = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")]  # a git object id
+# why a turn did not complete: a ``Reason``, or its launcher's own (``status.REASON_CODE``)
+ReasonCode = Annotated[str, Meta(pattern=REASON_CODE)]
 
 
 def out_of_bounds(value: Any, typ: Any, positive: bool = False) -> str | None:
@@ -140,15 +143,6 @@ class Usage(Struct, kw_only=False):
 
     def to_dict(self) -> dict[str, int]:
         return msgspec.structs.asdict(self)
-
-
-class ProcRef(Struct):
-    """A process identity that survives clock steps and PID reuse: pid, the kernel's start time
-    in clock ticks since boot, and the boot id. Never a bare pid."""
-
-    pid: Pid
-    start_ticks: Count
-    boot_id: Annotated[str, Meta(pattern=r"^[0-9a-f-]{0,64}\Z")]
 
 
 class QueuedMessage(Struct):
@@ -255,7 +249,7 @@ class Turn(Struct):
     reported_cost_usd: Money | None = None  # as reported (claude: cumulative on resume)
     final_message: Text | None = None
     error: Text | None = None
-    reason: Reason | None = None  # why it did not complete (typed; ``error`` says more)
+    reason: ReasonCode | None = None  # why it did not complete (typed; ``error`` says more)
     agent_session_id: AgentSessionId | None = None
     launcher: Annotated[str, Meta(pattern=AGENT_NAME)] = "local"  # what runs it (runtime)
     supervisor: ProcRef | None = None  # the local launcher's supervisor process
@@ -300,6 +294,9 @@ class Session(Struct):
     requested_model: Short | None = None
     context_mode: Literal["summary", "native"] = "summary"
     source: Short = "cli"
+    # read just now from a zwarm 3.x meta.json (schema 0, ``zwarm.legacy``): never written as
+    # it is (``Store.transaction`` refuses it); the first inject, confirmed, migrates it
+    imported: Literal["zwarm3"] | None = None
     dangerous: bool = False  # the agent runs without sandbox/permission checks (shown in ls)
     bypass: bool = False  # as recorded; launches use the trusted grant (``engine``), not this
     permissions: Short = ""  # the sandbox/permission flags the agent runs with, for show
@@ -340,7 +337,7 @@ class Session(Struct):
     cost_source: Literal["reported", "estimated", "unknown"] = "unknown"
     last_message: Text | None = None
     error: Text | None = None
-    reason: Reason | None = None
+    reason: ReasonCode | None = None
     archive: Archive | None = None  # turns moved to the history file (``zwarm.store.history``)
     schema_version: int = 3
 

@@ -28,6 +28,7 @@ Prompt = Annotated[str, Meta(min_length=1, max_length=4 << 20)]
 Short = Annotated[str, Meta(min_length=1, max_length=200)]
 Budget = Annotated[float, Meta(gt=0, le=1e9)]  # records.Money, and positive
 Tokens = Annotated[int, Meta(ge=1, le=2**53)]  # records.Count, and positive
+Setting = Annotated[str, Meta(min_length=1, max_length=1100)]  # a launcher's KEY=VALUE
 Source = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,59}$")]
 
 
@@ -95,6 +96,13 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
             "What runs its turns: local, or slurm (each turn a job; default: [launcher] default)."
         ),
     ] = None
+    launcher_option: Annotated[
+        Annotated[tuple[Setting, ...], Meta(max_length=32)],
+        _help(
+            "KEY=VALUE: a setting of the launcher's table for this session (slurm: partition, "
+            "time, ...; the free keys its launcher takes per session)."
+        ),
+    ] = ()
     detached: Annotated[
         bool,
         _help("Started by an agent: not killed or removed with its parent session."),

@@ -26,6 +26,7 @@ from zwarm.model.records import (
     Count,
     Money,
     Priority,
+    ReasonCode,
     SessionId,
     Short,
     Text,
@@ -33,7 +34,7 @@ from zwarm.model.records import (
     When,
 )
 from zwarm.model.records import MAX_DEPTH as _MAX_DEPTH
-from zwarm.model.status import Reason, Status
+from zwarm.model.status import Status
 
 _Name = Annotated[str, Meta(pattern=NAME)]
 _Ids = Annotated[list[SessionId], Meta(max_length=1_000_000)]
@@ -60,7 +61,7 @@ class Row(Struct, forbid_unknown_fields=True):
     agent_session_id: AgentSessionId | None
     last_message: Text | None
     error: Text | None
-    reason: Reason | None
+    reason: ReasonCode | None
     queued: Annotated[list[Text], Meta(max_length=100_000)]
     source: Short
     dangerous: bool

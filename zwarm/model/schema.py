@@ -8,6 +8,10 @@ Must stay true:
 - a file whose ``schema_version`` is newer than ``SCHEMA_VERSION`` is refused, never rewritten;
 - older versions are upgraded in memory by ``MIGRATIONS``, in order, one version at a time
   (as simonw/llm orders its migrations); the file on disk is rewritten only by a later save;
+- zwarm 3.x's meta.json (no ``schema_version``, a ``working_dir``) is version 0: migrated from
+  that file alone into a record marked ``imported`` (its turns' outcomes are read from their
+  logs by ``zwarm.legacy``), which no save writes back (``Store.transaction`` refuses it);
+  a 3.x file that does not fit 3.x's format is damaged, with the field named;
 - ``encode`` writes compact UTF-8 JSON with the current ``schema_version``, and only the turns
   that belong in ``meta.json``: a session loaded with its history (``zwarm.store.history``)
   is written without the archived turns;
@@ -32,6 +36,10 @@ _encoder = msgspec.json.Encoder()
 
 class _Version(msgspec.Struct):
     schema_version: Any = None
+    working_dir: Any = None  # only zwarm 3.x's meta.json has it (zwarm's says ``cwd``)
+
+
+ZWARM3_VERSION = 0  # the version of zwarm 3.x's meta.json, which has no schema_version
 
 
 _peek = msgspec.json.Decoder(_Version)
@@ -109,15 +117,23 @@ def _decode_other_version(data: bytes, err: msgspec.DecodeError | None) -> Sessi
 def _version_of(data: bytes, err: msgspec.DecodeError | None) -> int:
     """The file's schema_version; ``ValueError`` if the file has none usable."""
     try:
-        v = _peek.decode(data).schema_version
+        peek = _peek.decode(data)
     except msgspec.DecodeError as e:
         raise ValueError(_syntax_message(e, data)) from None
     except RecursionError:
         raise ValueError("meta.json is nested too deeply") from None
-    v = _known_version(v)
-    if v < 1:
-        raise ValueError(f"meta.json has an invalid schema_version {v}")
-    return v
+    return _version(peek.schema_version, peek.working_dir)
+
+
+def _version(v: Any, working_dir: Any) -> int:
+    """The schema version of a file whose ``schema_version`` is ``v``: zwarm 3.x's
+    (``ZWARM3_VERSION``) if it has none and names a ``working_dir``."""
+    if v is None and working_dir is not None:
+        return ZWARM3_VERSION
+    known = _known_version(v)
+    if known < 1:
+        raise ValueError(f"meta.json has an invalid schema_version {known}")
+    return known
 
 
 def _known_version(v: Any) -> int:
@@ -172,6 +188,132 @@ def _validation_message(e: msgspec.DecodeError) -> str:
 
 
 # ---------------------------------------------------------------------- migrations
+ZWARM3_STATUSES = ("pending", "running", "completed", "failed", "killed")
+ZWARM3_ADAPTERS = ("codex", "claude")  # what 3.x ran; a record without one is codex's
+ZWARM3_MAX_TURNS = 10_000  # a 3.x record claiming more is damaged (never 10^6 turns in memory)
+_ERROR_CHARS = 16_000
+
+
+def _v0_to_v1(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 0 (zwarm 3.x, ``tests/fixtures/zwarm3/README.md``): one record of the latest
+    turn only. It becomes a record of its ``turn`` turns: turn 1's message is the task, a
+    later one's is lost (3.x kept none); every turn but the latest completed (3.x continued
+    it); the latest has 3.x's status, error, usage (claude's input counted with its cache
+    reads, as zwarm counts it) and final message. 3.x's ``pending`` or ``running`` is what 3.x
+    leaves when its process ends unseen: zwarm runs and signals none of 3.x's processes, so
+    such a turn is failed (``supervisor_lost``), its pid only named. Naive local times become
+    UTC. What its turn logs say (outcomes, thread ids, earlier turns' usage) is read by
+    ``zwarm.legacy``; the record is marked ``imported`` so that it is never saved as is."""
+
+    def want(key: str, typ: type | tuple[type, ...], optional: bool = False) -> Any:
+        v = d.get(key)
+        if (v is None and optional) or (isinstance(v, typ) and not isinstance(v, bool)):
+            return v
+        raise ValueError(f"zwarm 3.x meta.json: field '{key}' is missing or not {_kind(typ)}")
+
+    status = want("status", str)
+    if status not in ZWARM3_STATUSES:
+        raise ValueError(f"zwarm 3.x meta.json: unknown status {status[:40]!r}")
+    adapter = want("adapter", str, optional=True) or "codex"
+    if adapter not in ZWARM3_ADAPTERS:
+        raise ValueError(f"zwarm 3.x meta.json: unknown adapter {adapter[:40]!r}")
+    cwd = want("working_dir", str)
+    if not cwd.startswith("/"):
+        raise ValueError("zwarm 3.x meta.json: field 'working_dir' is not an absolute path")
+    created, updated = _utc(want("created_at", str)), _utc(want("updated_at", str))
+    n = want("turn", int)
+    if not 0 <= n <= ZWARM3_MAX_TURNS:
+        raise ValueError(f"zwarm 3.x meta.json: field 'turn' is out of range ({n})")
+    pid, error = want("pid", int, optional=True), want("error", str, optional=True)
+    source = want("source", str, optional=True) or "user"
+    last: dict[str, Any] = {"status": status}
+    if status in ("pending", "running"):
+        what = f"agent pid {pid}" if pid is not None else "no pid"
+        last["status"], last["reason"] = "failed", "supervisor_lost"
+        error = (
+            f"zwarm 3.x recorded this turn {status} ({what}) and left no result: zwarm runs "
+            "and signals none of zwarm 3.x's processes"
+        )
+        last["started"] = status == "running"
+    elif status == "failed":
+        last["reason"] = "agent_error"
+    elif status == "killed":
+        last["reason"] = "killed"
+    last["error"] = error[:_ERROR_CHARS] if error is not None and status != "completed" else None
+    last["usage"] = _zwarm3_usage(adapter, want("token_usage", dict, optional=True) or {})
+    said = [m for m in want("messages", list, optional=True) or [] if isinstance(m, dict)]
+    answers = [m["content"] for m in said if m.get("role") == "assistant"]
+    if answers and isinstance(answers[-1], str):
+        last["final_message"] = answers[-1]
+    task = want("task", str)
+    turns = []
+    for i in range(1, max(n, 1) + 1):
+        t = {
+            "n": i,
+            "status": "completed",
+            "message": task if i == 1 else "",
+            "context": "task" if i == 1 else "summary",
+            "started_at": created,
+            "ended_at": updated,
+        }
+        if i == max(n, 1):
+            t.update(last)
+        turns.append(t)
+    out = {
+        "id": want("id", str),
+        "adapter": adapter,
+        "task": task,
+        "cwd": cwd,
+        "created_at": created,
+        "updated_at": updated,
+        "model": want("model", str, optional=True),
+        "source": f"zwarm3:{source}"[:4096],
+        "context_mode": "native",  # a follow-up resumes the thread its turn logs name
+        "imported": "zwarm3",
+        "turns": turns,
+        "schema_version": 1,
+    }
+    return out
+
+
+def _kind(typ: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "a whole number", dict: "an object", list: "a list"}
+    return " or ".join(
+        names.get(t, t.__name__) for t in (typ if isinstance(typ, tuple) else (typ,))
+    )
+
+
+def _utc(when: str) -> str:
+    """A 3.x time (naive local, with microseconds) as zwarm writes times: UTC, milliseconds."""
+    from datetime import UTC, datetime
+
+    try:
+        t = datetime.fromisoformat(when[:64])
+        return t.astimezone(UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"zwarm 3.x meta.json: {when[:40]!r} is not an ISO time") from None
+
+
+def _zwarm3_usage(adapter: str, raw: dict[str, Any]) -> dict[str, int]:
+    """3.x's ``token_usage`` (the agent's own keys) as zwarm's ``Usage``."""
+
+    def n(key: str) -> int:
+        v = raw.get(key)
+        return v if type(v) is int and 0 <= v <= 2**53 else 0
+
+    if adapter == "claude":  # claude's input_tokens leave out the cache reads and writes
+        cached = n("cache_read_input_tokens")
+        fresh = n("input_tokens") + n("cache_creation_input_tokens")
+        return {"input_tokens": fresh + cached, "cached_input_tokens": cached,
+                "output_tokens": n("output_tokens")}  # fmt: skip
+    return {
+        "input_tokens": n("input_tokens"),
+        "cached_input_tokens": n("cached_input_tokens"),
+        "output_tokens": n("output_tokens"),
+        "reasoning_tokens": n("reasoning_output_tokens"),
+    }
+
+
 def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     """Version 1 (zwarm 0.1 before the engine seams): process refs were (pid, create_time in
     epoch seconds), which a clock step moves. They become (pid, start ticks, boot id) computed
@@ -211,6 +353,7 @@ def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
 
 # (from_version, step): each step turns version N into N + 1.
 MIGRATIONS: list[tuple[int, Callable[[dict[str, Any]], dict[str, Any]]]] = [
+    (ZWARM3_VERSION, _v0_to_v1),
     (1, _v1_to_v2),
     (2, _v2_to_v3),
 ]
@@ -218,7 +361,8 @@ MIGRATIONS: list[tuple[int, Callable[[dict[str, Any]], dict[str, Any]]]] = [
 
 def migrate(d: dict[str, Any]) -> dict[str, Any]:
     """``d`` upgraded to ``SCHEMA_VERSION``, step by step; ``ValueError`` if impossible."""
-    v = _known_version(d.get("schema_version"))
+    v = _version(d.get("schema_version"), d.get("working_dir"))
+    d["schema_version"] = v
     for start, step in MIGRATIONS:
         if d["schema_version"] == start:
             d = step(d)

@@ -1,7 +1,11 @@
 """Statuses and failure reasons: the words zwarm uses for where a turn or a session stands.
 
-Owns ``Status``, the state groups (defined once, here) and the typed failure ``Reason`` codes.
-Must stay true: this module imports only the standard library; a session's status is the
+Owns ``Status``, the state groups (defined once, here), zwarm's own typed failure ``Reason``
+codes and the shape of any reason a record holds (``REASON_CODE``): one of ``Reason``, or a
+launcher's own, ``<launcher>_<word>``, declared by that launcher (``Launcher.reasons``, e.g.
+``slurm_timeout``; ``zwarm.launchers`` says what each means and how ``ls`` labels it; one no
+installed launcher declares, its launcher since uninstalled, is kept as it is and shown as its
+words). Must stay true: this module imports only the standard library; a session's status is the
 status of its latest turn; every finished status is final (``engine.transitions`` enforces it).
 
 The groups: ``RUNS`` (an agent process runs, or is meant to: it holds a slot under the caps
@@ -62,8 +66,7 @@ class Reason(enum.StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"  # the session used more than its --max-cost/--max-tokens
     STALLED = "stalled"  # the agent wrote nothing for stall_s and [limits] on_stall = "kill"
     DEPENDENCY_FAILED = "dependency_failed"  # a session it runs --after did not complete
-    # the cluster job that ran the turn ended before its supervisor recorded it (runtime.slurm):
-    SLURM_TIMEOUT = "slurm_timeout"  # the job reached its Slurm time limit
-    SLURM_NODE_FAIL = "slurm_node_fail"  # its node failed (or failed to boot)
-    SLURM_PREEMPTED = "slurm_preempted"  # Slurm preempted it for other work
-    SLURM_CANCELLED = "slurm_cancelled"  # cancelled outside zwarm (scancel, an administrator)
+
+
+# any reason a record holds: a ``Reason``, or a launcher's own ``<launcher>_<word>``
+REASON_CODE = r"^[a-z][a-z0-9_-]{0,63}\Z"

@@ -36,10 +36,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zwarm.model import ProcRef
 from zwarm.orchestrator import guard
 from zwarm.orchestrator.tools import Result, Tool, Toolbox, ToolError, object_schema
 from zwarm.system import procs
+from zwarm.system.boot import ProcRef
 
 OUTPUT_HEAD = 6000
 OUTPUT_TAIL = 4000

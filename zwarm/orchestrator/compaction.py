@@ -24,6 +24,7 @@ from typing import Any
 
 from zwarm.orchestrator.chat import ChatLLM, Completion
 from zwarm.orchestrator.runstore import Run, RunStore, Stored
+from zwarm.text import elide
 
 MIN_MESSAGES = 4
 DEFAULT_WINDOW = 32_000  # a model we know nothing of: small enough for most
@@ -197,7 +198,7 @@ def _request(run: Run, out: list[Stored]) -> list[dict[str, Any]]:
         cut = len(text) - REQUEST_CHARS
         text = f"{text[:half]}\n[... {cut} characters of the middle left out ...]\n{text[-half:]}"
     ask = (
-        f"The task the orchestrator was given:\n{_cut(run.task, ITEM_CHARS * 2)}\n\n"
+        f"The task the orchestrator was given:\n{elide(run.task, ITEM_CHARS * 2)}\n\n"
         f"The messages to summarize ({out[0].seq} to {out[-1].seq}):\n{text}"
     )
     return [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": ask}]
@@ -206,23 +207,14 @@ def _request(run: Run, out: list[Stored]) -> list[dict[str, Any]]:
 def _render(s: Stored, names: dict[Any, Any]) -> str:
     m = s.message
     role = m.get("role")
-    content = _cut(str(m.get("content") or ""), ITEM_CHARS)
+    content = elide(str(m.get("content") or ""), ITEM_CHARS)
     if role == "tool":
         name = names.get(m.get("tool_call_id")) or "a tool"
         return f"[{s.seq}] result of {name}: {content}"
     calls = [
         f"{(c.get('function') or {}).get('name')}"
-        f"({_cut(str((c.get('function') or {}).get('arguments')), 400)})"
+        f"({elide(str((c.get('function') or {}).get('arguments')), 400)})"
         for c in m.get("tool_calls") or []
     ]
     said = f" {content}" if content else ""
     return f"[{s.seq}] {role}:{said}" + (f" -> calls {', '.join(calls)}" if calls else "")
-
-
-def _cut(text: str, limit: int) -> str:
-    """Head and tail halves with the cut said inline: what the summariser model reads of one
-    message (characters, not ``cli.text.cut``'s cells: a model's budget is not a terminal's).
-    The tools' ``short`` keeps more head and says the cut on its own line, for results."""
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit // 2]} [... {len(text) - limit} chars cut ...] {text[-limit // 2 :]}"

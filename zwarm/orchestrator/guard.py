@@ -8,7 +8,7 @@ and the bash tool's child subreaper need. Must stay true:
 - ``ZWARM_ORCH_API_KEY`` is read once, when a run starts, and then removed from the
   environment given to the API (``without_key``): no supervisor, agent or bash command that
   the run starts inherits it, nor does any process another zwarm command starts when the user
-  exported it in their shell (``env.for_children``, where the name is declared);
+  exported it in their shell (``env.children.for_children``, where the name is declared);
 - it is not in the process's environment block either: ``/proc/<pid>/environ`` shows the
   block the process was started with, whatever ``os.environ`` says, so ``zwarm orchestrate``
   started with the key re-executes itself (same pid, same argv, ``python -I -m zwarm``)
@@ -47,8 +47,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from zwarm.env import ORCH_KEY_VAR as ORCH_KEY_VAR  # (declared there: never given to a child)
-from zwarm.env import for_children
+# ORCH_KEY_VAR is declared there (never given to a child) and re-exported here
+from zwarm.env.children import ORCH_KEY_VAR as ORCH_KEY_VAR
+from zwarm.env.children import for_children
 from zwarm.errors import OrchestratorError
 from zwarm.secret_names import looks_secret
 
@@ -92,7 +93,7 @@ def reexec_without_key(args: list[str]) -> str | None:
         env[KEY_FD_VAR] = f"{r}:{os.getpid()}"
         sys.stdout.flush()
         sys.stderr.flush()
-        from zwarm.env import python_argv
+        from zwarm.env.python import python_argv
 
         os.execve(sys.executable, python_argv(sys.executable, "zwarm", *args), env)
     except OSError as e:

@@ -732,8 +732,9 @@ class RichProgress:
 
     def tool(self, name: str, arguments: str, result: Result) -> None:
         style = "green" if result.get("ok") else "red"
-        args = " ".join(arguments.split())
-        args = args if len(args) <= 140 else args[:139] + "…"
+        from zwarm.text import oneline
+
+        args = oneline(arguments, 140)
         self.c.print(
             f"  [magenta]{name}[/] [dim]{self._esc(args)}[/] [{style}]→ "
             f"{self._esc(describe(name, result))}[/]"

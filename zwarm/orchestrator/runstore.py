@@ -39,7 +39,7 @@ from typing import Any
 
 from zwarm.errors import InvalidInput, OrchestratorError
 from zwarm.model.records import RUN_ID as RUN_ID_PATTERN
-from zwarm.store.files import CLOEXEC, NOFOLLOW, open_lock, private_dir, read_file, take_lock
+from zwarm.system.files import CLOEXEC, NOFOLLOW, open_lock, private_dir, read_file, take_lock
 
 DB_NAME = "orchestrator.db"
 USER_VERSION = 1
@@ -240,8 +240,9 @@ def _sessions(v: Any, bad: Any) -> list[dict[str, Any]]:
 
 
 def _shown(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 80 else text[:77] + "..."
+    from zwarm.text import clip
+
+    return clip(repr(v), 80)
 
 
 def check_message(rid: str, where: str, m: Any) -> dict[str, Any]:

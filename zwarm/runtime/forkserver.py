@@ -5,7 +5,7 @@ turn (CPU, and ~16 MB of memory of its own). The fork server pays that once: it 
 a supervisor needs, then waits on a Unix socket; asked to, it forks a child that becomes the
 supervisor of one session (``runtime.supervisor.main``, exactly what ``python -I -m
 zwarm.runtime.supervisor STATE ID`` runs), sharing the server's pages until it writes them.
-``LocalLauncher`` asks it (``runtime.forking``, the requester's side) when it is there and
+``LocalLauncher`` asks it (``launchers.forking``, the requester's side) when it is there and
 falls back to a new interpreter when it is not (starting one for the turns after), when it
 refuses, or when its answer does not check out.
 
@@ -51,7 +51,7 @@ import socket
 import sys
 import time
 
-from zwarm.runtime.forking import CRED, ENV_MAX, HEADER, NAME_LEN, PLACEHOLDER, abstract
+from zwarm.launchers.forking import CRED, ENV_MAX, HEADER, NAME_LEN, PLACEHOLDER, abstract
 
 TYPE_CHECKING = False  # not ``typing``'s: a server binds its address before any import it can spare
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _preload() -> dict[str, tuple[int, int, int]]:
     import zwarm.runtime.hooks
     import zwarm.runtime.supervisor
     import zwarm.runtime.watch
-    import zwarm.store.files  # noqa: F401
+    import zwarm.system.files  # noqa: F401
 
     return _code_key()
 
@@ -330,7 +330,7 @@ def _retitle(state: str | Path, sid: str) -> None:
     /proc/PID/cmdline (``ps``, ``top``): written over the server's own command line, which
     it always fits when the server was started ``--detach`` (as ``LocalLauncher`` does)."""
 
-    from zwarm.env import isolated
+    from zwarm.env.python import isolated
 
     def title(region: bytes) -> bytes | None:
         argv0 = region.split(b"\0", 1)[0]

@@ -61,8 +61,8 @@ def session_ended(store: Store, config: Config, sid: str) -> None:
 
 def launch(root: Path, sid: str) -> None:
     """Start the runner detached, its stderr appended to the session's hooks.log."""
-    from zwarm.env import NEUTRAL_CWD, python_argv
-    from zwarm.store.files import open_append
+    from zwarm.env.python import NEUTRAL_CWD, python_argv
+    from zwarm.system.files import open_append
 
     log = open_append(root / "sessions" / sid / LOG_NAME)
     try:
@@ -82,8 +82,8 @@ def launch(root: Path, sid: str) -> None:
 
 def unmarked(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without the session markers ``procs`` identifies processes by (nor the
-    orchestrator's own key, ``env.for_children``)."""
-    from zwarm.env import for_children
+    orchestrator's own key, ``env.children.for_children``)."""
+    from zwarm.env.children import for_children
 
     drop = (procs.MARKER, procs.SUPERVISOR_MARKER)
     return {k: v for k, v in for_children(environ).items() if k not in drop}
@@ -185,8 +185,10 @@ def notify(s: Session, environ: Mapping[str, str], log: Log) -> None:
     if exe is None:
         log.line("notify: notify-send is not installed: no notification")
         return
+    from zwarm.text import oneline
+
     title = f"zwarm: {s.name or s.id[:8]} {s.status.value}"
-    body = _plain(s.error or s.last_message or s.task, 200)
+    body = oneline(s.error or s.last_message or s.task, 200)
     try:
         res = subprocess.run(
             [exe, "--app-name=zwarm", title, body],
@@ -199,13 +201,9 @@ def notify(s: Session, environ: Mapping[str, str], log: Log) -> None:
         log.line(f"notify: failed: {e}")
         return
     err = res.stderr.decode("utf-8", "replace").strip()
-    log.line(f"notify: exit {res.returncode}" + (f": {_plain(err, 200)}" if err else ""))
-
-
-def _plain(text: str, limit: int) -> str:
-    """One line of ``text`` without control characters, at most ``limit`` characters."""
-    s = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    if err:
+        err = oneline(err, 200)  # one line of the command's stderr, no controls
+    log.line(f"notify: exit {res.returncode}" + (f": {err}" if err else ""))
 
 
 class Log:
@@ -215,7 +213,7 @@ class Log:
         self.path = path
 
     def open(self) -> int:
-        from zwarm.store.files import open_append
+        from zwarm.system.files import open_append
 
         return open_append(self.path)
 
@@ -226,8 +224,10 @@ class Log:
             fd = self.open()
         except OSError:
             return
+        from zwarm.text import oneline
+
         try:
-            os.write(fd, f"{iso(time.time())} {_plain(text, 2000)}\n".encode("utf-8", "replace"))
+            os.write(fd, f"{iso(time.time())} {oneline(text, 2000)}\n".encode("utf-8", "replace"))
         finally:
             os.close(fd)
 

@@ -58,9 +58,10 @@ from zwarm.system import procs
 
 if TYPE_CHECKING:
     from zwarm.engine.manager import AgentLaunch, BaseSessionManager
-    from zwarm.model import ProcRef, Turn
+    from zwarm.model import Turn
     from zwarm.runtime.watch import Watch
     from zwarm.store import Store
+    from zwarm.system.boot import ProcRef
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans below us are re-parented to us
 PARKED_POLL_S = 1.0  # a parked session's supervisor looks whether it was killed or resumed
@@ -240,7 +241,7 @@ def _afterwards(
 def _popen(
     manager: BaseSessionManager, sid: str, n: int, launch: AgentLaunch, keep_stderr: bool
 ) -> subprocess.Popen[bytes]:
-    from zwarm.store.files import open_append, open_read
+    from zwarm.system.files import open_append, open_read
 
     store = manager.store
     fds = [open_read(store.turn_path(sid, n, "prompt"))]

@@ -31,7 +31,8 @@ from zwarm.system import procs
 if TYPE_CHECKING:
     from zwarm.agents.base import UsageFeed
     from zwarm.engine.manager import BaseSessionManager
-    from zwarm.model import ProcRef, Session, Turn, Usage
+    from zwarm.model import Session, Turn, Usage
+    from zwarm.system.boot import ProcRef
 
 INTERVAL_S = 0.2  # how often the log is looked at
 CHUNK = 1 << 20
@@ -87,7 +88,7 @@ class Watch(threading.Thread):
     # ------------------------------------------------------------------ reading
     def _read(self) -> bool:
         if self._fd is None:
-            from zwarm.store.files import open_read
+            from zwarm.system.files import open_read
 
             try:
                 self._fd = open_read(self.manager.store.turn_path(self.sid, self.n))

@@ -39,6 +39,7 @@ from zwarm.env import Env
 from zwarm.errors import ZwarmError
 from zwarm.serve import bodies, streams
 from zwarm.serve.auth import Guard
+from zwarm.text import clip
 
 T = TypeVar("T")
 MAX_BODY = (4 << 20) + (64 << 10)  # a 4 MiB prompt and its JSON around it
@@ -462,7 +463,7 @@ def _cut(step: dict[str, Any]) -> None:
     for key in ("text", "output", "result", "message"):
         value = step.get(key)
         if isinstance(value, str) and len(value) > CUT:
-            step[key] = value[:CUT] + "…"
+            step[key] = clip(value, CUT)
             cut.append(key)
     if cut:
         step["truncated"] = cut

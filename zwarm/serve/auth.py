@@ -88,7 +88,7 @@ def load_token(
     file, and notes for the user (an old token file removed, a bad one replaced: why; the
     file lies inside ``cwd``, where the server's sessions run by default)."""
     from zwarm.errors import StoreError
-    from zwarm.store.files import write_private
+    from zwarm.system.files import write_private
 
     notes = []
     old = state_dir / OLD_TOKEN_FILE
@@ -158,7 +158,7 @@ def _make_private_dir(d: Path) -> None:
 
 def _check(path: Path) -> tuple[str, str | None]:
     """The token in ``path``, or why it cannot be used as the token file."""
-    from zwarm.store.files import read_file
+    from zwarm.system.files import read_file
 
     try:
         data, st = read_file(path, 4096)

@@ -50,6 +50,7 @@ import msgspec
 from zwarm.model.records import order_key
 from zwarm.model.status import RUNS
 from zwarm.model.steps import ended_turn
+from zwarm.text import clip, oneline
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -385,8 +386,8 @@ def _turn_event(api: Zwarm, s: Session, n: int, phase: str) -> dict[str, Any]:
 
     t = turn_json(api.store, s, s.turns[n - 1].to_dict())
     for key in ("message", "final_message", "error"):
-        if isinstance(t.get(key), str) and len(t[key]) > 4000:
-            t[key] = t[key][:4000] + "…"
+        if isinstance(t.get(key), str):
+            t[key] = clip(t[key], 4000)
     return {"session_id": s.id, "n": n, "phase": phase, "status": s.status.value, "turn": t}
 
 
@@ -540,8 +541,8 @@ class Fleet:
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
         from zwarm.cli.follow import TurnWatch, tokens_so_far
-        from zwarm.cli.render import activity
         from zwarm.model import RUNS
+        from zwarm.model.steps import line
 
         t = s.current
         if t is None or t.status not in RUNS:
@@ -552,7 +553,8 @@ class Fleet:
             mgr = api.reader(s.adapter)
             watch = self._watches[key] = TurnWatch(mgr, api.store.turn_path(s.id, t.n))
         watch.poll()
-        return activity(watch.latest, 200) or None, tokens_so_far(s, watch)
+        doing = oneline(line(watch.latest), 200) if watch.latest is not None else ""
+        return doing or None, tokens_so_far(s, watch)
 
     def _forget(self, rows: dict[str, dict[str, Any]]) -> None:
         """Drop the watches of turns that no longer run."""

@@ -26,7 +26,7 @@ import msgspec
 
 from zwarm.model.records import Archive, Resumable, Session, Spend, Turn
 from zwarm.model.status import FINISHED
-from zwarm.store.files import CLOEXEC, NOFOLLOW, NotRegularFile, open_regular, write_all
+from zwarm.system.files import CLOEXEC, NOFOLLOW, NotRegularFile, open_regular, write_all
 
 NAME = "history.jsonl"
 KEEP = 2  # the latest turns always kept in meta.json (a rerun, a native resume read them)

@@ -33,7 +33,10 @@ from msgspec import Meta
 
 from zwarm.errors import StoreError
 from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Handle, Workspace
-from zwarm.store.files import atomic_write, private_dir, read_file
+from zwarm.system.files import atomic_write, private_dir, read_file
+
+OptionKey = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,63}\Z")]
+OptionValue = Annotated[str, Meta(max_length=1024)] | int | float
 
 
 class Pin(msgspec.Struct):
@@ -44,8 +47,13 @@ class Pin(msgspec.Struct):
     bypass: bool = False
     # its git workspace (repository, tree, worktree branch and base: ``engine.workspace``)
     workspace: Workspace | None = None
-    # what runs its turns (``zwarm.runtime``: local, slurm): every turn's, never meta.json's
+    # what runs its turns (``zwarm.launchers``: local, slurm): every turn's, never meta.json's
     launcher: Annotated[str, Meta(pattern=AGENT_NAME)] = "local"
+    # its spawn options (``spawn --launcher-option``): free keys of the launcher's table, over
+    # the table for this session's turns (checked again when read: ``config.validate``)
+    launcher_options: Annotated[dict[OptionKey, OptionValue], Meta(max_length=32)] = msgspec.field(
+        default_factory=dict
+    )
 
 
 class Handles(msgspec.Struct):

@@ -9,7 +9,7 @@ that may write its own ``meta.json`` (it lies in its working directory) cannot p
 it cannot plant a launch pin (``zwarm.store.pins``). Must stay true:
 - a cached row is used only while the session's directory and its ``meta.json`` are exactly as
   when the row was made from them: the same device, inode, mtime and ctime of the directory
-  and inode, size, mtime and ctime of the file (``store.files.DirFileKey``, from the very fds
+  and inode, size, mtime and ctime of the file (``system.files.DirFileKey``, from the very fds
   the row was read through), and only if all four times were at least ``RACY_S`` old then (a
   rewrite within the same clock tick keeps the times: git's racily-clean rule). A ctime cannot
   be set back, so no rewrite of a session's files matches an earlier key. Only rows of
@@ -44,7 +44,7 @@ import msgspec
 from zwarm.errors import StoreError
 from zwarm.model.rows import decode_row
 from zwarm.model.status import FINISHED
-from zwarm.store.files import (
+from zwarm.system.files import (
     CLOEXEC,
     NOFOLLOW,
     DirFileKey,
@@ -55,7 +55,7 @@ from zwarm.store.files import (
     private_dir,
     read_file,
 )
-from zwarm.store.files import write_all as _write_all
+from zwarm.system.files import write_all as _write_all
 
 _encode = msgspec.json.Encoder().encode
 MAX_BYTES = 256 << 20  # a larger cache is ignored (and replaced by the next listing)

@@ -10,10 +10,13 @@ Owns every path, name, lock and session write under the state directory. Must st
 - every reader decodes ``meta.json`` through ``zwarm.model.schema`` (one schema): a session is
   either valid or reported damaged (``DamagedSession``) with a one-line reason, never rewritten
   or deleted here;
+- a zwarm 3.x record (``Session.imported``) is never written by a transaction (refused,
+  ``SessionStateError``): only ``adopt`` migrates it, once, under the lock, keeping the 3.x
+  file beside it (``meta.json.zwarm3``) before meta.json is replaced atomically;
 - nothing given as a session id or name reaches outside ``sessions/`` (refs are validated
   against strict patterns before any path is built), and a session dir, its ``turns/`` or a
   state file that is a symbolic link, a FIFO or a device is refused, never followed or opened
-  blocking (``store.files``);
+  blocking (``system.files``);
 - names and ids never shadow each other: a new name that could be an id prefix is refused, and
   a reference that could mean two sessions (a name from an older zwarm and another's id
   prefix) is an error listing both, never silently one of them;
@@ -44,7 +47,7 @@ from zwarm.errors import (
 )
 from zwarm.model import Session
 from zwarm.model.schema import MAX_META_BYTES, decode, encode
-from zwarm.store.files import (
+from zwarm.system.files import (
     CLOEXEC,
     NOFOLLOW,
     STALE_TEMP_S,
@@ -406,6 +409,8 @@ class Store:
         that changed an archived turn is refused (``StoreError``), nothing saved."""
         with self.lock(sid):
             s = self.load(sid, history)
+            if s.imported is not None:
+                raise SessionStateError(_imported(s))
             frozen = _archived(s)
             made: list[Path] = []  # new turn files: removed if nothing is saved
             self._made[sid] = made
@@ -435,6 +440,27 @@ class Store:
         except ValueError as e:
             raise DamagedSession(s.id, str(e)) from None
         self._write(s)
+
+    def adopt(self, sid: str, fn: Callable[[Session], Session]) -> Session:
+        """Migrate a zwarm 3.x record (``Session.imported``) under the session lock: ``fn``
+        gets it as read and returns the record to save (no longer ``imported``); the 3.x
+        file is kept as ``meta.json.zwarm3`` first, then meta.json is replaced atomically.
+        A record that is not (or no longer) 3.x's is returned unchanged, ``fn`` not called."""
+        with self.lock(sid):
+            s, _ = self._load(sid)
+            if s.imported is None:
+                return s
+            try:
+                old, _ = read_file(self.meta_path(sid), MAX_META_BYTES)
+            except OSError as e:
+                raise StoreError(f"cannot read {self.meta_path(sid)}: {e.strerror}") from None
+            new = fn(s)
+            if new.imported is not None or new.id != sid:
+                raise StoreError(f"session {sid}: a zwarm 3.x record was not migrated")
+            atomic_write(self.session_dir(sid) / ZWARM3_KEPT, old)
+            self._write(new)
+            clean_temps(self.session_dir(sid), time.time())
+            return new
 
     def update(self, sid: str, fn: Callable[[Session], T]) -> T:
         """``fn`` applied in a ``transaction``; returns its result."""
@@ -515,6 +541,17 @@ class Store:
                 _delete(tfd, entry)
         finally:
             os.close(tfd)
+
+
+ZWARM3_KEPT = "meta.json.zwarm3"  # a migrated zwarm 3.x record's original (``adopt``)
+
+
+def _imported(s: Session) -> str:
+    return (
+        f"session {s.id} was made by zwarm 3.x and is {s.status.value}: nothing of it runs "
+        "under zwarm (none of 3.x's processes is ever signalled); `zwarm inject` continues "
+        "it once you confirm its folder and agent"
+    )
 
 
 def _delete(dfd: int, name: str) -> None:

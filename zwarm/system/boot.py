@@ -1,15 +1,29 @@
-"""This machine's boot: its id and when it started, read from the kernel once per process.
+"""This machine's boot: its id and when it started, read from the kernel once per process, and
+the process identity anchored to it (``ProcRef``).
 
-Owns the two facts process identities are anchored to. Must stay true: imports nothing of
-zwarm's (the model's migrations use it), and off Linux both facts are empty/zero.
+Owns the two facts process identities are anchored to, and the shape of such an identity as
+meta.json stores it. Must stay true: imports nothing of zwarm's but the standard library and
+msgspec (the model's records and migrations, below ``procs``, use it: it is on every
+command's path); off Linux both facts are empty/zero; its annotations are objects, not
+postponed strings (it defines a ``Struct``: see ``zwarm.model.records``).
 """
 
-from __future__ import annotations
-
 import sys
+from typing import Annotated
+
+from msgspec import Meta, Struct
 
 LINUX = sys.platform.startswith("linux")
 _boot: tuple[str, float] | None = None
+
+
+class ProcRef(Struct):
+    """A process identity that survives clock steps and PID reuse: pid, the kernel's start time
+    in clock ticks since boot, and the boot id. Never a bare pid."""
+
+    pid: Annotated[int, Meta(ge=1, le=2**31 - 1)]
+    start_ticks: Annotated[int, Meta(ge=0, le=2**53)]
+    boot_id: Annotated[str, Meta(pattern=r"^[0-9a-f-]{0,64}\Z")]
 
 
 def facts() -> tuple[str, float]:

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
-from zwarm.model import ProcRef
 from zwarm.system import boot
+from zwarm.system.boot import ProcRef
 
 if TYPE_CHECKING:
     import threading
@@ -327,36 +327,16 @@ def verified(ref: ProcRef, sid: str, name: str = MARKER) -> bool:
     return is_alive(ref) and has_marker(ref.pid, sid, name)
 
 
-def kill_tree(agent: ProcRef, grace: float = 3.0) -> bool:
-    """Terminate ``agent``'s process group and every descendant, if ``agent`` is alive and is
-    the same process. For the supervisor's own child only (it knows the pid is its child);
-    on behalf of a session record use ``kill_session``."""
-    if not is_alive(agent):
-        return False
-    _stop([agent], [agent, *descendants(agent)], grace)
-    return True
-
-
-def terminate(ref: ProcRef, sid: str | None = None, name: str = MARKER, grace: float = 3.0) -> bool:
-    """Stop one verified process (SIGTERM, then SIGKILL). True if it was alive. With ``sid``,
-    only if it carries that session's marker ``name``."""
-    return bool(terminate_all([(ref, sid)], name, grace))
-
-
 def terminate_all(
     items: Sequence[tuple[ProcRef, str | None]], name: str = MARKER, grace: float = 3.0
 ) -> list[ProcRef]:
-    """``terminate`` for many processes at once (signalled together, waited for together);
-    those that were alive (and marked, where a session id is given)."""
+    """Stop verified processes (SIGTERM, then SIGKILL), signalled together and waited for
+    together; those that were alive (and carried session ``sid``'s marker ``name``, where a
+    session id is given)."""
     refs = [r for r, sid in items if is_alive(r) and (sid is None or has_marker(r.pid, sid, name))]
     if refs:
         _stop([], refs, grace)
     return refs
-
-
-def wait_gone(ref: ProcRef, timeout: float) -> bool:
-    """Wait until ``ref`` is no longer alive; True if it went within ``timeout``."""
-    return not wait_all_gone([ref], timeout)
 
 
 def wait_all_gone(refs: Sequence[ProcRef], timeout: float) -> list[ProcRef]:

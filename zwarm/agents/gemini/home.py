@@ -155,7 +155,7 @@ def read_user_settings(path: Path | None) -> dict[str, Any]:
     ``GeminiSetupError`` (one line) if they cannot be read."""
     if path is None:
         return {}
-    from zwarm.store.files import read_file
+    from zwarm.system.files import read_file
 
     try:
         raw, _ = read_file(path, MAX_USER_SETTINGS, follow=True)  # dotfiles are often links
@@ -189,7 +189,7 @@ def strip_comments(text: str) -> str:
 
 def prepare(home: Path, cwd: str, session_settings: Mapping[str, Any]) -> None:
     """Write the session's home: settings and the one trusted folder (``cwd``)."""
-    from zwarm.store.files import write_private
+    from zwarm.system.files import write_private
 
     gemini_dir = home / ".gemini"
     for d in (home, gemini_dir):

@@ -62,7 +62,7 @@ class GeminiSessionManager(BaseSessionManager):
 
     def save_facts(self, sid: str, n: int) -> None:
         """Keep what gemini's record says of turn ``n``'s tool calls (best effort)."""
-        from zwarm.store.files import open_read
+        from zwarm.system.files import open_read
 
         try:
             with os.fdopen(open_read(self.store.turn_path(sid, n)), "rb") as f:
@@ -70,14 +70,14 @@ class GeminiSessionManager(BaseSessionManager):
             if not wanted or session_id is None:
                 return
             facts = tools.collect(self.home(sid), session_id, wanted)
-            from zwarm.store.files import write_private
+            from zwarm.system.files import write_private
 
             write_private(self.store.turn_path(sid, n, FACTS_EXT), tools.dump(facts))
         except (OSError, StoreError):
             pass  # no facts: the turn's commands show no exit code
 
     def facts(self, sid: str, n: int) -> dict[str, Any]:
-        from zwarm.store.files import read_file
+        from zwarm.system.files import read_file
 
         try:
             data, _ = read_file(self.store.turn_path(sid, n, FACTS_EXT), tools.MAX_SIDECAR_BYTES)
@@ -90,7 +90,7 @@ class GeminiSessionManager(BaseSessionManager):
         facts = self.facts(sid, n)
         if not facts:
             return super().turn_steps(sid, n)
-        from zwarm.store.files import open_read
+        from zwarm.system.files import open_read
 
         try:
             f = os.fdopen(open_read(self.store.turn_path(sid, n)), "rb")

@@ -152,7 +152,7 @@ def collect(home: Path, session_id: str, wanted: set[str]) -> dict[str, Fact]:
 
 
 def _read_record(path: Path, session_id: str, wanted: set[str], facts: dict[str, Fact]) -> None:
-    from zwarm.store.files import open_read
+    from zwarm.system.files import open_read
 
     try:
         fd = open_read(path)  # no link followed, a regular file only, never blocking

@@ -23,8 +23,7 @@ from zwarm.api import Zwarm
 from zwarm.env import parse_iso
 from zwarm.errors import ZwarmError
 from zwarm.model import FINISHED
-from zwarm.store import atomic_write
-from zwarm.store.files import locked, private_dir
+from zwarm.system.files import atomic_write, locked, private_dir
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -80,7 +80,7 @@ def fleet_view(s: Session) -> Result:
     t = s.current
     out: Result = {}
     if s.reason is not None:
-        out["reason"] = s.reason.value
+        out["reason"] = s.reason
     if t is not None and t.status is Status.QUEUED and t.wait:
         out["waiting"] = t.wait
     if t is not None and t.status is Status.PARKED:

@@ -1,9 +1,10 @@
 """Asking the state dir's fork server (``runtime.forkserver``) for a turn's supervisor.
 
-The requester's side, used by ``LocalLauncher``: whether forking may be used here
-(``usable``), which server to ask (``address``), the request and the checks on its answer
-(``fork``), and how to start a server (``start_argv``, one at a time: ``start_lock``). Must
-stay true:
+The requester's side, the local launcher's (``LocalLauncher``; the server is a process entry
+point, above the engine: it imports this module, never the reverse): whether forking may be
+used here (``usable``), which server to ask (``address``), the request and the checks on its
+answer (``fork``), and how to start a server (``start_argv``, one at a time:
+``start_lock``). Must stay true:
 - a server is addressed by what its children share with it: the user, the state dir, the
   interpreter, zwarm's version, what a child inherits besides its environment (umask, groups,
   resource limits, priority) and the variables an interpreter reads only when it starts
@@ -177,7 +178,7 @@ def _checks_out(pid: int, server: int, sid: str) -> bool:
 def start_argv(python: str, root: Path, name: str, lock: int | None = None) -> list[str]:
     """How to start the server ``name`` for ``root`` (with the environment it was named
     for), handing it ``lock`` (``start_lock``) to hold until it listens."""
-    from zwarm.env import python_argv
+    from zwarm.env.python import python_argv
 
     lock_args = () if lock is None else ("--lock", str(lock))
     return python_argv(python, "zwarm.runtime.forkserver", "--detach", *lock_args, str(root), name)
@@ -193,7 +194,7 @@ def start_lock(root: Path) -> int | None:
     turn. ``Busy`` if another holds it; None if there is no lock to take (a link, a FIFO or
     an unwritable state dir: a server is started anyway, as one that loses the race to bind
     its address exits at once)."""
-    from zwarm.store.files import open_lock, take_lock
+    from zwarm.system.files import open_lock, take_lock
 
     try:
         fd = open_lock(root / START_LOCK)

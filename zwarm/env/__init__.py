@@ -11,28 +11,11 @@ unsafe one is an error, never silently skipped for another dir further up or ``.
 (as git does), so the dir zwarm uses never depends on whose ``.zwarm`` sits where. A regular
 file named ``.zwarm`` is not a state dir and is passed over, as before.
 
-Also owns how zwarm starts Python (``python_argv``): every Python process zwarm starts (the
-``--wait`` re-exec, supervisors, the fork server, the hook runner, a Slurm job's supervisor)
-runs ``PYTHON -I -m MODULE``, isolated: no ``PYTHON*`` variable (``PYTHONPATH``,
-``PYTHONSTARTUP``, ``PYTHONHOME``), no user site (nor its ``.pth`` files or
-``usercustomize``), and neither the working directory nor a script's directory on
-``sys.path``, so nothing an agent wrote in a folder it can write is imported; and where the
-process needs no working directory it is started in ``NEUTRAL_CWD``. The one exception: an
-interpreter whose user site is on (no virtualenv) keeps it (``-E -P``, ``isolated``), as
-zwarm may be installed there; it lies in the user's home, outside every agent's writable
-roots. ``PYTHON`` is the interpreter running zwarm (``sys.executable``: a virtualenv's own
-``bin/python``, kept as its path so the virtualenv stays in effect), or the one the user
-configured.
-
-And how an agent reaches zwarm (``launcher``): a program ``zwarm`` that runs this zwarm
-(``PYTHON -I -m zwarm``), kept in the user's state dir (``user_state_dir``, outside every
-agent's writable roots), whatever PATH the agent's shell ends up with (codex runs commands
-in a login shell, whose ``/etc/profile`` resets PATH).
-
-Also owns the environment every process zwarm starts gets (``for_children``):
-never the built-in orchestrator's own key (``ORCH_KEY_VAR``), wherever zwarm found it (a
-user who exported it in their shell runs ``zwarm spawn``, ``serve`` or ``mcp`` with it; only
-``zwarm orchestrate`` reads it, ``orchestrator.guard``).
+Its clock's times are ISO 8601 text (``iso``/``parse_iso``). The other jobs of zwarm's
+environment have a module each: ``python`` (how zwarm starts Python: isolated), ``launcher``
+(how an agent reaches zwarm: ``"$ZWARM"``), ``children`` (the environment every process
+zwarm starts gets). Must stay true: this package sits below the engine and the launchers,
+above ``zwarm.trust`` (which judges a state dir) and ``zwarm.system``.
 """
 
 import os
@@ -46,62 +29,6 @@ from pathlib import Path
 import msgspec
 
 STATE_DIR_NAME = ".zwarm"
-NEUTRAL_CWD = "/"  # where a process zwarm starts runs when it needs no working directory
-ORCH_KEY_VAR = "ZWARM_ORCH_API_KEY"  # the orchestrator's alone: no process zwarm starts gets it
-
-
-def for_children(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` as a process zwarm starts (a supervisor, an agent, a hook) gets it: without
-    the orchestrator-only key (``ORCH_KEY_VAR``), which only ``zwarm orchestrate`` reads."""
-    return {k: v for k, v in environ.items() if k != ORCH_KEY_VAR}
-
-
-def python_argv(python: str, module: str, *args: str) -> list[str]:
-    """The argv of a Python process zwarm starts: ``PYTHON -I -m MODULE ARGS`` (isolated)."""
-    return [python, *isolated(python), "-m", module, *args]
-
-
-def isolated(python: str) -> list[str]:
-    """``-I``; for this interpreter with its user site on (zwarm installed with ``pip
-    install --user``, which ``-I`` would not find), ``-E -P``: the same but for the user
-    site, which lies in the user's home as a virtualenv's site-packages lies in it."""
-    import site
-
-    user_site = python == sys.executable and site.ENABLE_USER_SITE
-    if user_site and os.path.isdir(site.getusersitepackages()):
-        return ["-E", "-P"]
-    return ["-I"]
-
-
-def launcher(python: str, environ: Mapping[str, str]) -> Path | None:
-    """An executable ``zwarm`` running this zwarm on ``python`` (``PYTHON -I -m zwarm``):
-    ``<user_state_dir>/bin/<hash of PYTHON>/zwarm``, 0700, written (atomically) when missing
-    or not exactly ours; None if it cannot be (an unwritable home: agents then have none)."""
-    import shlex
-    from _blake2 import blake2b
-
-    from zwarm.errors import StoreError
-    from zwarm.store.files import atomic_write, private_dir, read_file
-    from zwarm.xdg import user_state_dir
-
-    name = blake2b(os.fsencode(python), digest_size=8).hexdigest()
-    path = user_state_dir(environ) / "bin" / name / "zwarm"
-    argv = shlex.join(python_argv(python, "zwarm"))
-    text = f'#!/bin/sh\n# written by zwarm: how its agents run it\nexec {argv} "$@"\n'
-    want = os.fsencode(text)  # a path that is not UTF-8 is written as it is
-    try:
-        data, st = read_file(path, len(want))
-        if data == want and st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700:
-            return path
-    except OSError:
-        pass
-    try:
-        private_dir(path.parent)
-        atomic_write(path, want, mode=0o700)
-        os.chmod(path, 0o700)  # whatever the umask
-    except (OSError, StoreError):
-        return None
-    return path
 
 
 class Env(msgspec.Struct):

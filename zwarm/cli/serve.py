@@ -1,4 +1,5 @@
-"""The ``zwarm serve`` command: start the HTTP server (``zwarm.serve.app``) with uvicorn.
+"""The ``zwarm serve`` command: start the HTTP server (``zwarm.serve.app``) with uvicorn (the
+command is the CLI's: ``zwarm.serve`` never imports ``zwarm.cli``).
 
 Owns the command's options, the listening socket and what is printed. Must stay true:
 - it binds 127.0.0.1 unless ``--host`` says otherwise, and then warns on stderr;

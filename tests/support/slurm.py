@@ -1,15 +1,13 @@
-"""Fixtures of the Slurm suite: zwarm's slurm launcher against a real (single-node) Slurm.
+"""Helpers of the Slurm tests: zwarm's slurm launcher against a real (single-node) Slurm.
 
-The cluster is started by ``tests/slurm/start-cluster`` (``.ci/run`` runs it first). Without
-a Slurm that answers, every test here skips with the reason, or fails when ``CI=true``.
-
-``sl``: the ``zw`` world (fake agents, isolated state dir) with a trusted config.toml whose
-``[launcher] default`` is ``slurm`` and whose ``[slurm] env`` exports the fake agents'
-``FAKE_*`` settings to the jobs (``sl_config(**slurm_keys)`` rewrites it). Helpers read what
-Slurm says of a job (``job_state``; ``final_state`` once it has settled) and find the
-processes carrying a session's marker on this machine, which is also the cluster's only node
-(``marked``). Every wait is on a
-condition with a deadline; sessions left running are killed (``scancel``) at teardown.
+The cluster is started by ``tests/slurm/start-cluster`` (``.ci/run`` runs it first);
+``cluster_problem`` says why there is none (the ``slurm_cluster`` fixture, tests/conftest.py,
+then skips, or fails when ``CI=true``). ``sl_config(zw, **slurm_keys)`` writes (and trusts) a
+config.toml whose ``[launcher] default`` is ``slurm`` and whose ``[slurm] env`` exports the
+fake agents' ``FAKE_*`` settings to the jobs. Helpers read what Slurm says of a job
+(``job_state``; ``final_state`` once it has settled) and find the processes carrying a
+session's marker on this machine, which is also the cluster's only node (``marked``). Every
+wait is on a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -18,13 +16,11 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import pytest
 import tomli_w
 
-from tests.support import ZW, wait_until
+from tests.support import ROOT, ZW, wait_until
 
 FAKE_ENV = [
     "FAKE_REPLAY",
@@ -38,7 +34,9 @@ FAKE_ENV = [
     "FAKE_IGNORE_TERM",
     "ZW_TEST_SECRET",
 ]
-START = Path(__file__).resolve().parent / "start-cluster"
+
+
+START = ROOT / "tests/slurm/start-cluster"
 
 
 def cluster_problem() -> str | None:
@@ -58,22 +56,6 @@ def cluster_problem() -> str | None:
     if not any(s.strip("*~#") in ("idle", "mixed", "allocated") for s in nodes.stdout.split()):
         return f"no Slurm node is up ({nodes.stdout.strip()}): run {START}"
     return None
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster() -> None:
-    problem = cluster_problem()
-    if problem is not None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-
-
-@pytest.fixture
-def sl(zw: ZW, slurm_cluster: None) -> ZW:
-    zw.state_dir.mkdir()
-    sl_config(zw)
-    return zw
 
 
 def sl_config(zw: ZW, **slurm: Any) -> None:

@@ -1,6 +1,9 @@
 """Shared test helpers: plain functions, classes and constants (fixtures are in conftest.py).
 
-Owns the test tiers' table (``TIERS``, ``TIER_BY_PATH``: docs/testing.md), the paths
+This package's modules hold what the tests of one component share with others (``serve``: a
+real ``zwarm serve`` and its HTTP/SSE client; ``workspace``: git repositories; ``slurm``: the
+cluster's job readers; ``agents``: the conformance kit's agent names). This module owns the
+test tiers' table (``TIERS``, ``TIER_BY_PATH``: docs/testing.md), the paths
 (``ROOT``, ``SAMPLES``, ``FAKE_BIN``, ``ZWARM_BIN``), ``wait_until``, the ``ZW`` world class
 that the ``zw`` fixture (tests/conftest.py) builds, ``make_env``, the fork-server finders and
 the helpers a few tests share (``StdoutRecorder``, ``parked_note``, ``midday_tz``).
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 SAMPLES = TESTS / "fixtures" / "samples"
 FAKE_BIN = TESTS / "fakes" / "bin"

@@ -1,6 +1,8 @@
 """How zwarm reads and writes one file: atomically, privately, without following links.
 
-Owns every low-level file operation of the state directory. Must stay true:
+Owns every low-level file operation on the files zwarm keeps: the state directory's, and
+those outside it (the trust file, the agents' ``zwarm`` launcher, serve's token, gemini's
+session homes). Must stay true:
 - nothing here follows a symbolic link in the last path component (``O_NOFOLLOW``): an agent
   that replaced a state file by a link to another file gets an error, never a write through;
 - reads open with ``O_NONBLOCK`` and accept only regular files (a FIFO or a device in place of
