@@ -242,6 +242,7 @@ DECLINED = [
     ["spawn", "t", "--after", "a", "--after", "b"], ["spawn", "t", "--after-any=1"],
     ["spawn", "t", "--json", "--json"], ["spawn", "t", "--dangerous", "--dangerous"],
     ["spawn", "t", "-c", "x"], ["spawn", "t", "--detach"],
+    ["spawn", "t", "--launcher-option", "a=1", "--launcher-option", "b=2"],
 ]  # fmt: skip
 
 
@@ -327,6 +328,7 @@ SPAWN_ARGV = [
     ["t", "--after=x", "--after-any", "--group", "g", "--priority", "7", "--max-cost", "2"],
     ["t", "--max-tokens", "400000", "--stall", "300", "--timeout=.5", "--max-cost=3."],
     ["t", "--context=native", "--adapter=claude", "-C", "rel/dir"], [""], ["-"],
+    ["t", "--launcher-option", "time=7", "--launcher=local"],
     ["--json", "-", "--name", "from-stdin"],
 ]  # fmt: skip
 
