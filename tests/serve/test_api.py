@@ -170,6 +170,8 @@ def test_a_spawn_may_name_its_launcher(zw, serve) -> None:
     assert zw.json("show", r.json()["id"])["launcher"] == "local"
     r = srv.post("/api/sessions", {"task": "hi", "launcher": "nosuch"})
     assert r.status == 422 and "unknown launcher 'nosuch' (known: " in r.json()["error"], r.body
+    r = srv.post("/api/sessions", {"task": "hi", "launcher_option": ["x=1"]})
+    assert r.status == 422 and "takes no option 'x'" in r.json()["error"], r.body
 
 
 def test_the_token_is_needed_everywhere_but_the_page(zw, server: Server) -> None:

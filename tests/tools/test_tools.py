@@ -266,6 +266,8 @@ def test_delegate_takes_every_spawn_option_its_subset_names(zw, toolbox) -> None
     assert meta["turns"][0]["launcher"] == "local"
     assert "unknown argument 'stall_s'" in err(tb.dispatch("delegate", {"task": "t", "stall_s": 1}))
     assert "dangerous" in err(tb.dispatch("delegate", {"task": "t", "dangerous": True}))
+    bad = {"task": "t", "launcher_option": ["x=1"]}  # reaches the launcher: local takes none
+    assert "launcher 'local' takes no option 'x'" in err(tb.dispatch("delegate", bad))
     fields = sorted([*catalog.DELEGATE, *catalog.DELEGATE_LEFT_OUT])
     assert fields == sorted(SpawnRequest.__struct_fields__)
     (delegate,) = [t for t in tools.TOOLS if t.name == "delegate"]
