@@ -15,7 +15,7 @@ Must stay true:
   budget is ``[limits]``'s, a price left out is the agent's list price (unknown: nothing);
 - an invalid file (TOML syntax, unknown key, wrong type or value) raises ``ConfigError`` naming
   the file and the problem, before anything is created; zwarm 3.x's tables and keys
-  (``zwarm.legacy``) are not unknown: taken out unapplied, named in ``Config.legacy``;
+  (``zwarm.legacy_config``) are not unknown: taken out unapplied, named in ``Config.legacy``;
 - loading uses only ``tomllib``; ``tomli_w`` is imported only when writing.
 """
 
@@ -150,7 +150,7 @@ class Config(msgspec.Struct, frozen=True):
     data: dict[str, dict[str, Any]]
     path: str | None = None
     source: "ConfigSource | None" = None  # neither compared nor shown (__eq__, __repr__)
-    legacy: tuple[str, ...] = ()  # zwarm 3.x settings the file has, ignored (zwarm.legacy)
+    legacy: tuple[str, ...] = ()  # zwarm 3.x settings the file has, ignored (zwarm.legacy_config)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Config) and (self.data, self.path) == (other.data, other.path)
@@ -491,10 +491,10 @@ def parse(
         doc = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(where, f"invalid TOML: {e}") from None
-    from zwarm import legacy
+    from zwarm import legacy_config
 
     tables = schema() if tables is None else tables
-    old = legacy.split(doc, tables)  # zwarm 3.x's settings: never applied, the caller warns
+    old = legacy_config.split(doc, tables)  # zwarm 3.x's settings: never applied, the caller warns
     if legacy_out is not None:
         legacy_out.extend(old)
     return validate(doc, where, tables)

@@ -1,15 +1,16 @@
 """Making text safe and short: control characters, one-line cells, widths, every cut.
 
-Owns every way zwarm shortens text: ``cut`` (terminal cells, ending in …), ``clip``
-(characters, ending in …: a bound on what is stored, logged or sent, which must not depend on
-how wide a character shows), ``elide`` (head and tail around a ``[... N chars cut ...]`` note:
-what a model reads, which should know text is missing) and ``brief`` (the first lines and
-characters, with how much more: a long output in a terminal). No other module slices text and
-appends a marker of its own. Owns too the one rule for printing text zwarm did not write
-itself (a task, a name, an agent's message or command output, an error quoting either):
-``clean`` removes terminal escape
-sequences and control characters, so nothing an agent or a user wrote can recolour, move the
-cursor in, retitle or otherwise drive the terminal. Must stay true:
+Owns ``plural`` (a count and its noun) and every way zwarm shortens text: ``cut`` (terminal
+cells, ending in …), ``clip`` (characters, ending in …: a bound on what is stored, logged or
+sent, which must not depend on how wide a character shows), ``elide`` (head and tail around
+a ``[... N chars cut ...]`` note: what a model reads, which should know text is missing) and
+``brief`` (the first lines and characters, with how much more: a long output in a terminal).
+No other module slices text and appends a marker of its own. Owns too the one rule for
+printing text zwarm did not write itself (a task, a name, an agent's message or command
+output, an error quoting either): ``clean`` removes terminal escape sequences and control
+characters, so nothing an agent or a user wrote can recolour, move the cursor in, retitle or
+otherwise drive the terminal.
+Must stay true:
 - every human-readable output path passes such text through ``clean`` (or ``oneline`` /
   ``cut``, which use it) before printing; ``--json`` output is JSON-escaped instead;
 - ``clean`` keeps newlines (and tabs) only where asked and removes: ANSI/VT escape sequences
@@ -46,6 +47,11 @@ _SHOWN = re.compile(f"[{_CONTROLS}\t\n]")
 # Text whose every character takes one cell: Latin, Greek, Cyrillic... (below the combining
 # marks at U+0300) and the common punctuation of U+2010..U+205E (dashes, quotes, …).
 _NARROW = re.compile("[\x20-\u02ff\u2010-\u2027\u2030-\u205e]*+\\Z")
+
+
+def plural(n: int, word: str) -> str:
+    """``1 turn``, ``2 turns``: a count and its noun (an English plural in -s)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def clean(text: object, newlines: bool = True) -> str:

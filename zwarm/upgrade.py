@@ -1,6 +1,6 @@
 """``zwarm init --upgrade``: the config.toml a zwarm 3.x ``.zwarm/`` maps onto.
 
-Owns ``upgrade`` (3.x's settings, as ``zwarm.legacy`` names them, mapped onto today's keys:
+Owns ``upgrade`` (3.x's settings, as ``zwarm.legacy_config`` names them, mapped onto today's keys:
 model, reasoning effort, sandbox, timeout, adapter, compaction thresholds, parallel
 delegations -> ``[limits] max_running``; what has no counterpart is said), ``plan`` (every
 mapped value checked, the new file's text) and ``write``. Must stay true:
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zwarm.legacy import AGENT_FILES, BACKUP_SUFFIX, PROJECT_FILE, ZWARM3, split
+from zwarm.legacy_config import AGENT_FILES, BACKUP_SUFFIX, PROJECT_FILE, ZWARM3, split
 
 _ADAPTERS = {"codex_mcp": "codex", "codex_exec": "codex", "claude_code": "claude"}
 _UNSANDBOXED = "danger-full-access"

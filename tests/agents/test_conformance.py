@@ -12,7 +12,11 @@ on and never re-checks per agent:
   (one pass; the old engine needed a second, re-encoded pass for this);
 - usage (and cost) deltas over a native resume come out right under the agent's flags;
 - failure rules: a terminal error event is a failure with the agent's own message (and a fatal
-  error step); no terminal event is no status.
+  error step); no terminal event is no status;
+- the turn hooks (``launch_env``, ``after_turn``, ``reader``): the environment keeps every
+  variable zwarm set, or the turn is refused in one line; nothing is written outside the
+  session's own directory; after a turn, whatever its log holds, nothing raises; a turn is
+  read by an agent of the same name, whatever its sidecar holds.
 """
 
 from __future__ import annotations
@@ -29,7 +33,15 @@ import pytest
 
 from zwarm import agents, engine
 from zwarm.agents import jsonl
-from zwarm.agents.base import COMMON_SETTINGS, Agent, ConformanceSamples, UnsafeResumeId
+from zwarm.agents.base import (
+    COMMON_SETTINGS,
+    SIDECAR,
+    Agent,
+    AgentSetupError,
+    ConformanceSamples,
+    TurnFiles,
+    UnsafeResumeId,
+)
 from zwarm.config import Config, validate
 from zwarm.env import Env
 from zwarm.model import Session, Status, Turn, TurnOutcome
@@ -401,3 +413,73 @@ def test_native_resume_usage_and_cost_deltas(agent: Agent) -> None:
         assert first.cost_usd is not None and second.cost_usd is not None
         base = first.cost_usd if agent.cost_cumulative_on_resume else 0.0
         assert second.cost_usd - base == pytest.approx(samples.resumed_cost)
+
+
+# --------------------------------------------------------------------------- turn hooks
+SID = "00000000-0000-4000-8000-000000000000"
+ZWARM_SET = {  # what the engine puts in every agent's environment (``agent_launch``)
+    "ZWARM_SESSION_ID": SID,
+    "ZWARM_PARENT_SESSION": SID,
+    "ZWARM_AGENT_PATH": "/usr/bin:/bin",
+    "ZWARM": "/home/u/.local/state/zwarm/bin/0/zwarm",
+    "PATH": "/home/u/.local/state/zwarm/bin/0:/usr/bin:/bin",
+}
+
+
+def _turn(tmp_path: Path, agent: Agent, log: bytes | None) -> TurnFiles:
+    d = tmp_path / "state" / "sessions" / SID
+    (d / "turns").mkdir(parents=True)
+    if log is not None:
+        (d / "turns" / "turn_1.jsonl").write_bytes(log)
+    ext = agent.turn_sidecar
+    return TurnFiles(
+        d, d / "turns" / "turn_1.jsonl", d / "turns" / f"turn_1.{ext}" if ext else None
+    )
+
+
+def _files(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")}
+
+
+def test_turn_sidecar_is_a_plain_extension(agent: Agent) -> None:
+    assert agent.turn_sidecar is None or SIDECAR.match(agent.turn_sidecar)
+
+
+def test_launch_env_keeps_what_zwarm_set_or_refuses_in_one_line(
+    agent: Agent, tmp_path: Path
+) -> None:
+    turn = _turn(tmp_path, agent, None)
+    (tmp_path / "work").mkdir()
+    before = _files(tmp_path) - _files(turn.session_dir)
+    env = {**ZWARM_SET, "ZWARM_DIR": str(tmp_path / "state")}
+    table = validate({}, "conformance")[agent.name]
+    try:
+        got = agent.launch_env(
+            table, dict(env), str(tmp_path / "work"), turn, {"HOME": str(tmp_path)}
+        )
+    except AgentSetupError as e:
+        assert str(e) and "\n" not in str(e)
+    else:
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in got.items())
+        assert {k: got.get(k) for k in env} == env
+    assert _files(tmp_path) - _files(turn.session_dir) == before  # nothing outside its dir
+
+
+@pytest.mark.parametrize("log", ["completed", "failed", "noise", "missing"])
+def test_after_turn_never_raises_and_the_turn_reads_alike(
+    agent: Agent, tmp_path: Path, log: str
+) -> None:
+    samples = agent.conformance_samples()
+    data = {"completed": samples.completed, "failed": samples.failed, "missing": None}.get(
+        log, b"".join(NOISE[:10])
+    )
+    turn = _turn(tmp_path, agent, data)
+    agent.after_turn(turn)
+    reader = agent.reader(turn)
+    assert isinstance(reader, Agent) and reader.name == agent.name
+    check_steps(steps(reader, lines(samples.completed)))
+    if turn.sidecar is not None:
+        turn.sidecar.write_bytes(b"\xff not what the agent wrote" * 1000)
+        reader = agent.reader(turn)  # a planted sidecar: read as nothing, never a crash
+        assert isinstance(reader, Agent) and reader.name == agent.name
+        check_steps(steps(reader, lines(samples.completed)))

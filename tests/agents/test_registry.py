@@ -53,6 +53,16 @@ PLUGIN = textwrap.dedent(
         prompt_on_stdin = False
 
 
+    class WithManager(Good):  # a session manager of its own: a subclass of the engine's
+        name = "zz-manager"
+        manager = "zz_plugin:Manager"
+
+
+    class BadSidecar(Good):  # its sidecar would be zwarm's own digest of the turn
+        name = "zz-sidecar"
+        turn_sidecar = "digest.json"
+
+
     NOT_AN_AGENT = object()
     """
 )
@@ -63,6 +73,8 @@ FAKES = {
     "zz-object": "zz_plugin:NOT_AN_AGENT",
     "zz-misnamed": "zz_plugin:Named",
     "zz-argv": "zz_plugin:OnArgv",
+    "zz-manager": "zz_plugin:WithManager",
+    "zz-sidecar": "zz_plugin:BadSidecar",
     "Bad Name": "zz_plugin:Good",
     "defaults": "zz_plugin:Good",
     "zz-missing": "zz_nowhere:Agent",
@@ -96,6 +108,8 @@ def test_broken_plugins_are_left_out_with_one_line_each(
         "is not a zwarm.agents.base.Agent",
         "registered as 'zz-misnamed' but the agent is named 'other'",
         "prompt_on_stdin must be True",
+        "it brings a session manager (Agent.manager), which zwarm no longer loads",
+        "turn_sidecar 'digest.json' is not a file extension like 'facts.json'",
         "'Bad Name' is not a valid agent name",
         "'defaults' is not a valid agent name",
         "No module named 'zz_nowhere'",

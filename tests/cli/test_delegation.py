@@ -325,3 +325,33 @@ def test_old_records_read_as_roots(zw) -> None:
     meta["spawn_depth"] = 0  # out of bounds: the file is damaged, said so
     (zw.session_dir(sid) / "meta.json").write_text(json.dumps(meta))
     assert zw.json("ls")[0]["status"] == "damaged"
+
+
+def test_show_reads_its_own_subtree_and_leaves_an_unrelated_session_alone(zw) -> None:
+    """``show`` gives a session's children and its subtree's totals as ``ls`` rolls them up,
+    from its own subtree only: an unrelated session whose supervisor was lost is left as it is
+    on disk (``show`` is about another session), where a listing reconciles it."""
+    import signal
+
+    shells = {"FAKE_SHELL_1": "zwarm spawn 'level two' --name lvl2"}
+    root = zw.spawn("level one", "--name", "lvl1", env_extra=zw.replay("codex_simple", **shells))
+    rows = settled(zw, "lvl1", "lvl2")
+    other = zw.spawn("hang", env_extra={**zw.replay("codex_simple"), "FAKE_HANG": "1"})
+    wait_until(lambda: zw.meta(other)["turns"][-1].get("agent"), message="agent recorded")
+    os.kill(zw.meta(other)["turns"][-1]["supervisor"]["pid"], signal.SIGKILL)
+    meta = zw.session_dir(other) / "meta.json"
+    before = meta.read_bytes()
+
+    shown = zw.json("show", root)
+    assert shown["children"] == [rows["lvl2"]["id"]]
+    for key in ("tree_sessions", "tree_usage", "tree_cost_usd", "tree_unpriced"):
+        assert shown[key] == rows["lvl1"][key], key
+    assert shown["tree_sessions"] == 2
+    assert [(c["id"], c["status"]) for c in shown["child_sessions"]] == [
+        (rows["lvl2"]["id"], "completed")
+    ]
+    assert zw.json("show", rows["lvl2"]["id"])["children"] == []
+    assert meta.read_bytes() == before  # not read as a row, not reconciled: untouched
+
+    listed = {r["id"]: r for r in zw.json("ls")}  # a listing does reconcile it
+    assert listed[other]["status"] == "failed" and "supervisor lost" in listed[other]["error"]

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-import zwarm.api as api_mod
+import zwarm.ops.waiting as api_mod
 from tests.support import wait_until
-from zwarm.cli import follow, live, render
+from zwarm.cli import live, render
+from zwarm.ops import following as follow
 from zwarm.system import notify
 
 LATE_LINE = (

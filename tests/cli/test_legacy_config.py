@@ -183,14 +183,14 @@ def test_upgrade_without_3x_settings_and_init_force_on_a_3x_config_refuse(zw: ZW
 
 
 def test_every_3x_table_and_key_of_the_real_init_output_is_declared() -> None:
-    """``zwarm.legacy.ZWARM3`` covers what 3.10.6's ``init`` wrote (uncommented)."""
+    """``zwarm.legacy_config.ZWARM3`` covers what 3.10.6's ``init`` wrote (uncommented)."""
     import tomllib
 
     from zwarm import config as config_mod
-    from zwarm import legacy
+    from zwarm import legacy_config
 
     doc = tomllib.loads((ZWARM3 / "init" / ".zwarm" / "config.toml").read_text())
-    names = legacy.split(doc, config_mod.schema())
+    names = legacy_config.split(doc, config_mod.schema())
     assert names == [
         "[weave]",
         "[executor]",

@@ -27,6 +27,10 @@ A reply is built from parts and behaviours::
     Reply([reasoning("plan"), text("hi"), shell("ls")], Usage(input=460, cached=200, output=30))
     write_file("/abs/path.txt", "content\\n")    # claude: Write tool; codex: apply_patch
     tool_call("TodoWrite", {...})                # any other tool, by its native name
+    mcp_call("zwarm", "delegate", {...})         # an MCP server's tool: claude's
+                                                 # mcp__zwarm__delegate, codex's delegate in
+                                                 # namespace mcp__zwarm
+    tool_search("zwarm delegate")                # codex: load its deferred (MCP) tools
     http_error(500, "boom")                      # JSON error body in the API's format
     http_error(529, "busy", "overloaded_error")  # ...with an explicit error type
     broken_stream(text("partial"))               # stream some events, then cut the connection
@@ -126,7 +130,8 @@ class Usage:
 class Part:
     """One output item (codex) / content block (claude) of a reply.
 
-    ``kind`` is one of ``text``, ``reasoning``, ``shell``, ``write_file``, ``tool``.
+    ``kind`` is one of ``text``, ``reasoning``, ``shell``, ``write_file``, ``tool``, ``mcp``,
+    ``tool_search`` (codex only).
     """
 
     kind: str
@@ -185,6 +190,20 @@ def write_file(path: str, content: str) -> Part:
 def tool_call(name: str, arguments: Mapping[str, Any]) -> Part:
     """Any other tool by its native name (codex function call / claude tool use)."""
     return Part("tool", text=name, args=dict(arguments))
+
+
+def mcp_call(server: str, tool: str, arguments: Mapping[str, Any]) -> Part:
+    """A tool of MCP server ``server``: claude's ``mcp__SERVER__TOOL`` tool use; codex's
+    function call ``TOOL`` in namespace ``mcp__SERVER`` (callable once ``tool_search`` loaded
+    it: codex 0.169.0 defers every MCP tool behind its tool search)."""
+    return Part("mcp", text=tool, args={"server": server, "arguments": dict(arguments)})
+
+
+def tool_search(query: str, limit: int = 20) -> Part:
+    """Codex's client-side ``tool_search`` (a ``tool_search_call``): the tools it finds are
+    loaded for the next request. Claude has no such part (its tools load upfront or through
+    its own ToolSearch tool: use ``tool_call``)."""
+    return Part("tool_search", text=query, args={"limit": limit})
 
 
 def http_error(
@@ -540,6 +559,26 @@ class FakeResponsesServer(FakeLLMServer):
                 "input": patch,
                 "status": "completed",
             }
+        if part.kind == "tool_search":
+            arguments = {"query": part.text, "limit": part.args["limit"]}
+            return {
+                "type": "tool_search_call",
+                "id": _new_id("tsc"),
+                "call_id": call_id,
+                "execution": "client",
+                "status": "completed",
+                "arguments": arguments,
+            }
+        if part.kind == "mcp":
+            return {
+                "type": "function_call",
+                "id": _new_id("fc"),
+                "call_id": call_id,
+                "namespace": f"mcp__{part.args['server']}",
+                "name": part.text,
+                "arguments": json.dumps(part.args["arguments"]),
+                "status": "completed",
+            }
         if part.kind == "shell":
             name, args = "exec_command", {"cmd": part.args["command"]}
         else:
@@ -659,6 +698,8 @@ class FakeMessagesServer(FakeLLMServer):
             return "Bash", {"command": part.args["command"]}
         if part.kind == "write_file":
             return "Write", {"file_path": part.args["path"], "content": part.args["content"]}
+        if part.kind == "mcp":
+            return f"mcp__{part.args['server']}__{part.text}", dict(part.args["arguments"])
         return part.text, dict(part.args)
 
     @staticmethod

@@ -305,6 +305,9 @@ def test_mcp_over_http(zw, server: Server) -> None:
                     headers=h)  # fmt: skip
     result = _mcp_result(r.body)
     assert result["isError"] is False and result["structuredContent"]["ok"] is True
+    # each MCP session is a caller of its own, named without its (secret) session id
+    you = result["structuredContent"]["you"]
+    assert re.fullmatch(r"mcp:test-client/[0-9a-f]{6}", you) and session and session not in you
 
 
 def _mcp_result(body: bytes) -> Any:

@@ -1,14 +1,18 @@
-"""zwarm's import graph has no cycles, and the orchestrator layer sits on the API's public
-methods: it never reaches through ``Zwarm.store`` or ``Zwarm.config``, and the API never
-imports it.
+"""zwarm's layers are true: its packages stand in one declared order (``LAYERS``, bottom-up)
+and every import between two of them points down that order, so no package cycle exists
+(agents never import the engine; the process entry points of ``runtime`` sit above the engine
+and never build the facade; the text helpers lie below every front end; ``serve`` never
+imports ``cli``); the import graph of modules has no cycle either; and the orchestrator layer
+sits on the API's public methods: it never reaches through ``Zwarm.store`` or
+``Zwarm.config``, and the API never imports it.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
 including those inside functions (lazy imports still form cycles at run time), but not those
 under ``if TYPE_CHECKING:`` (never executed). Imports by name at run time are added from
 where they are declared: ``zwarm.cli.commands.LAZY_COMMANDS``, and the ``zwarm.*``
-entry-point groups in ``pyproject.toml`` (an edge from the module that names the group to each
-module in it); an ``import_module`` anywhere but in ``zwarm.cli.commands`` and
-``zwarm.plugins`` fails the test, so a new one must be taught here.
+entry-point groups in ``pyproject.toml`` (an edge from the package that loads the group, the
+one of its name, to each module in it); an ``import_module`` anywhere but in
+``zwarm.cli.commands`` and ``zwarm.plugins`` fails the test, so a new one must be taught here.
 """
 
 from __future__ import annotations
@@ -21,6 +25,42 @@ from pathlib import Path
 from tests.support import ROOT
 
 PKG = ROOT / "zwarm"
+# zwarm's packages (and top-level modules), bottom-up: each may import only those before it.
+# ``zwarm`` is the root package's own ``__init__`` (the version).
+LAYERS = [
+    "zwarm",
+    "errors",  # the exceptions: every layer raises them
+    "xdg",  # where per-user files live
+    "plugins",  # entry points (agents, launchers)
+    "rules",  # how trust treats a config value
+    "secret_names",  # which names hold secrets
+    "legacy_config",  # zwarm 3.x's config, recognised and ignored
+    "text",  # terminal text, every cut of it: below every front end
+    "system",  # the operating system: process identity, files, file-change waits
+    "model",  # the session record, its schema, steps, rows
+    "trust",  # which state dirs and config values may be used
+    "store",  # the state dir's records
+    "env",  # the environment: state dir rule, how Python and agents are started
+    "agents",  # the agent plugins (never the engine: hooks it calls)
+    "launchers",  # where a turn runs
+    "config",  # config.toml: the schema the agents and launchers declare
+    "config_text",  # the commented config zwarm init writes
+    "engine",  # the session life cycle
+    "runtime",  # the process entry points: supervisor, fork server, watch, hooks
+    "trust_plan",  # what zwarm trust shows and records
+    "upgrade",  # zwarm init --upgrade
+    "legacy",  # zwarm 3.x's sessions: read, continued once confirmed
+    "ops",  # the API's operations, one job per module
+    "api",  # the one public Python API (the facade)
+    "orchestrator",  # the built-in orchestrator and its tools, on the API
+    "serve",  # HTTP, streams and the dashboard, on the API
+    "mcp_install",  # zwarm mcp install: the MCP clients' config files
+    "cli",  # the command line, on everything
+    "__main__",
+]
+# Upward package edges another task is removing; nothing else may be here, and an edge
+# that no longer exists must leave (the test says so).
+PENDING: set[tuple[str, str]] = set()
 DYNAMIC_IMPORTERS = {"zwarm.cli.commands", "zwarm.plugins"}
 LAYER_FILES = [*sorted((PKG / "orchestrator").rglob("*.py")), PKG / "cli" / "orchestrator.py"]
 
@@ -81,8 +121,10 @@ def _known(name: str) -> str:
 
 
 def _dynamic_edges() -> dict[str, set[str]]:
-    """``zwarm.cli.commands`` -> its LAZY_COMMANDS modules; the module naming an entry-point group
-    (the string ``"zwarm.agents"``, say) -> the modules registered in that group."""
+    """``zwarm.cli.commands`` -> its LAZY_COMMANDS modules; the package that loads an
+    entry-point group (``zwarm.agents`` loads the group ``zwarm.agents``, ``zwarm.launchers``
+    the group ``zwarm.launchers``: ``plugins.load`` is called nowhere else, checked here) ->
+    the modules registered in that group. ``zwarm.plugins`` only names the groups."""
     edges: dict[str, set[str]] = {"zwarm.cli.commands": _lazy_commands()}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     groups = {
@@ -90,11 +132,24 @@ def _dynamic_edges() -> dict[str, set[str]]:
         for group, items in project.get("entry-points", {}).items()
         if group.startswith("zwarm.")
     }
+    for group, modules in groups.items():
+        assert group in MODULES, f"entry-point group {group} is not loaded by a package of its name"
+        edges.setdefault(group, set()).update(modules)
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Constant) and node.value in groups:
-                edges.setdefault(module, set()).update(groups[node.value])
+            if _calls_plugins_load(node):
+                assert module in groups, f"{module} loads plugins: teach this test"
     return edges
+
+
+def _calls_plugins_load(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "load"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "plugins"
+    )
 
 
 def _lazy_commands() -> set[str]:
@@ -159,7 +214,54 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def package(module: str) -> str:
+    """The package (or top-level module) of zwarm that ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], set[str]]:
+    """Each import between two packages, with the module imports that make it."""
+    edges: dict[tuple[str, str], set[str]] = {}
+    for m, targets in graph.items():
+        for t in targets:
+            if package(m) != package(t):
+                edges.setdefault((package(m), package(t)), set()).add(f"{m} -> {t}")
+    return edges
+
+
 # ---------------------------------------------------------------------------- the tests
+def test_every_package_has_its_place_in_the_layers() -> None:
+    found = {package(m) for m in MODULES}
+    assert len(set(LAYERS)) == len(LAYERS)
+    unplaced = sorted(found - set(LAYERS))
+    assert unplaced == [], (
+        f"packages with no place in LAYERS (add them where they import): {unplaced}"
+    )
+    assert sorted(set(LAYERS) - found) == [], "LAYERS names packages that do not exist"
+
+
+def test_every_package_import_points_down_the_layers() -> None:
+    rank = {p: i for i, p in enumerate(LAYERS)}
+    up = [
+        f"{a} -> {b}: " + ", ".join(sorted(why))
+        for (a, b), why in sorted(package_edges(import_graph()).items())
+        if rank[b] > rank[a] and (a, b) not in PENDING
+    ]
+    assert up == [], "imports up the layers:\n" + "\n".join(up)
+
+
+def test_no_package_cycle_and_nothing_stale_is_pending() -> None:
+    """(The order alone proves there is none; this says where one is, if the order changes.)"""
+    edges = package_edges(import_graph())
+    graph: dict[str, set[str]] = {p: set() for p in LAYERS}
+    for a, b in edges.keys() - PENDING:
+        graph[a].add(b)
+    cycle = find_cycle(graph)
+    assert cycle is None, "package cycle: " + " -> ".join(cycle or [])
+    assert sorted(PENDING - edges.keys()) == [], "gone: remove these from PENDING"
+
+
 def test_the_import_graph_has_no_cycle() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
@@ -226,3 +328,21 @@ def test_the_checker_sees_what_it_must() -> None:
     assert _targets("zwarm.cli.orchestrator", from_parent.body[0]) == {"zwarm.cli"}
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+FRONT_ENDS = [p for d in ("cli", "serve", "orchestrator") for p in sorted((PKG / d).rglob("*.py"))]
+
+
+def test_no_front_end_reaches_into_the_store() -> None:
+    """The front ends (the commands, the server, the orchestrator) go through ``Zwarm``'s
+    methods, following a growing turn log included (``Zwarm.follow``, ``turn_watch``): none
+    reads ``.store`` (the state dir's files are the API's, ``zwarm.ops``'s and the
+    engine's)."""
+    assert FRONT_ENDS
+    used = [
+        f"{path.relative_to(PKG)}:{n.lineno}"
+        for path in FRONT_ENDS
+        for n in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(n, ast.Attribute) and n.attr == "store"
+    ]
+    assert used == [], f"reaches into Zwarm.store: {used}"

@@ -3,6 +3,7 @@ Codex would drive it: the real ``zwarm`` executable, fake agents behind it."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from mcp import ClientSession
 
 from tests.tools.helpers import SAMPLES, write_config
-from tests.tools.mcp_client import Call, run_client
+from tests.tools.mcp_client import Call, connect, run_client
 from zwarm.orchestrator.tools import TOOL_NAMES, schemas
 
 
@@ -45,7 +46,8 @@ def test_mcp_full_session_life_cycle(zw) -> None:
         _, w = await call("wait", {"session_ids": [sid], "timeout_s": 30})
         assert w["timed_out"] is False and w["finished"][0]["status"] == "completed"
         _, c = await call("check_session", {"session_id": "hello"})
-        assert c["source"] == "mcp:pytest-client" and c["turns"] == 1
+        assert re.fullmatch(r"mcp:pytest-client/[0-9a-f]{6}", c["source"]) and c["turns"] == 1
+        seen["source"] = c["source"]
         assert c["last_message"] == "Hi there! This is the fake server."
         _, t = await call("get_trajectory", {"session_id": sid})
         assert t["steps"][0]["kind"] == "message"
@@ -83,8 +85,8 @@ def test_mcp_full_session_life_cycle(zw) -> None:
 
     run_client(zw, body, env)
     rows = zw.json("ls")
-    assert [(r["source"], r["status"]) for r in rows] == [("mcp:pytest-client", "killed")]
-    assert "mcp:pytest-client" in zw.run("ls", check=True).stdout
+    assert [(r["source"], r["status"]) for r in rows] == [(seen["source"], "killed")]
+    assert seen["source"] in zw.run("ls", check=True).stdout
 
 
 def test_sessions_outlive_the_server(zw) -> None:
@@ -107,6 +109,46 @@ def test_mcp_refuses_an_invalid_config_in_one_line(zw) -> None:
         .splitlines()[-1]
         .endswith("tools.max_wait_s must be an integer or a number, not a string")
     )
+
+
+def test_mcp_refuses_a_state_dir_it_cannot_find_or_use_in_one_line(zw) -> None:
+    """Issue 33: a client that starts the server elsewhere, or does not pass ZWARM_DIR (Codex
+    drops exported variables), got an empty state dir served silently: 0 sessions, no error."""
+    elsewhere = zw.tmp / "elsewhere"
+    elsewhere.mkdir()
+    res = zw.run("mcp", input="", cwd=elsewhere, env_extra={"ZWARM_DIR": ""})
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"Error: no zwarm state dir found from {elsewhere}")
+    assert "zwarm init" in line and "ZWARM_DIR" in line
+    assert not (elsewhere / ".zwarm").exists()
+    a_file = zw.tmp / "a-file"
+    a_file.write_text("")
+    for given, says in (
+        (a_file, f"Error: state dir {a_file} is not a directory"),
+        (zw.tmp / "no" / ".zwarm", f"Error: state dir {zw.tmp / 'no' / '.zwarm'}: "),
+    ):
+        res = zw.run("mcp", input="", env_extra={"ZWARM_DIR": str(given)})
+        assert res.returncode == 1 and res.stderr.strip().startswith(says), res.stderr
+
+
+def test_mcp_says_which_state_dir_it_serves(zw) -> None:
+    """A project made by ``zwarm init`` is found from a subdirectory, with no ZWARM_DIR; the
+    instructions and list_sessions name its state dir and project."""
+    project = zw.tmp / "project"
+    (project / "src").mkdir(parents=True)
+    zw.run("init", "-y", cwd=project, env_extra={"ZWARM_DIR": ""}, check=True)
+    state = project / ".zwarm"
+    got: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with connect(zw, drop=("ZWARM_DIR",), cwd=project / "src") as (session, call):
+            got["instructions"] = session.instructions
+            _, got["list"] = await call("list_sessions")
+
+    anyio.run(main)
+    assert f"serves the zwarm state dir {state} (project {project})" in got["instructions"]
+    assert got["list"]["state_dir"] == str(state) and got["list"]["total"] == 0
 
 
 def test_missing_extras_are_one_line(monkeypatch) -> None:

@@ -100,11 +100,8 @@ def test_mcp_delegates_to_real_codex_and_claude(zw) -> None:
         assert len(csrv.requests) == 3 and len(asrv.requests) == 2
 
     cx, cl = found["cx"], found["cl"]
-    assert (cx["status"], cx["last_message"], cx["source"]) == (
-        "completed",
-        "REAL CODEX DONE",
-        "mcp:pytest-client",
-    )
+    assert (cx["status"], cx["last_message"]) == ("completed", "REAL CODEX DONE")
+    assert cx["source"].startswith("mcp:pytest-client/")
     assert (cl["status"], cl["last_message"], cl["adapter"]) == (
         "completed",
         "REAL CLAUDE DONE",
@@ -190,11 +187,11 @@ def _docs_text() -> str:
 
 
 def test_docs_registration_lines_work_with_the_pinned_clis(zw) -> None:
-    """The exact lines docs/orchestrator.md shows, run against the real binaries in a private
-    HOME."""
+    """The install lines docs/orchestrator.md shows, run as shown, then checked with the real
+    binaries in a private HOME: each client sees the zwarm server (and claude starts it)."""
     codex, claude = require("codex"), require("claude")
     text_ = _docs_text()
-    lines = ["claude mcp add zwarm -- zwarm mcp", "codex mcp add zwarm -- zwarm mcp"]
+    lines = ["zwarm mcp install claude", "zwarm mcp install codex --user"]
     for line in lines:
         assert line in text_
     home = zw.tmp / "reg-home"
@@ -207,21 +204,24 @@ def test_docs_registration_lines_work_with_the_pinned_clis(zw) -> None:
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
-    bins = {"claude": claude, "codex": codex}
+    trusted = {"projects": {str(zw.cwd): {"hasTrustDialogAccepted": True}}}
+    (home / ".claude.json").write_text(json.dumps(trusted))  # as claude's trust dialog does
     for line in lines:
-        argv = line.split()
-        res = subprocess.run(
-            [bins[argv[0]], *argv[1:]],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=zw.cwd,
-            timeout=120,
-        )
-        assert res.returncode == 0, res.stderr
-    written = tomllib.loads((home / ".codex" / "config.toml").read_text())
-    assert written["mcp_servers"]["zwarm"] == {"command": "zwarm", "args": ["mcp"]}
-    assert '[mcp_servers.zwarm]\ncommand = "zwarm"\nargs = ["mcp"]' in text_
+        zw.run(*line.split()[1:], env_extra=env, check=True)
+    written = tomllib.loads((home / ".codex" / "config.toml").read_text())["mcp_servers"]
+    assert written["zwarm"]["command"] == str(ZWARM_BIN)
+    manual = text_.split("By hand, the codex entry is:", 1)[1].split("```toml\n", 1)[1]
+    manual_entry = tomllib.loads(manual.split("```", 1)[0])["mcp_servers"]["zwarm"]
+    assert manual_entry.keys() == written["zwarm"].keys()  # the docs show what install writes
+    res = subprocess.run(
+        [codex, "mcp", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=zw.cwd,
+        timeout=120,
+    )
+    assert res.returncode == 0 and '"zwarm"' in res.stdout, res.stdout + res.stderr
     res = subprocess.run(
         [claude, "mcp", "get", "zwarm"],
         capture_output=True,

@@ -10,10 +10,9 @@ import pytest
 
 from zwarm.agents.base import AgentOptions, UnsafeResumeId
 from zwarm.agents.claude import ClaudeAgent, claude_argv
-from zwarm.agents.claude.manager import ClaudeSessionManager
 from zwarm.agents.codex import CodexAgent, codex_argv, flatten_config, toml_value
-from zwarm.agents.codex.manager import CodexSessionManager
 from zwarm.config import Config, validate
+from zwarm.engine import manager_class
 from zwarm.env import Env
 from zwarm.errors import InvalidInput
 from zwarm.model import Session, Status, Turn
@@ -227,8 +226,9 @@ def _session(tmp_dir: str, adapter: str, model: str | None, dangerous: bool = Fa
     )
 
 
-@pytest.mark.parametrize("cls", [CodexSessionManager, ClaudeSessionManager])
-def test_options_from_config(tmp_path, cls) -> None:
+@pytest.mark.parametrize("agent", ["codex", "claude"])
+def test_options_from_config(tmp_path, agent: str) -> None:
+    cls = manager_class(agent)
     doc = {
         "codex": {
             "command": ["my-codex", "--flag"],
@@ -247,7 +247,7 @@ def test_options_from_config(tmp_path, cls) -> None:
     argv = mgr.build_argv(mgr.options(s))
     assert "PROMPT-SECRET" not in " ".join(argv)
     assert argv[argv.index("--model") + 1] == "m1"
-    if cls is CodexSessionManager:
+    if agent == "codex":
         assert argv[:2] == ["my-codex", "--flag"]
         assert argv[argv.index("-C") + 1] == str(tmp_path)
         assert 'a.b="c"' in argv
@@ -282,8 +282,9 @@ def test_safe_resume_ids_pass(agent) -> None:
         assert good in agent.argv(opts(), good)
 
 
-@pytest.mark.parametrize("cls", [CodexSessionManager, ClaudeSessionManager])
-def test_manager_argv_checks_the_resume_id(tmp_path, cls) -> None:
+@pytest.mark.parametrize("agent", ["codex", "claude"])
+def test_manager_argv_checks_the_resume_id(tmp_path, agent: str) -> None:
+    cls = manager_class(agent)
     mgr = cls(Store(tmp_path / ".zwarm"), Config(validate({}, "cfg")), Env(cwd=tmp_path))
     with pytest.raises(UnsafeResumeId):
         mgr.build_argv(mgr.options(_session(str(tmp_path), cls.name, None)), "-rf")

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from zwarm.agents.claude.manager import ClaudeSessionManager
 from zwarm.agents.codex import DEFAULT_PRICES
-from zwarm.agents.codex.manager import CodexSessionManager
 from zwarm.config import ConfigError, defaults, dumps, load, schema
+from zwarm.engine import manager_class
 from zwarm.env import Env
 from zwarm.model import Usage
 from zwarm.store import Store
@@ -167,13 +166,13 @@ def test_unreadable_path(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- prices, cost
-def _mgr(cls: type, tmp_path: Path, text: str = ""):
+def _mgr(agent: str, tmp_path: Path, text: str = ""):
     c = load(write(tmp_path, text)) if text else defaults()
-    return cls(Store(tmp_path / ".zwarm"), c, Env(cwd=tmp_path, environ={}))
+    return manager_class(agent)(Store(tmp_path / ".zwarm"), c, Env(cwd=tmp_path, environ={}))
 
 
 def test_codex_cost_estimated_from_default_prices(tmp_path: Path) -> None:
-    m = _mgr(CodexSessionManager, tmp_path)
+    m = _mgr("codex", tmp_path)
     u = Usage(input_tokens=1_000_000, cached_input_tokens=400_000, output_tokens=100_000)
     # gpt-5: 1.25 per 1M fresh input, 0.125 per 1M cached, 10 per 1M output
     assert m.estimate_cost(u, "gpt-5") == pytest.approx(0.6 * 1.25 + 0.4 * 0.125 + 0.1 * 10)
@@ -181,7 +180,7 @@ def test_codex_cost_estimated_from_default_prices(tmp_path: Path) -> None:
 
 
 def test_unknown_model_cost_is_unknown_not_zero(tmp_path: Path) -> None:
-    m = _mgr(CodexSessionManager, tmp_path)
+    m = _mgr("codex", tmp_path)
     assert m.estimate_cost(Usage(100, 0, 10), "mystery-model") is None
     assert m.estimate_cost(Usage(100, 0, 10), None) is None
     assert m.cost_source("mystery-model") == "unknown"
@@ -190,7 +189,7 @@ def test_unknown_model_cost_is_unknown_not_zero(tmp_path: Path) -> None:
 
 def test_price_override_and_new_model(tmp_path: Path) -> None:
     m = _mgr(
-        CodexSessionManager,
+        "codex",
         tmp_path,
         """
 [codex.prices.gpt-5]
@@ -209,7 +208,7 @@ output = 1
 
 
 def test_claude_cost_is_reported(tmp_path: Path) -> None:
-    m = _mgr(ClaudeSessionManager, tmp_path)
+    m = _mgr("claude", tmp_path)
     assert m.cost_source("sonnet") == "reported"
     assert m.cost_source(None) == "reported"
     assert m.agent.price(m.config.table("claude"), "gpt-5") is None  # codex's, not claude's

@@ -1,4 +1,4 @@
-"""``zwarm.cli.follow``: growing turn logs read incrementally, each byte parsed once."""
+"""``zwarm.ops.following``: growing turn logs read incrementally, each byte parsed once."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from tests.support import SAMPLES
 from zwarm import agents
-from zwarm.cli import follow
 from zwarm.model import Usage
+from zwarm.ops import following as follow
 
 
 class Mgr:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from zwarm.agents.base import AgentOptions
+from zwarm.agents.base import AgentOptions, AgentSetupError, TurnFiles
 from zwarm.agents.gemini import GeminiAgent, events, home, tools
 from zwarm.model import Reason, Status, Usage
 
@@ -274,6 +274,47 @@ def test_collect_follows_no_link(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_a_planted_sidecar_is_no_facts(planted: bytes) -> None:
     assert tools.load(planted) == {}
+
+
+def test_the_turn_hooks_make_the_home_keep_the_facts_and_read_them(tmp_path: Path) -> None:
+    """What the engine calls around a gemini turn (the agent's hooks, not an engine subclass):
+    the home under the session's dir and the environment pointing at it; after the turn the
+    facts of its own tool ids from gemini's record there, kept in the sidecar; a reading of
+    the turn joins them to its steps."""
+    d = tmp_path / "sessions" / "c6421904-1c34-44af-a8c6-12337b83ec6a"
+    (d / "turns").mkdir(parents=True)
+    log = d / "turns" / "turn_1.jsonl"
+    turn = TurnFiles(d, log, d / "turns" / f"turn_1.{AGENT.turn_sidecar}")
+    env = {"GEMINI_API_KEY": "k", "ZWARM_SESSION_ID": "s", "GEMINI_CLI_TRUSTED_FOLDERS_PATH": "/x"}
+    got = AGENT.launch_env(table(user_settings=False), dict(env), "/w", turn, {})
+    assert got == {
+        "GEMINI_API_KEY": "k",
+        "ZWARM_SESSION_ID": "s",
+        "GEMINI_CLI_HOME": str(d / home.HOME_DIR),
+    }
+    assert (d / home.HOME_DIR / ".gemini" / "settings.json").is_file()
+    with pytest.raises(AgentSetupError, match="no Gemini credentials"):  # the turn is refused
+        AGENT.launch_env(table(user_settings=False), {}, "/w", turn, {})
+    lines = sample("completed")
+    log.write_bytes(b"".join(lines))
+    session_id, ids = tools.scan_log(lines)
+    assert session_id is not None
+    shell, write = sorted(ids, key=lambda i: "shell" not in i)
+    exit_3 = TRAILER.format(out="x", extra="Exit Code: 3\n")
+    made = "Successfully created and wrote to new file: /w/hello.py."
+    calls = [_call(shell, "run_shell_command", exit_3), _call(write, "write_file", made)]
+    _record(d / home.HOME_DIR, session_id, calls)
+    assert AGENT.reader(turn) is AGENT  # no facts yet
+    AGENT.after_turn(turn)
+    assert tools.load(turn.sidecar.read_bytes()) == {  # type: ignore[union-attr]
+        shell: {"exit_code": 3},
+        write: {"path": "/w/hello.py", "kind": "add"},
+    }
+    steps = list(AGENT.reader(turn).steps(iter(lines)))
+    assert steps[1]["changes"] == [{"path": "/w/hello.py", "kind": "add"}]
+    assert (steps[2]["exit_code"], steps[2]["status"]) == (3, "failed")
+    log.unlink()
+    AGENT.after_turn(turn)  # a turn without a log: nothing, never an error
 
 
 def test_scan_log_finds_the_session_and_the_tool_ids() -> None:

@@ -22,13 +22,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from zwarm import api as api_mod
 from zwarm.api import Zwarm, row
 from zwarm.cli import fast
 from zwarm.env import Env
 from zwarm.model import QueuedMessage, Session, Status, Turn, Usage
 from zwarm.model.records import Archive, Changes, Workspace
 from zwarm.model.rows import decode_row
+from zwarm.ops import listing as api_mod
 from zwarm.store import Store, rowcache
 from zwarm.system.files import dir_file_key
 

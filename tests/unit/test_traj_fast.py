@@ -403,7 +403,7 @@ def test_a_trajectory_iterates_its_own_generator(tmp_path: Path) -> None:
     and ``for`` share it, and the problems are known once it is exhausted."""
     from types import SimpleNamespace
 
-    from zwarm.api import Trajectory
+    from zwarm.ops.reading import Trajectory
 
     (tmp_path / "turn_2.jsonl").write_bytes(b"")
     store = SimpleNamespace(turn_path=lambda sid, n: tmp_path / f"turn_{n}.jsonl")

@@ -9,8 +9,9 @@ Must stay true:
 - only modules in this package name an agent or know its argv, config keys or event format;
 - importing this package is cheap: entry points are read (``zwarm.plugins``) and agents
   imported only when first asked for, once per process;
-- a plugin that fails to load, or is not a valid ``Agent`` under the name it registers, is
-  left out with a one-line warning on stderr (once), never a crash;
+- a plugin that fails to load, or is not a valid ``Agent`` under the name it registers (its
+  prompt on stdin, a plain ``turn_sidecar``, no session manager of its own: agents never
+  import the engine), is left out with a one-line warning on stderr (once), never a crash;
 - routing is deterministic: the agents that ship with zwarm are asked first, then plugins in
   name order.
 """
@@ -120,7 +121,7 @@ def reserved_tables() -> frozenset[str]:
 
 
 def _instantiate(name: str, obj: Any) -> Agent:
-    from zwarm.agents.base import Agent
+    from zwarm.agents.base import SIDECAR, Agent
 
     if isinstance(obj, type) and issubclass(obj, Agent):
         obj = obj()
@@ -130,4 +131,12 @@ def _instantiate(name: str, obj: Any) -> Agent:
         raise ValueError(f"registered as {name!r} but the agent is named {obj.name!r}")
     if obj.prompt_on_stdin is not True:
         raise ValueError("zwarm gives the prompt on stdin only (prompt_on_stdin must be True)")
+    if getattr(obj, "manager", None) is not None:  # a subclass of the engine zwarm once loaded
+        raise ValueError(
+            "it brings a session manager (Agent.manager), which zwarm no longer loads: an "
+            "agent's work around a turn is its own hooks (launch_env, after_turn, reader)"
+        )
+    sidecar = obj.turn_sidecar
+    if sidecar is not None and not (isinstance(sidecar, str) and SIDECAR.match(sidecar)):
+        raise ValueError(f"turn_sidecar {sidecar!r} is not a file extension like 'facts.json'")
     return obj

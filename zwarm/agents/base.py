@@ -1,9 +1,10 @@
 """The agent plugin interface: everything zwarm knows about one agent CLI.
 
 Owns ``Agent`` (what a plugin implements: name, model routing, config table, argv, permission
-flags, event parsing, usage/cost rules, conformance samples), ``AgentOptions`` (what argv
-building gets) and the checks at the boundary between an agent's output and zwarm. Must stay
-true:
+flags, event parsing, usage/cost rules, what it does around a turn, conformance samples),
+``AgentOptions`` (what argv building gets), ``TurnFiles`` (where a turn's files are, for the
+hooks) and the checks at the boundary
+between an agent's output and zwarm. Must stay true:
 - the prompt reaches an agent only on stdin: ``build_argv`` is never given it, and every agent
   declares so (``prompt_on_stdin``; the registry refuses an agent that does not);
 - a resume id (read back from a turn log or meta.json, which an agent can write) reaches argv
@@ -12,13 +13,18 @@ true:
 - ``steps`` and ``outcome`` read any bytes in memory bounded by ``jsonl.LINE_CAP`` and never
   raise: an over-long line is skipped with a non-fatal error step, a parser that fails is
   reported as an error, and every outcome value fits what ``meta.json`` may hold;
-- importing this module is cheap (no parser, no engine): the registry and config import it.
+- importing this module is cheap (no parser, no engine): the registry and config import it;
+- an agent never imports the engine: what one needs around its turns (a home of its own, facts
+  its stream leaves out) are the hooks the engine calls (``launch_env`` before a turn starts,
+  ``after_turn`` once its agent exited, ``reader`` when its log is read), with the turn's
+  files (``TurnFiles``) as the store names them.
 """
 
 import abc
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
@@ -34,6 +40,8 @@ from zwarm.rules import Setting as Setting  # where a plugin has always found it
 
 RESUME_ID = re.compile(AGENT_SESSION_ID)
 NAME = re.compile(AGENT_NAME)
+# ``Agent.turn_sidecar``: a plain extension, never one of zwarm's own turn files (the digest)
+SIDECAR = re.compile(r"^(?!digest\.json\Z)[a-z][a-z0-9_-]{0,31}\.json\Z")
 
 Price = Mapping[str, float]  # USD per 1M tokens: input, cached_input, output
 
@@ -67,6 +75,22 @@ def check_resume_id(value: object) -> str:
     if not isinstance(value, str) or not RESUME_ID.match(value):
         raise UnsafeResumeId(f"refusing to resume agent session id {str(value)[:80]!r}")
     return value
+
+
+class AgentSetupError(Exception):
+    """An agent's ``launch_env`` could not set its turn up; says why in one line (the turn then
+    fails to start with it, ``start_failed``)."""
+
+
+class TurnFiles(NamedTuple):
+    """Where one turn's files are, as the store names them, for an agent's hooks: the
+    session's own directory (an agent may keep per-session state under it: gemini's home),
+    the turn's log (its stdout), and the agent's own file beside the log (``turns/turn_N.EXT``
+    for its ``turn_sidecar`` EXT; None if it declares none)."""
+
+    session_dir: Path
+    log: Path
+    sidecar: Path | None = None
 
 
 # Every agent's table has these; ``command`` defaults to the agent's name.
@@ -330,11 +354,41 @@ class Agent(abc.ABC):
             return "reported"
         return "estimated" if self.price(table, model) else "unknown"
 
-    # ------------------------------------------------------------------ engine, kit
-    # ``module:Class`` of a ``BaseSessionManager`` subclass bound to this agent, if it has one
-    # of its own (codex's ``CodexSessionManager``); else ``engine.manager_class`` makes one.
-    manager: ClassVar[str | None] = None
+    # ------------------------------------------------------------------ around a turn
+    # The extension of a file of the agent's own beside each turn's log (``TurnFiles.sidecar``,
+    # ``turns/turn_N.EXT``, matching ``SIDECAR``), which ``after_turn`` may write and
+    # ``reader`` read; None: it keeps none.
+    turn_sidecar: ClassVar[str | None] = None
 
+    def launch_env(
+        self,
+        table: Mapping[str, Any],
+        env: dict[str, str],
+        cwd: str,
+        turn: TurnFiles,
+        environ: Mapping[str, str],
+    ) -> dict[str, str]:
+        """The environment turn ``turn``'s agent runs with, given the one zwarm made for it
+        (``env``: the config's, the session's markers, ``"$ZWARM"``): by default ``env``.
+        Called where the turn runs (its supervisor), each time before it starts, with the
+        agent's validated config table, the working directory it runs in and the user's own
+        environment (``environ``); an agent that needs a per-session setup makes it here (under
+        ``turn.session_dir``). ``AgentSetupError`` (one line) if the turn must not start."""
+        return env
+
+    def after_turn(self, turn: TurnFiles) -> None:
+        """Once turn ``turn``'s agent has exited, before its end is recorded: keep what the
+        agent's own records say of the turn that its output leaves out (in ``turn.sidecar``).
+        Best effort: a failure here leaves the turn as its log tells it (the engine reports
+        an exception on the supervisor's log and carries on). By default nothing."""
+        return None
+
+    def reader(self, turn: TurnFiles) -> "Agent":
+        """The agent that reads turn ``turn``'s log (``steps``): by default this one; one that
+        keeps a sidecar returns itself joined with what the sidecar holds."""
+        return self
+
+    # ------------------------------------------------------------------ conformance kit
     @abc.abstractmethod
     def conformance_samples(self) -> ConformanceSamples:
         """Sample streams of this agent for the conformance kit."""

@@ -158,7 +158,7 @@ def _upgrade(api: Zwarm, yes: bool) -> None:
     """``init --upgrade``: the plan shown, written only when asked (``zwarm.upgrade``)."""
     from zwarm import upgrade
 
-    p = upgrade.plan(api.store.root)
+    p = upgrade.plan(api.state_dir)
     lines = [f"zwarm 3.x settings in {p.root}: {', '.join(p.found)}"]
     for title, items in (
         ("carries over:", p.carried),
@@ -226,8 +226,8 @@ def ls_cmd(ctx: click.Context, status: str | None, name: str | None, adapter: st
       zwarm ls --source 'orchestrate:*' --limit 20 --json
     """
     if watch:
-        from zwarm.api import select_rows
         from zwarm.cli import live
+        from zwarm.ops.listing import select_rows
 
         def select(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return select_rows(rows, name, adapter, source, limit)
@@ -355,8 +355,8 @@ def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, a
       zwarm wait verbose 3f2a --timeout 600
       zwarm wait --all --any
     """
-    from zwarm.api import WAIT_EXIT
     from zwarm.cli import live
+    from zwarm.ops.waiting import WAIT_EXIT
 
     if not sessions and not all_:
         raise click.UsageError("give session ids or --all")
@@ -476,7 +476,7 @@ def rm(ctx: click.Context, sessions: tuple[str, ...], finished: bool, force: boo
         raise click.UsageError("give session ids or --finished")
     api = _api(ctx)
     # without a state dir, --finished removes nothing; a given id is still "not found"
-    exists = api.store.exists() or bool(sessions)
+    exists = api.has_sessions() or bool(sessions)
     from zwarm.errors import PartlyFailed, ZwarmError
 
     try:

@@ -306,9 +306,9 @@ def ls(api: Zwarm, status: str | None = None, name: str | None = None,
        adapter: str | None = None, source: str | None = None, limit: int | None = None,
        as_json: bool = False, as_tree: bool = False) -> int:  # fmt: skip
     """``zwarm ls`` but ``--watch``: the rows as JSON, the delegation trees, or the table."""
-    from zwarm.api import EncodedRow, select_rows
+    from zwarm.ops.listing import EncodedRow, select_rows
 
-    rows = api.sessions(status, encoded=as_json and not as_tree) if api.store.exists() else []
+    rows = api.sessions(status, encoded=as_json and not as_tree) if api.has_sessions() else []
     rows = select_rows(rows, name, adapter, source, limit)
     if as_tree:
         from zwarm.cli import tree

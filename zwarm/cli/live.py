@@ -2,8 +2,8 @@
 ``wait``, ``spawn --wait`` and ``inject --wait`` show while they block.
 
 Owns what refreshes on screen. Must stay true:
-- turn logs are read incrementally (``zwarm.cli.follow``): a refresh costs what the agents
-  wrote since the last one, never a re-parse of a whole log;
+- turn logs are read incrementally (``Zwarm.turn_watch``, ``Zwarm.follow``: ``ops.following``):
+  a refresh costs what the agents wrote since the last one, never a re-parse of a whole log;
 - an idle view costs nothing: it sleeps on the state dir (``runtime.notify``) and reads again
   only what changed (and everything every ``FULL_EVERY_S``); ``top`` paints each distinct
   cell once (``_Painter``) and redraws only a frame that changed, so a second in which only
@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from zwarm.cli import follow, render
+from zwarm.cli import render
 from zwarm.cli.common import get_api
 from zwarm.cli.render import activity
 from zwarm.env import parse_iso
 from zwarm.model import RUNS, Status
 from zwarm.model.status import IDLE
+from zwarm.ops import following as follow
 from zwarm.text import cells, oneline
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class Board:
         from zwarm.system import notify
 
         self.notify = notify.Watcher()
-        self.notify.add(self.api.store.sessions)  # sessions added or removed
+        self.notify.add(self.api.sessions_dir)  # sessions added or removed
         self.refresh()
         return self
 
@@ -162,8 +163,7 @@ class Board:
         for sid, n in live:
             w = self.watches.get((sid, n))
             if w is None:
-                mgr = api.reader(self.running[sid].adapter)
-                w = self.watches[(sid, n)] = follow.TurnWatch(mgr, api.store.turn_path(sid, n))
+                w = self.watches[(sid, n)] = api.turn_watch(self.running[sid], n)
             w.poll()
         if self._watch_dirs():
             self._full = 0.0  # read again at the next update what changed before its watch
@@ -176,7 +176,7 @@ class Board:
             if r["status"] in IDLE:
                 continue
             try:
-                s = self.api.store.load(r["id"], history=False)  # reconciled just now
+                s = self.api.read(r["id"])  # reconciled just now
             except ZwarmError:
                 continue  # removed or damaged since it was listed: shown as listed
             if s.current is not None and not s.status.finished:
@@ -188,12 +188,11 @@ class Board:
         a directory was added."""
         if self.notify is None:
             return False
-        store = self.api.store
         wanted: dict[Path, str] = {}
         for sid in [*self.running, *(r["id"] for r in self.rows[-WATCHED_ROWS:])]:
-            wanted[store.session_dir(sid)] = sid
+            wanted[self.api.session_dir(sid)] = sid
             if sid in self.running:
-                wanted[store.session_dir(sid) / "turns"] = sid
+                wanted[self.api.session_dir(sid) / "turns"] = sid
         for p in [p for p in self._dirs if p not in wanted]:
             self.notify.discard(p)
         added = [p for p in wanted if p not in self._dirs]
@@ -416,7 +415,7 @@ def follow_trajectory(api: Zwarm, ref: str, turn: int | None, full: bool) -> int
     shown = None
     try:
         c.print(render.trajectory_header(row(s), _live_tokens(api, s)), soft_wrap=True)
-        for item in follow.follow(api, s.id, turn):
+        for item in api.follow(s.id, turn):
             if isinstance(item, follow.TurnEnd):
                 c.print(_turn_end(item.session, item.n))
                 continue
@@ -434,7 +433,7 @@ def follow_trajectory(api: Zwarm, ref: str, turn: int | None, full: bool) -> int
 
 def follow_steps(api: Zwarm, sid: str, turn: int | None) -> Iterator[dict[str, Any]]:
     """The steps alone of ``follow.follow`` (``trajectory -f --json``)."""
-    for item in follow.follow(api, sid, turn):
+    for item in api.follow(sid, turn):
         if not isinstance(item, follow.TurnEnd):
             yield item
 
@@ -468,7 +467,7 @@ def _live_tokens(api: Zwarm, s: Session) -> int | None:
     t = s.current
     if t is None or t.status.finished:
         return None
-    w = follow.TurnWatch(api.reader(s.adapter), api.store.turn_path(s.id, t.n))
+    w = api.turn_watch(s, t.n)
     w.poll()
     return follow.tokens_so_far(s, w)
 
@@ -535,13 +534,10 @@ class _Progress:
     def pause(self, timeout: float) -> tuple[set[str], bool]:
         """Sleep until a session's files change or ``timeout``; the sessions to read again,
         and whether any file changed (a turn log may have grown)."""
-        from zwarm.system import notify
-
         if self.watch is None:
             # never a look at everything: ``wait`` itself finds a lost session, and its
             # reconciling rewrites that session's meta.json, which wakes this watch
-            dirs = {sid: self.api.store.session_dir(sid) for sid in self.ids()}
-            self.watch = notify.Sessions(dirs, turns=True, every=None)
+            self.watch = self.api.watch_sessions(self.ids(), turns=True, wake=False)
         look = self.watch.pause(timeout)
         return look, bool(look) or self.watch.woke
 
@@ -565,8 +561,7 @@ class _Progress:
             assert s.current is not None
             w = self.watches.get((s.id, s.current.n))
             if w is None:
-                path = self.api.store.turn_path(s.id, s.current.n)
-                w = follow.TurnWatch(self.api.reader(s.adapter), path)
+                w = self.api.turn_watch(s, s.current.n)
                 self.watches[(s.id, s.current.n)] = w
                 w.poll()
             elif logs:

@@ -1,8 +1,10 @@
-"""The orchestrator commands: ``zwarm tools``, ``zwarm mcp`` and ``zwarm orchestrate``.
+"""The orchestrator commands: ``zwarm tools``, ``zwarm mcp`` (and ``zwarm mcp install``) and
+``zwarm orchestrate``.
 
 Loaded lazily by ``zwarm.cli`` (``LAZY_COMMANDS``), as the attributes ``tools_command``,
 ``mcp_command`` and ``orchestrate_command``. Owns only argument parsing and output; the work is
-``orchestrator.tools``, ``orchestrator.mcp_server`` and ``orchestrator.loop``. Must stay true:
+``orchestrator.tools``, ``orchestrator.mcp_server``, ``zwarm.mcp_install`` and
+``orchestrator.loop``. Must stay true:
 - ``mcp``, ``openai`` and ``rich`` are imported inside the command that needs them; a missing
   optional extra is one line naming the ``pip install`` to run, exit 1, never a traceback;
 - errors are ``ZwarmError``s, which ``zwarm.cli`` turns into one line and exit 1;
@@ -23,13 +25,18 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from zwarm.cli import output
 from zwarm.cli.common import get_api
 from zwarm.cli.fast import read_task
+from zwarm.env.children import SOURCE_VAR
+from zwarm.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from zwarm.api import Zwarm
 
 FORMATS = ("openai", "anthropic", "mcp")
 
@@ -65,25 +72,126 @@ def _need(module: str, extra: str, command: str) -> None:
         )
 
 
-@click.command("mcp")
+@click.group("mcp", invoke_without_command=True)
+@click.option(
+    "--source",
+    metavar="NAME",
+    envvar=SOURCE_VAR,
+    help="Name this server's caller (else ZWARM_SOURCE; else each connection is one of its "
+    "own: mcp:<client name>/<id>).",
+)
 @click.pass_context
-def mcp_command(ctx: click.Context) -> None:
+def mcp_command(ctx: click.Context, source: str | None) -> None:
     """Serve zwarm's orchestrator tools over MCP on stdin/stdout.
 
-    Register it with an MCP client. Sessions it starts are marked with source
-    mcp:<client name>.
+    Register it with an MCP client (zwarm mcp install claude|codex writes the client's
+    configuration). It serves the state dir found from where the client starts it (a .zwarm
+    here or in a parent), or the one given (--state-dir, ZWARM_DIR); with none found and none
+    given it refuses to start. Sessions it starts are marked with source
+    mcp:<client name>/<connection id>, or NAME.
 
     \b
     Examples:
-      claude mcp add zwarm -- zwarm mcp
-      codex mcp add zwarm -- zwarm mcp
+      zwarm mcp install claude      # .mcp.json + .claude/settings.json here
+      zwarm mcp install codex --user
     """
+    if ctx.invoked_subcommand is not None:
+        return
     _need("mcp", "mcp", "mcp")
     api = get_api(ctx)
+    _check_served_dir(api, given=(ctx.find_root().obj or {}).get("state_dir") is not None)
     api.setting("tools", "allowed_roots")  # loads config.toml: an invalid one is reported now
+    if source is not None:
+        source = _check_source(source)
     from zwarm.orchestrator import mcp_server
 
-    mcp_server.serve(api)
+    mcp_server.serve(api, source)
+
+
+def _check_served_dir(api: Zwarm, given: bool) -> None:
+    """Refuse, in one line, a state dir ``zwarm mcp`` cannot find or use: none found from the
+    working directory and none given (the client started the server elsewhere, or did not
+    pass ZWARM_DIR: it would serve an empty dir and never say so), one that is not a
+    directory, or one this user cannot read and write. A dir given that does not exist yet
+    is made by the first delegate, as for every command that writes."""
+    path = api.state_dir
+    if not os.path.lexists(path):
+        if not given:
+            raise InvalidInput(
+                f"no zwarm state dir found from {api.env.cwd} (no .zwarm there or in a "
+                "parent): run 'zwarm init' in the project, or give it with --state-dir or "
+                "ZWARM_DIR in the MCP client's server entry"
+            )
+        if not path.parent.is_dir():
+            raise InvalidInput(f"state dir {path}: {path.parent} is not a directory")
+        return
+    if not path.is_dir():
+        raise InvalidInput(f"state dir {path} is not a directory")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise InvalidInput(f"state dir {path} cannot be read and written by this user")
+    api.has_sessions()  # a sessions entry that is not a directory: a one-line StoreError
+
+
+def _check_source(source: str) -> str:
+    name = source.strip()
+    if not name or len(name) > 100 or not name.isprintable():
+        raise InvalidInput(
+            "--source (or ZWARM_SOURCE) must be 1 to 100 printable characters, "
+            f"not {source[:120]!r}"
+        )
+    return name
+
+
+@mcp_command.command("install")
+@click.argument("client", type=click.Choice(["claude", "codex"]))
+@click.option("--user", is_flag=True, help="The client's user-wide config (else this project's).")
+@click.option(
+    "--http",
+    "http_url",
+    is_flag=False,
+    flag_value="http://127.0.0.1:8765/mcp",
+    metavar="URL",
+    help="Use zwarm serve's MCP endpoint (default http://127.0.0.1:8765/mcp) instead of stdio.",
+)
+@click.option("--print", "printing", is_flag=True, help="Only show what would be written.")
+@click.pass_context
+def mcp_install_command(
+    ctx: click.Context, client: str, user: bool, http_url: str | None, printing: bool
+) -> None:
+    """Write CLIENT's MCP configuration so that a plain headless run uses zwarm's tools.
+
+    Adds the zwarm server (this zwarm, on this state dir), the client's permission for
+    zwarm's tools only, and what loads them upfront; other content is kept, and running it
+    again changes nothing. Project scope (the default) writes .mcp.json and
+    .claude/settings.json, or .codex/config.toml, in the current directory.
+
+    \b
+    Examples:
+      zwarm mcp install claude && claude -p "delegate the failing test to codex"
+      zwarm mcp install codex --user --print
+    """
+    from pathlib import Path
+
+    from zwarm import mcp_install
+
+    api = get_api(ctx)
+    state_dir = Path(os.path.abspath(api.state_dir))
+    environ = api.env.environ
+    if not printing:
+        api.ensure_state_dir()  # the server refuses a state dir that is not there
+    p = mcp_install.plan(
+        client,
+        user=user,
+        state_dir=state_dir,
+        cwd=api.env.cwd,
+        environ=environ,
+        command=mcp_install.zwarm_command(),
+        http_url=http_url,
+    )
+    if not printing:
+        mcp_install.apply(p)
+    for line in mcp_install.describe(p, printing):
+        click.echo(line)
 
 
 class _RunGroup(click.Group):

@@ -95,7 +95,8 @@ def _message_json(s: Any) -> dict[str, Any]:
 
 
 def _header(run: Any, compactions: int) -> None:
-    from zwarm.orchestrator.loop import cost_text, plural
+    from zwarm.orchestrator.loop import cost_text
+    from zwarm.text import plural
 
     click.echo(f"run {run.id}  {run.status}  model {oneline(run.model, 60)}")
     cost = cost_text(run.total_cost_usd, run.unpriced_parts) if run.status != "running" else "-"

@@ -85,13 +85,13 @@ def inject(ctx: click.Context, /, session: str, message: str, as_json: bool, wai
       zwarm inject 3f2a "now fix the tests" --context native --wait
       zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
     """
-    from zwarm import legacy_sessions
+    from zwarm import legacy
     from zwarm.model.requests import MessageRequest
 
     api = get_api(ctx)
     tty = message != "-" and sys.stdin.isatty()
     ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
-    legacy_sessions.confirm(api, session, confirm_dir, confirm_agent, ask)
+    legacy.confirm(api, session, confirm_dir, confirm_agent, ask)
     s, state = api.inject(session, MessageRequest(message=fast.read_task(message), **opts))
     turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
     if not as_json:
@@ -125,8 +125,9 @@ def after_start(
 
 def turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool) -> None:
     """Wait for turn ``n`` of ``sid``, print it, exit by its outcome (``--wait``)."""
-    from zwarm.api import WAIT_EXIT, resumed_as, row
+    from zwarm.api import row
     from zwarm.cli import live
+    from zwarm.ops.waiting import WAIT_EXIT, resumed_as
 
     sid = api.resolve(sid)
     try:

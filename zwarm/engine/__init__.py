@@ -1,8 +1,9 @@
 """The session engine: the life cycle of sessions and turns, the same for every agent.
 
 Owns ``manager_class``: the ``BaseSessionManager`` subclass bound to an agent of the registry
-(``zwarm.agents``) — the agent's own (``Agent.manager``, e.g. ``CodexSessionManager``) or one
-made for it. The engine depends on the agents, never the reverse.
+(``zwarm.agents``), made for it; what an agent does around its turns are its own hooks
+(``Agent.launch_env``, ``after_turn``, ``reader``), which the engine calls. The engine depends
+on the agents, never the reverse.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def _code(e: int | None) -> str:
 
 
 def _oneline(s: str) -> str:
-    """Whitespace runs as one space: unlike ``cli.text.oneline`` nothing is removed, as this
+    """Whitespace runs as one space: unlike ``text.oneline`` nothing is removed, as this
     goes into a prompt (the agent should see what was there), not onto a terminal."""
     return " ".join(s.split())
 

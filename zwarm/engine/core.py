@@ -4,8 +4,9 @@ Owns what every part of the session life cycle needs (``BaseSessionManager``, in
 ``engine.manager``, is built on it): the agent the manager is bound to (argv, options,
 permissions, environment, prices), the launcher a turn runs on and the scheduler, beginning and
 starting a turn (``_begin_next``, ``_start``, ``_admit``), the summary follow-up prompt and its
-digests, and reading a turn's log (``turn_steps``, ``read_outcome``); and which directories an
-agent may run in (``check_cwd``, ``in_state_dir``). Must stay true:
+digests, reading a turn's log (``turn_steps``, ``read_outcome``; through the agent's
+``reader`` hook) and where a turn's files are for the agent's hooks (``turn_files``); and
+which directories an agent may run in (``check_cwd``, ``in_state_dir``). Must stay true:
 - a turn is recorded running and its launcher started in the same transaction (``_start`` is
   only called with the session's lock held), so ``kill`` either sees what runs it or prevents
   it from starting; a new turn runs on the launcher its session's launch pin names, never
@@ -20,11 +21,12 @@ agent may run in (``check_cwd``, ``in_state_dir``). Must stay true:
 
 import abc
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from zwarm.agents.base import Agent, AgentOptions
+from zwarm.agents.base import Agent, AgentOptions, TurnFiles
 from zwarm.config import Config
 from zwarm.engine import transitions, tree
 from zwarm.engine.context import Digest, build_followup, digest_steps, dump_digest, load_digest
@@ -253,7 +255,23 @@ class ManagerCore(abc.ABC):
         except OSError as e:
             why = f"turn {n}'s log cannot be read: {e.strerror or e}"
             return iter([{"kind": "error", "message": why, "fatal": False}])
-        return _closing_iter(f, self.iter_steps(f))
+        return _closing_iter(f, self._reader(sid, n).steps(f))
+
+    def turn_files(self, sid: str, n: int) -> TurnFiles:
+        """Where turn ``n``'s files are, for the bound agent's hooks (its sidecar, if it
+        declares one, beside the log)."""
+        ext = self.agent.turn_sidecar
+        sidecar = self.store.turn_path(sid, n, ext) if ext else None
+        return TurnFiles(self.store.session_dir(sid), self.store.turn_path(sid, n), sidecar)
+
+    def _reader(self, sid: str, n: int) -> Agent:
+        """The agent that reads turn ``n``'s log (``Agent.reader``: gemini's joins the facts
+        its sidecar holds); the bound agent itself if the hook fails."""
+        try:
+            return self.agent.reader(self.turn_files(sid, n))
+        except Exception as e:  # a plugin's hook: the log is still read, without its extras
+            print(f"zwarm: the {self.name} agent's reader failed: {why(e)}", file=sys.stderr)
+            return self.agent
 
     def read_outcome(self, sid: str, n: int) -> TurnOutcome:
         """The outcome of turn ``n`` from its log: one pass, any JSON layout, bounded memory.
@@ -269,6 +287,11 @@ class ManagerCore(abc.ABC):
             return o
         except FileNotFoundError:
             return TurnOutcome()
+
+
+def why(e: Exception) -> str:
+    """An exception of a plugin's hook as one line."""
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
 def _closing_iter(f: Any, it: Iterator[Step]) -> Iterator[Step]:

@@ -1,9 +1,10 @@
 """``Finishing``: a turn's supervisor side, from its agent's launch to its recorded end.
 
-Owns what runs for a turn (``agent_launch``: ``AgentLaunch``, or ``StartRefused``), preparing
-it (a new worktree's setup, the before snapshot: ``prepare_turn``), and recording its end
-(``finish_turn``: the after snapshot and change stats, the outcome read from its log, usage and
-cost, the status and reason, a park on a usage or rate limit, the next queued turn begun).
+Owns what runs for a turn (``agent_launch``: ``AgentLaunch``, with the environment the agent's
+``launch_env`` hook makes, or ``StartRefused``), preparing it (a new worktree's setup, the
+before snapshot: ``prepare_turn``), and recording its end (``finish_turn``: the agent's
+``after_turn`` hook, the after snapshot and change stats, the outcome read from its log, usage
+and cost, the status and reason, a park on a usage or rate limit, the next queued turn begun).
 Must stay true:
 - what decides what runs (agent, working directory, sandbox bypass) comes from the session's
   launch pin and the trusted config, never from meta.json (``agent_launch``), and the pinned
@@ -25,9 +26,10 @@ from pathlib import Path
 
 import msgspec
 
+from zwarm.agents.base import AgentSetupError
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
-from zwarm.engine.core import MESSAGE_KEEP_CHARS, ManagerCore, in_state_dir
+from zwarm.engine.core import MESSAGE_KEEP_CHARS, ManagerCore, in_state_dir, why
 from zwarm.env.launcher import launcher
 from zwarm.errors import ZwarmError
 from zwarm.model import RUNS, Reason, Session, Status, Turn, TurnOutcome
@@ -75,7 +77,15 @@ class Finishing(ManagerCore):
         if zwarm is not None:
             env[tree.ZWARM_VAR] = str(zwarm)
             env["PATH"] = os.pathsep.join([str(zwarm.parent), env.get("PATH") or os.defpath])
-        return AgentLaunch(self.build_argv(opts, resume), pin.cwd, env)
+        argv = self.build_argv(opts, resume)
+        table = self.config.table(self.name)
+        try:  # the agent's own set-up (gemini: the session's home), with the pinned cwd
+            env = self.agent.launch_env(
+                table, env, pin.cwd, self.turn_files(s.id, t.n), self.env.environ
+            )
+        except AgentSetupError as e:
+            raise StartRefused(str(e)) from None
+        return AgentLaunch(argv, pin.cwd, env)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
         """Record that turn ``t``'s agent could not be started (lock held)."""
@@ -194,8 +204,9 @@ class Finishing(ManagerCore):
         queued turn and return it, or None. ``stop``: why its supervisor stopped the agent
         (a budget passed, a stall), if it did. A turn parked on a limit, or ended past the
         session's budget (then the queue is dropped), begins nothing. With ``hand_off`` (a
-        supervisor that runs one turn: ``runtime.slurm``), the next turn is started by its
+        supervisor that runs one turn: ``launchers.slurm``), the next turn is started by its
         launcher in the same transaction, and None returned."""
+        self._agent_after_turn(sid, n)
         outcome = self.read_outcome(sid, n)
         stderr_tail = _tail(self.store, sid, n)
         after, changes, whole = self._after_turn(sid, n)
@@ -216,6 +227,14 @@ class Finishing(ManagerCore):
                 self._start(s, nxt)
                 return None
             return nxt
+
+    def _agent_after_turn(self, sid: str, n: int) -> None:
+        """The bound agent's ``after_turn`` (gemini keeps the tool facts its stream leaves
+        out): best effort, a failure is one line on the supervisor's log."""
+        try:
+            self.agent.after_turn(self.turn_files(sid, n))
+        except Exception as e:  # a plugin's hook: the turn is recorded as its log tells it
+            print(f"zwarm: the {self.name} agent's after_turn failed: {why(e)}", file=sys.stderr)
 
     def _record(
         self,

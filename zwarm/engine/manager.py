@@ -6,10 +6,12 @@ the follow-up prompt, reading a turn's log), ``engine.finishing`` (the superviso
 runs, preparing a turn, recording its end), ``engine.recovery`` (reconcile, kill, retry and
 resume), and this module (making a session: ``spawn``; a follow-up: ``inject``; and
 ``manager_class``). Everything that differs between agents (argv, permissions, event parsing,
-how usage/cost accumulate over a native resume, prices) is the bound ``Agent``'s
-(``zwarm.agents.base``); subclasses only bind one. How a turn runs is the ``Launcher``'s
-(``zwarm.launchers``): the engine never starts, inspects or signals a process itself. Must
-stay true (each layer's docstring says which of these it keeps):
+how usage/cost accumulate over a native resume, prices, what it sets up before a turn and
+keeps after one: the hooks ``Agent.launch_env``, ``after_turn`` and ``reader``, which
+``engine.finishing`` and ``engine.core`` call) is the bound ``Agent``'s
+(``zwarm.agents.base``); a subclass only binds one (``manager_class``). How a turn runs is
+the ``Launcher``'s (``zwarm.launchers``): the engine never starts, inspects or signals a
+process itself. Must stay true (each layer's docstring says which of these it keeps):
 - every change to meta.json happens in ``Store.transaction`` (one locked load-modify-save), and
   every status change goes through ``engine.transitions``;
 - a turn is recorded running and its launcher started in the same transaction, so ``kill``
@@ -215,20 +217,14 @@ _classes: dict[str, type[BaseSessionManager]] = {}
 
 
 def manager_class(name: str) -> type[BaseSessionManager]:
-    """The session manager bound to agent ``name`` — the agent's own (``Agent.manager``, e.g.
-    ``CodexSessionManager``) or one made for it; ``UnknownAgent`` if there is none."""
+    """The session manager bound to agent ``name`` (made once per process); ``UnknownAgent``
+    if there is none."""
     if name not in _classes:
-        from zwarm import agents, plugins
+        from zwarm import agents
 
         agent = agents.get(name)
-        if agent.manager:
-            cls = plugins.load(agent.manager)
-            if not (isinstance(cls, type) and issubclass(cls, BaseSessionManager)):
-                raise TypeError(f"{agent.manager} is not a BaseSessionManager")
-        else:
-            attrs = {"agent": agent, "name": agent.name, "__module__": type(agent).__module__}
-            cls = type(f"{agent.name.title()}SessionManager", (BaseSessionManager,), attrs)
-        _classes[name] = cls
+        attrs = {"agent": agent, "name": agent.name, "__module__": type(agent).__module__}
+        _classes[name] = type(f"{agent.name.title()}SessionManager", (BaseSessionManager,), attrs)
     return _classes[name]
 
 

@@ -197,7 +197,7 @@ def _fields(t: list[float]) -> dict[str, Any]:
 def roll_up(rows: list[dict[str, Any]]) -> None:
     """Fill in each listing row's ``children`` and its subtree's totals (``tree_usage``,
     ``tree_cost_usd``, ``tree_unpriced``, ``tree_sessions``: the session and all its
-    descendants in the listing). A row in no tree keeps what ``api.row`` gave it (itself,
+    descendants in the listing). A row in no tree keeps what ``model.rows.row`` gave it (itself,
     no children): only the rows of trees are walked."""
     kids = children_map(rows)
     if not kids:

@@ -14,7 +14,7 @@ a new interpreter (and a server is started for the turns after). Must stay true:
   prove (``forking.fork``) costs a new interpreter, never a turn;
 - it runs in its own session with ``ZWARM_SUPERVISOR_OF=<id>`` and without any inherited
   ``ZWARM_SESSION_ID``; its agent gets ``ZWARM_SESSION_ID=<id>``: these markers are how a kill
-  verifies a process belongs to the session (``runtime.procs``);
+  verifies a process belongs to the session (``system.procs``);
 - it is recorded on the turn (pid, start ticks, boot id) in the same transaction that made the
   turn running, before this call returns;
 - a stop returns once the supervisor is gone (it records how its agent ended), or has been

@@ -14,7 +14,7 @@ their own shells). Must stay true:
   that left the group and the session (``setsid``); on Linux every process orphaned while it
   ran (this process is a child subreaper during the call, so orphans become its children,
   token or not); and the descendants of all of these. A process is signalled only while its
-  pid and start time match what was found (``runtime.procs``), never by a bare pid;
+  pid and start time match what was found (``system.procs``), never by a bare pid;
 - its output (stdout and stderr merged, in order) is drained as it comes and only a head and a
   tail are kept in memory (``OUTPUT_HEAD`` + ``OUTPUT_TAIL`` bytes); the bytes dropped in
   between are counted and said. A command printing GiBs costs neither memory nor disk;

@@ -54,6 +54,7 @@ from zwarm.orchestrator.chat import ChatLLM, Completion, OpenAIChat, Retry, Retr
 from zwarm.orchestrator.guard import ORCH_KEY_VAR, Secrets, without_key
 from zwarm.orchestrator.runstore import Run, RunStore
 from zwarm.orchestrator.tools import Result, Toolbox, allowed_roots, schemas, short, to_json
+from zwarm.text import plural
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -763,10 +764,6 @@ _ENDED = {
     "error": "stopped by an error",
     "interrupted": "interrupted",
 }
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def cost_text(total: float | None, unpriced: int) -> str:

@@ -125,9 +125,10 @@ def _preload() -> dict[str, tuple[int, int, int]]:
     later is found by the child, as by a new interpreter)."""
     import ctypes  # noqa: F401  (the child subreaper's prctl)
 
-    import zwarm.agents.claude.manager
-    import zwarm.agents.codex.manager
-    import zwarm.agents.gemini.manager
+    import zwarm.agents.claude
+    import zwarm.agents.codex
+    import zwarm.agents.gemini.home
+    import zwarm.agents.gemini.tools
     import zwarm.config
     import zwarm.engine.manager
     import zwarm.engine.scheduler

@@ -6,10 +6,11 @@ Owns running them. The supervisor calls ``session_ended`` once the session it ra
 that starts ``python -I -m zwarm.runtime.hooks STATE_DIR ID`` detached (its own session,
 working directory ``/``) and returns at once: the supervisor exits as before, and ``kill`` never
 waits on a hook. That process runs ``on_finish`` (every end), then ``on_fail`` (a failed end,
-not a killed one), each with the session's JSON (``zwarm show --json``) on stdin, in the
-directory that holds the state dir, under ``[hooks] timeout_s`` (then its whole process group
-is killed), its output and how it ended appended to ``sessions/<id>/hooks.log``. Must stay
-true:
+not a killed one), each with the session's JSON on stdin as ``zwarm show --json`` prints it
+(asked of zwarm's own command line, run isolated: this entry point, like the supervisor, sits
+above the engine and never builds the facade, ``zwarm.api``), in the directory that holds the
+state dir, under ``[hooks] timeout_s`` (then its whole process group is killed), its output
+and how it ended appended to ``sessions/<id>/hooks.log``. Must stay true:
 - a hook never changes the session: it starts after the end is recorded, and nothing it does,
   prints or fails to do is written to ``meta.json``;
 - hook commands come only from a ``config.toml`` the user trusted (``Config.get`` checks): an
@@ -24,7 +25,6 @@ as ``supervisor_lost``) runs no hook: nothing of zwarm is there to run it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zwarm.system import procs
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 EVENTS = ("on_finish", "on_fail")
 NOTIFY_TIMEOUT_S = 10.0
+SHOW_TIMEOUT_S = 120.0  # ``zwarm show --json`` of the session, for the hooks' stdin
 LOG_NAME = "hooks.log"
 
 
@@ -92,23 +93,26 @@ def unmarked(environ: Mapping[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------------- the runner
 def run(root: Path, sid: str, environ: Mapping[str, str]) -> int:
     """Run the session's hooks and notification (the detached runner's work)."""
-    from zwarm.api import Zwarm
+    from zwarm import config as config_mod
     from zwarm.env import Env
     from zwarm.errors import ZwarmError
+    from zwarm.store import Store
 
-    api = Zwarm(env=Env(state_dir=root, environ=dict(environ), cwd=root.parent))
-    log = Log(api.store.session_dir(sid) / LOG_NAME)
+    store = Store(Env(state_dir=root, environ=dict(environ), cwd=root.parent).find_state_dir())
+    log = Log(store.session_dir(sid) / LOG_NAME)
     try:
-        s = api.get(sid)
-        data = api.show(sid)
+        s = store.load(sid)
+        data = show_json(store.root, sid, environ)
     except ZwarmError as e:
         log.line(f"hooks not run: {e}")
         return 1
     events = ["on_finish"] + (["on_fail"] if s.status.value == "failed" else [])
+    config: Config | None = None
     for event in events:
-        try:
-            cmd = api.setting("hooks", event)
-            limit = float(api.setting("hooks", "timeout_s"))
+        try:  # a config.toml the user did not trust runs nothing (``Config.get`` checks)
+            config = config or config_mod.load(store.root / "config.toml", environ)
+            cmd = config.get("hooks", event)
+            limit = float(config.get("hooks", "timeout_s"))
         except ZwarmError as e:
             log.line(f"{event}: not run: {e}")
             continue
@@ -126,21 +130,46 @@ def run(root: Path, sid: str, environ: Mapping[str, str]) -> int:
     return 0
 
 
+def show_json(root: Path, sid: str, environ: Mapping[str, str]) -> bytes:
+    """The session's JSON as ``zwarm show --json`` prints it: zwarm's own command line, run
+    isolated (``env.python``) in ``/``, without the session's markers; ``ZwarmError`` with
+    its one line if it fails."""
+    from zwarm.env.python import NEUTRAL_CWD, python_argv
+    from zwarm.errors import ZwarmError
+
+    argv = python_argv(sys.executable, "zwarm", "--state-dir", str(root), "show", "--json", sid)
+    try:
+        res = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            cwd=NEUTRAL_CWD,
+            env=unmarked(environ),
+            timeout=SHOW_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ZwarmError(f"zwarm show did not answer: {e}") from None
+    if res.returncode != 0:
+        said = res.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = said[-1].removeprefix("Error: ") if said else f"exit {res.returncode}"
+        raise ZwarmError(why)
+    return res.stdout
+
+
 def run_one(
     event: str,
     cmd: str | list[str],
-    data: Any,
+    payload: bytes,
     env: dict[str, str],
     cwd: Path,
     limit: float,
     log: Log,
 ) -> None:
-    """Run one hook with ``data`` as JSON on stdin, its output into the log, for at most
-    ``limit`` seconds (then its process group is killed)."""
+    """Run one hook with ``payload`` (the session's JSON) on stdin, its output into the log,
+    for at most ``limit`` seconds (then its process group is killed)."""
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     shown = cmd if isinstance(cmd, str) else " ".join(cmd)
     log.line(f"{event}: running {shown!r}")
-    payload = json.dumps(data, ensure_ascii=False).encode("utf-8", "replace")
     started = time.monotonic()
     fd = log.open()
     try:

@@ -3,7 +3,7 @@
 Started by ``LocalLauncher`` as ``python -I -m zwarm.runtime.supervisor STATE_DIR ID`` in its
 own session with ``/`` as its working directory, so it outlives the command that started it and
 imports nothing from the state dir; or forked, ready-made, by the state dir's fork server
-(``runtime.forkserver``), which then calls ``main`` exactly so. A Slurm job (``runtime.slurm``)
+(``runtime.forkserver``), which then calls ``main`` exactly so. A Slurm job (``launchers.slurm``)
 runs it with ``--turn N`` on a compute node: that one turn only (``run_turn``; the next is a
 job of its own, submitted as this one ends). For each turn it starts the agent in its own
 process group with the prompt file as stdin and the turn log as stdout (the agent writes its
@@ -93,7 +93,7 @@ def run(state_dir: Path, sid: str) -> int:
 
 def run_turn(state_dir: Path, sid: str, n: int) -> int:
     """Run turn ``n`` of ``sid`` alone (``--turn N``): what a cluster job runs
-    (``runtime.slurm``). Only if that turn is running, not yet run by anyone, and this
+    (``launchers.slurm``). Only if that turn is running, not yet run by anyone, and this
     process is what its launcher started for it (``Launcher.runs_here``); a first turn that
     runs ``--after`` others is checked against them first (``Scheduler.held``). The next
     queued turn is handed to its launcher (a job of its own); a parked turn is left to the

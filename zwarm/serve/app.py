@@ -34,9 +34,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from zwarm.api import Zwarm, row, select_rows
+from zwarm.api import Zwarm, row
 from zwarm.env import Env
 from zwarm.errors import ZwarmError
+from zwarm.ops.listing import select_rows
 from zwarm.serve import bodies, streams
 from zwarm.serve.auth import Guard
 from zwarm.text import clip

@@ -4,7 +4,7 @@ status (``Streams.session``), and every session's changes (``Streams.fleet``).
 Owns reading turn logs and session state for HTTP clients and fanning it out. Must stay true:
 - one reader per session however many clients watch it: a ``Hub`` follows the session's turn
   logs by byte offset with the agent's own parser in one thread (as ``trajectory -f`` does,
-  through ``zwarm.cli.follow.LiveLog``) and keeps the encoded events; each client reads them
+  through ``zwarm.ops.following.LiveLog``) and keeps the encoded events; each client reads them
   from its own position, so a log is parsed once, not once per client, and a refresh reads
   only what was appended;
 - a step's event id is its cursor ``TURN.OFFSET.RANK``: the turn, the byte offset of the log
@@ -54,9 +54,9 @@ from zwarm.text import clip, oneline
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
-    from zwarm.cli.follow import LiveLog, TurnWatch
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.model import Session
+    from zwarm.ops.following import LiveLog, TurnWatch
 
 Cursor = tuple[int, int, int, int]  # (turn, log offset consumed, rank there, status event)
 HEARTBEAT = b": keep-alive\n\n"
@@ -292,10 +292,10 @@ class Hub:
 
     def _turn(self, api: Zwarm, mgr: BaseSessionManager, s: Session, n: int) -> Session | None:
         """Post turn ``n``: its start, each step as the log gives it, its end."""
-        from zwarm.cli.follow import LiveLog
+        from zwarm.ops.following import LiveLog
 
         self._post((n, 0, 1, 0), "turn", _turn_event(api, s, n, "started"))
-        path = api.store.turn_path(self.sid, n)
+        path = api.turn_log(self.sid, n)
         latest: list[Session | None] = [s]
 
         def ended() -> bool:
@@ -382,9 +382,9 @@ def _runs(s: Session, n: int) -> bool:
 
 
 def _turn_event(api: Zwarm, s: Session, n: int, phase: str) -> dict[str, Any]:
-    from zwarm.api import turn_json
+    from zwarm.ops.reading import turn_json
 
-    t = turn_json(api.store, s, s.turns[n - 1].to_dict())
+    t = turn_json(api, s, s.turns[n - 1].to_dict())
     for key in ("message", "final_message", "error"):
         if isinstance(t.get(key), str):
             t[key] = clip(t[key], 4000)
@@ -524,8 +524,8 @@ class Fleet:
         """``sid``'s row as ``ls --json`` lists it, plus what its running turn does now
         (``activity``, ``live_tokens``), and the session if it runs (its launcher is asked
         what it shows, ``Zwarm.launcher_says``, once for all); None if it is gone."""
-        from zwarm.api import damaged_row, row
         from zwarm.errors import DamagedSession, SessionNotFound, ZwarmError
+        from zwarm.model.rows import damaged_row, row
 
         try:
             s = api.get(sid)
@@ -540,9 +540,9 @@ class Fleet:
         return r, s if r["status"] in RUNS else None
 
     def _live(self, api: Zwarm, s: Session) -> tuple[str | None, int | None]:
-        from zwarm.cli.follow import TurnWatch, tokens_so_far
         from zwarm.model import RUNS
         from zwarm.model.steps import line
+        from zwarm.ops.following import tokens_so_far
 
         t = s.current
         if t is None or t.status not in RUNS:
@@ -550,8 +550,7 @@ class Fleet:
         key = (s.id, t.n)
         watch = self._watches.get(key)
         if watch is None:
-            mgr = api.reader(s.adapter)
-            watch = self._watches[key] = TurnWatch(mgr, api.store.turn_path(s.id, t.n))
+            watch = self._watches[key] = api.turn_watch(s, t.n)
         watch.poll()
         doing = oneline(line(watch.latest), 200) if watch.latest is not None else ""
         return doing or None, tokens_so_far(s, watch)
@@ -585,7 +584,7 @@ def _stamps(sessions: Any) -> dict[str, int]:
 def _queue_places(rows: dict[str, dict[str, Any]]) -> None:
     """Queued rows' places in the queue, as ``ls`` shows them (copied before they change:
     published rows are never changed)."""
-    from zwarm.api import _queue_places as places
+    from zwarm.ops.listing import queue_places as places
 
     if not any(r["status"] == "queued" for r in rows.values()):
         return

@@ -7,7 +7,7 @@ repository, the worktree zwarm made for it, its branch and base commit: what ``m
 ``rm`` act on), and its launcher (what runs every turn of it: this machine, a Slurm job).
 Beside each pin, ``<id>.handles.json``: what the launcher started for each turn (a Slurm job
 id), recorded by the launcher that started it, so that ``kill`` signals only what zwarm
-started, never what ``meta.json`` names (``runtime.slurm``).
+started, never what ``meta.json`` names (``launchers.slurm``).
 By default the state dir lies inside the agent's working directory, so a sandboxed agent can
 rewrite ``meta.json``; the pin lies outside every sandbox's writable roots (unless the user
 makes their home the agent's working directory, which docs/threat-model.md warns about).

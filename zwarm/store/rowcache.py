@@ -94,7 +94,7 @@ def siblings(path: Path) -> list[Path]:
 
 
 def code_tag(sources: Sequence[str]) -> str:
-    """Which code made the rows: the files that decide what a row says (``api.row``, the
+    """Which code made the rows: the files that decide what a row says (``model.rows.row``, the
     record's derived fields, the schemas), by inode, size and mtime. Another zwarm, or one
     edited in place, has a cache of its own, so a fix to a derived field shows at once."""
     import zlib

@@ -44,7 +44,6 @@ def claude_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
 
 class ClaudeAgent(Agent):
     name: ClassVar[str] = "claude"
-    manager: ClassVar[str | None] = "zwarm.agents.claude.manager:ClaudeSessionManager"
     native_resume: ClassVar[bool] = True
     usage_cumulative_on_resume: ClassVar[bool] = False
     cost_cumulative_on_resume: ClassVar[bool] = True

@@ -122,7 +122,6 @@ def codex_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
 
 class CodexAgent(Agent):
     name: ClassVar[str] = "codex"
-    manager: ClassVar[str | None] = "zwarm.agents.codex.manager:CodexSessionManager"
     native_resume: ClassVar[bool] = True
     usage_cumulative_on_resume: ClassVar[bool] = True
     reports_cost: ClassVar[bool] = False

@@ -1,8 +1,11 @@
 """Google's Gemini CLI agent: ``gemini --output-format stream-json`` argv, config table, prices.
 
 Owns everything Gemini-specific but the event parsing (``events``), the session's home and
-settings (``home``), the tool facts read from gemini's own record (``tools``) and the session
-manager that ties them to the engine (``manager``). Must stay true: the prompt is never in
+settings (``home``) and the tool facts read from gemini's own record (``tools``), which its
+turn hooks tie to the engine: before a turn the session's home
+(``sessions/<id>/gemini-home``) and the environment pointing at it (``launch_env``), after a
+turn the facts its stream leaves out kept in the turn's sidecar (``after_turn``), joined to
+its steps when the turn is read (``reader``). Must stay true: the prompt is never in
 argv (gemini reads it from stdin when no ``-p`` is given); ``--yolo`` appears only when the
 session is explicitly dangerous, otherwise ``--approval-mode`` (default ``auto_edit``: file
 edits, no shell; ``yolo`` in the config counts as dangerous); usage is per run, also over
@@ -17,7 +20,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Price, Setting
+from zwarm.agents.base import (
+    Agent,
+    AgentOptions,
+    ConformanceSamples,
+    Price,
+    Setting,
+    TurnFiles,
+)
+from zwarm.agents.gemini.home import AUTH_TYPES
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
 from zwarm.rules import FREE, Rule
@@ -26,7 +37,6 @@ APPROVAL_MODES = ("auto_edit", "default", "plan", "yolo")
 # the same, tightest first: plan reads only; default asks (headless: denies) for each tool;
 # auto_edit approves edits; yolo approves everything
 APPROVAL_ORDER = ("plan", "default", "auto_edit", "yolo")
-AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
 
 # USD per 1M tokens, prompts up to 200K tokens (longer ones cost more on the Pro models).
 # Google's list prices (ai.google.dev/gemini-api/docs/pricing) as quoted by the gemini-cost
@@ -71,7 +81,7 @@ def gemini_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
 
 class GeminiAgent(Agent):
     name: ClassVar[str] = "gemini"
-    manager: ClassVar[str | None] = "zwarm.agents.gemini.manager:GeminiSessionManager"
+    turn_sidecar: ClassVar[str | None] = "tools.json"  # the tool facts (``tools``)
     native_resume: ClassVar[bool] = True
     usage_cumulative_on_resume: ClassVar[bool] = False
     reports_cost: ClassVar[bool] = False
@@ -123,6 +133,31 @@ class GeminiAgent(Agent):
         reader = copy.copy(self)
         reader.facts = facts
         return reader
+
+    # ------------------------------------------------------------------ around a turn
+    def launch_env(
+        self,
+        table: Mapping[str, Any],
+        env: dict[str, str],
+        cwd: str,
+        turn: TurnFiles,
+        environ: Mapping[str, str],
+    ) -> dict[str, str]:
+        from zwarm.agents.gemini import home
+
+        return home.launch_env(table, env, cwd, turn.session_dir / home.HOME_DIR, environ)
+
+    def after_turn(self, turn: TurnFiles) -> None:
+        from zwarm.agents.gemini import home, tools
+
+        if turn.sidecar is not None:
+            tools.save_facts(turn.log, turn.session_dir / home.HOME_DIR, turn.sidecar)
+
+    def reader(self, turn: TurnFiles) -> GeminiAgent:
+        from zwarm.agents.gemini import tools
+
+        facts = tools.read_facts(turn.sidecar) if turn.sidecar is not None else {}
+        return self.with_facts(facts) if facts else self
 
     def iter_steps(self, lines: Iterable[bytes]) -> Iterator[Step]:
         from zwarm.agents.gemini import events

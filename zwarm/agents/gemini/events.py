@@ -18,8 +18,8 @@ Must stay true:
   with the result's own error message, else the ``severity: "error"`` event just before it;
   no ``result`` line is no status. A ``severity: "error"`` event that the result adopts as its
   message is not also reported on its own;
-- ``tool_result`` carries no exit code: a shell command's comes from ``facts`` (read by the
-  session manager from gemini's own session record, ``zwarm.agents.gemini.tools``), else it
+- ``tool_result`` carries no exit code: a shell command's comes from ``facts`` (kept after
+  the turn from gemini's own session record, ``zwarm.agents.gemini.tools``), else it
   is 0 for a successful run and None otherwise; ``write_file``/``replace`` become
   ``file_change`` steps (path and add/update from ``facts`` when known);
 - usage is reported raw and per run (not cumulative over ``--resume``): input includes cached

@@ -1,4 +1,5 @@
-"""The home of its own each gemini session runs in (``GEMINI_CLI_HOME``), and its settings.
+"""The home of its own each gemini session runs in (``GEMINI_CLI_HOME``), and its settings:
+what ``GeminiAgent.launch_env`` does before each turn (``launch_env``).
 
 Gemini reads its settings from ``$GEMINI_CLI_HOME/.gemini/settings.json`` and keeps all its
 state there (projects, session records, trusted folders). Headless it needs an auth type in
@@ -25,7 +26,8 @@ Must stay true:
   shell commands' environment under strict sanitization (``GITHUB_SHA`` set, as in GitHub
   Actions), and the marker is how zwarm finds the commands it started in their own sessions;
 - nothing written follows a link: a directory of the home that is not a real directory (an
-  agent may plant a link) is replaced, files are written with ``O_NOFOLLOW`` (``write_private``).
+  agent may plant a link) is replaced, files are written with ``O_NOFOLLOW`` (``write_private``);
+- a problem setting up the home fails the turn to start with one line (``AgentSetupError``).
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from zwarm.agents.gemini import AUTH_TYPES
-from zwarm.errors import InvalidInput
+from zwarm.agents.base import AgentSetupError
+from zwarm.errors import InvalidInput, StoreError
 from zwarm.secret_names import looks_secret
 
 HOME_DIR = "gemini-home"
+# ``[gemini] auth``: "" = from the environment (``auth_type``)
+AUTH_TYPES = ("", "gemini-api-key", "vertex-ai", "compute-default-credentials", "external")
 MARKER = "ZWARM_SESSION_ID"  # zwarm.system.procs.MARKER (agents never import the runtime)
 # what the engine puts in every agent's environment and its shell commands need: the marker,
 # and the parent/state dir by which a `zwarm spawn` from inside becomes a child session, and
@@ -222,3 +226,29 @@ def environment(env: Mapping[str, str], home: Path) -> dict[str, str]:
     out = {k: v for k, v in env.items() if k != "GEMINI_CLI_TRUSTED_FOLDERS_PATH"}
     out["GEMINI_CLI_HOME"] = str(home)
     return out
+
+
+# --------------------------------------------------------------------------- before a turn
+
+
+def launch_env(
+    table: Mapping[str, Any],
+    env: dict[str, str],
+    cwd: str,
+    where: Path,
+    environ: Mapping[str, str],
+) -> dict[str, str]:
+    """The agent's environment ``env`` pointing at the session's home ``where``, written
+    first (``prepare``: the user's settings from ``environ``'s home, if ``user_settings``);
+    ``AgentSetupError`` (one line) if it cannot be."""
+    try:
+        user: dict[str, Any] = {}
+        if table["user_settings"]:
+            user = read_user_settings(user_settings_path(environ))
+        prepare(where, cwd, settings(table, env, user))
+    except GeminiSetupError as e:
+        raise AgentSetupError(str(e)) from None
+    except (OSError, StoreError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise AgentSetupError(f"cannot write the gemini session's home: {why}") from None
+    return environment(env, where)

@@ -4,10 +4,12 @@
 created or overwrote a file (nor its absolute path). Gemini's session record
 (``<home>/.gemini/tmp/<project>/chats/session-*-<id8>.jsonl``, ``toolCalls[].result``) does:
 the model's ``functionResponse`` text ends with ``Exit Code: N`` for a non-zero exit, and a
-file tool says ``Successfully created and wrote to new file: <abs path>.``. When a turn ends,
-the session manager reads those facts for the turn's own tool ids (``collect``) and keeps them
-beside the turn log (``turns/turn_N.tools.json``, ``dump``/``load``), because gemini deletes
-its records after 30 days and a later turn may resume (and rewrite) the same record.
+file tool says ``Successfully created and wrote to new file: <abs path>.``. When a turn ends
+(``GeminiAgent.after_turn``: ``save_facts``), those facts are read for the turn's own tool ids
+(``collect``) and kept beside the turn log (its sidecar ``turns/turn_N.tools.json``,
+``dump``/``load``; read back by ``GeminiAgent.reader``: ``read_facts``), because gemini
+deletes its records after 30 days and a later turn may resume (and rewrite) the same record.
+A problem reading the facts never fails the turn (its commands then show no exit code).
 
 Must stay true (the record and the sidecar are written by the agent's side: untrusted):
 - reading is bounded: record lines through ``jsonl.read_lines`` (line cap), at most
@@ -220,3 +222,31 @@ def _clean(fact: Any) -> Fact | None:
     if kind is not None and kind not in ("add", "update"):
         return None
     return dict(fact)
+
+
+def save_facts(log: Path, home: Path, sidecar: Path) -> None:
+    """Keep what gemini's record (under the session's ``home``) says of the tool calls of the
+    turn whose log is ``log``, in ``sidecar`` (best effort: no facts, then the turn's
+    commands show no exit code)."""
+    from zwarm.errors import StoreError
+    from zwarm.system.files import open_read, write_private
+
+    try:
+        with os.fdopen(open_read(log), "rb") as f:
+            session_id, wanted = scan_log(f)
+        if not wanted or session_id is None:
+            return
+        write_private(sidecar, dump(collect(home, session_id, wanted)))
+    except (OSError, StoreError):
+        pass
+
+
+def read_facts(sidecar: Path) -> dict[str, Fact]:
+    """The facts ``save_facts`` kept in ``sidecar``; none if it is missing or not theirs."""
+    from zwarm.system.files import read_file
+
+    try:
+        data, _ = read_file(sidecar, MAX_SIDECAR_BYTES)
+    except OSError:
+        return {}
+    return load(data)

@@ -32,7 +32,7 @@ import Toolbox``); its modules import each other directly, never through this pa
 
 from zwarm.orchestrator.tools.args import parse_arguments, validate_args
 from zwarm.orchestrator.tools.base import Handler, Result, Tool, ToolError, object_schema, to_json
-from zwarm.orchestrator.tools.catalog import TOOL_NAMES, TOOLS
+from zwarm.orchestrator.tools.catalog import MAX_WAIT_S, TOOL_NAMES, TOOLS
 from zwarm.orchestrator.tools.confine import allowed_roots, confine_cwd
 from zwarm.orchestrator.tools.looked import Looked
 from zwarm.orchestrator.tools.toolbox import FORMATS, Toolbox, dispatch, schemas
@@ -41,6 +41,7 @@ from zwarm.orchestrator.tools.views import fleet_view, session_view, short
 
 __all__ = [
     "FORMATS",
+    "MAX_WAIT_S",
     "TOOLS",
     "TOOL_NAMES",
     "Handler",

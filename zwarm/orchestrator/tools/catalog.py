@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from zwarm import agents
+from zwarm.config import SCHEMA
 from zwarm.model import requests
 from zwarm.model.requests import MessageRequest, SpawnRequest
 from zwarm.orchestrator.tools.base import Tool, object_schema
@@ -34,6 +35,7 @@ def _s(desc: str, **kw: Any) -> dict[str, Any]:
     return {"type": "string", "description": desc, **kw}
 
 
+MAX_WAIT_S: float = SCHEMA["tools"]["max_wait_s"][1]  # what one wait call blocks, by default
 _SESSION_ID = _s("Session id, unique id prefix (4+ chars) or session name.", minLength=1)
 
 # what delegate and converse offer of the requests (zwarm.model.requests), which declare each
@@ -71,27 +73,33 @@ def _converse_schema() -> dict[str, Any]:
 TOOLS: tuple[Tool, ...] = (
     Tool(
         "delegate",
-        "Start a coding agent (OpenAI Codex, Claude Code or Gemini CLI) on a task, in the "
-        "background. "
-        "Returns its session_id at once; the agent keeps working while you do other things. "
-        "Give a complete, self-contained task: the agent sees nothing else of this "
-        "conversation. Start several sessions for independent tasks, then call wait.",
+        "zwarm: start a background coding agent (OpenAI Codex, Claude Code or Gemini CLI) "
+        "on a task. Use it to hand coding work (a bug to fix, a feature, tests, a refactor, "
+        "an investigation) to another agent that runs in the background while you keep "
+        "working; start several for independent tasks (worktree=true gives each its own git "
+        "worktree and branch, to review with get_diff and merge). Returns its session_id at "
+        "once. Give a complete, self-contained task: the agent sees nothing else of this "
+        "conversation. Then call wait to learn when it finishes.",
         _delegate_schema(),
         delegate,
     ),
     Tool(
         "converse",
-        "Send a follow-up message to a session: it continues with the context of its earlier "
-        "turns. If a turn is still running the message is queued and starts when it ends. "
-        "Returns at once with state 'started' or 'queued' and the turn number.",
+        "zwarm: send a follow-up message to a background agent session (answer its question, "
+        "ask for a fix, pass on review comments): it continues with the context of its "
+        "earlier turns. If a turn is still running the message is queued and starts when it "
+        "ends. Returns at once with state 'started' or 'queued' and the turn number; then "
+        "call wait.",
         _converse_schema(),
         converse,
     ),
     Tool(
         "check_session",
-        "Status of one session: status (running, stalled, queued, parked, completed, failed, "
-        "killed), current turn, the agent's last message, error and its typed reason "
-        "(rate_limited, usage_limit, budget_exceeded...), token usage, cost, queued messages, "
+        "zwarm: the state of one background agent session (to learn when sessions finish, "
+        "call wait rather than polling this): status (running, stalled, queued, parked, "
+        "completed, failed, killed), current turn, the agent's last message, error and its "
+        "typed reason (rate_limited, usage_limit, budget_exceeded...), token usage, cost, "
+        "queued messages, "
         "for a queued session its place in the queue and what it waits for, and the sessions "
         "it started (children) with its whole subtree's usage and cost.",
         object_schema({"session_id": _SESSION_ID}, ["session_id"]),
@@ -100,8 +108,10 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "list_sessions",
-        "List sessions, newest first, as compact rows. Sessions that finished since you last "
-        "looked are flagged new and listed in finished_since_last_look.",
+        "zwarm: list the background agent sessions of the state dir this server serves "
+        "(yours and others'), newest first, as compact rows, with that state dir and your "
+        "caller name (you). Sessions that finished since you last looked are flagged new and "
+        "listed in finished_since_last_look.",
         object_schema(
             {
                 "status": _s(
@@ -133,10 +143,11 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_trajectory",
-        "What a session's agent did, step by step: messages, reasoning, shell commands with "
-        "exit codes and output, file changes, tool calls, errors. Long outputs are shortened "
-        "and, if the whole does not fit, the middle steps are left out; a note says what was "
-        "cut. Use it to verify work, not just the agent's own claims.",
+        "zwarm: what a background agent did in its session, step by step: messages, "
+        "reasoning, shell commands with exit codes and output, file changes, tool calls, "
+        "errors. Long outputs are shortened and, if the whole does not fit, the middle steps "
+        "are left out; a note says what was cut. Use it to verify work, not just the agent's "
+        "own claims.",
         object_schema(
             {
                 "session_id": _SESSION_ID,
@@ -157,12 +168,13 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "wait",
-        "Block until a session finishes, instead of polling. Returns as soon as any of the "
-        "given sessions finishes that you were not already told about (or, with all=true, "
-        "when all have finished), or when the timeout passes; then it lists which finished "
-        "and which still run. Default sessions: every session you started that is running "
-        "or finished without your being told. One call "
-        "waits at most about 45 s: call it again to keep waiting.",
+        "zwarm: wait for your background agents to finish: blocks until one of your "
+        "background agent sessions finishes, instead of polling. Returns as soon as any of "
+        "the given sessions finishes that you were not already told about (or, with "
+        "all=true, when all have finished), or when the timeout passes: one call waits at "
+        f"most {MAX_WAIT_S:g} s (the configured [tools] max_wait_s), then lists which "
+        "finished and which still run; call wait again to keep waiting. Default sessions: "
+        "every session you started that is running or finished without your being told.",
         object_schema(
             {
                 "session_ids": {
@@ -187,7 +199,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "end_session",
-        "Stop a running session (kills the agent and drops its queued messages). With "
+        "zwarm: stop a running background agent session (kills the agent and drops its "
+        "queued messages). With "
         "delete=true also delete its files; a finished session can only be deleted.",
         object_schema(
             {
@@ -204,9 +217,10 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_diff",
-        "Exactly what a session (or one of its turns) changed in its git working tree: the "
+        "zwarm: exactly what a background agent session (or one of its turns) changed in its "
+        "git working tree: the "
         "changed files with added/removed line counts and the unified diff, from snapshots "
-        "zwarm takes before and after each turn. Review it before merging. Long diffs are "
+        "zwarm takes before and after each turn. Review it before merge. Long diffs are "
         "cut to fit (a note names the files left out).",
         object_schema(
             {
@@ -228,7 +242,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "comment",
-        "Attach a review comment to a line of a session's diff. Open comments are sent to "
+        "zwarm: attach a review comment to a line of a session's diff (get_diff). Open "
+        "comments are sent to "
         "the agent, with the diff lines around them, at the start of your next converse.",
         object_schema(
             {
@@ -247,8 +262,9 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "merge",
-        "Merge a finished worktree session's branch (its uncommitted work is committed "
-        "first) into the main checkout's branch or another. Refused while it runs, or when "
+        "zwarm: merge a finished worktree session's branch (its uncommitted work is "
+        "committed first) into the main checkout's branch or another; review its get_diff "
+        "first. Refused while it runs, or when "
         "it would write a file of the target that has uncommitted changes or that git does "
         "not track; a conflict is refused (nothing merged), listing the conflicting files, "
         "what was committed and what to do next.",

@@ -105,6 +105,8 @@ def list_sessions(tb: Toolbox, a: dict[str, Any]) -> Result:
     state = looked.load()
     new_ids = [r["id"] for r in rows if looked.is_new(state, r)]
     out: Result = {
+        "state_dir": str(tb.api.state_dir),
+        "you": tb.source,
         "total": len(rows),
         "sessions": [list_row(r, r["id"] in new_ids) for r in shown],
         "finished_since_last_look": new_ids,

@@ -7,14 +7,19 @@ tool definitions in the shapes OpenAI, Anthropic and MCP expect. Must stay true:
   finished sessions, even bugs come back as ``{"ok": false, "error": "<one clear line>"}``;
   every success is ``{"ok": true, ...}``;
 - arguments are checked against the tool's own schema (``args``) before its handler runs;
+- what a call showed as finished is recorded as told only when its caller says the result
+  was delivered (``call``; ``dispatch`` says so at once): a cancelled call marks nothing;
 - every surface is generated from the same ``Tool`` records (``catalog.TOOLS`` and a
   caller's extras): nothing about a tool is written twice.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import threading
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +48,32 @@ class Toolbox:
         self.source = source or "python"
         self.run = run  # the orchestrator run calling (zwarm orchestrate): its sessions' root
         self.tools = {t.name: t for t in (*TOOLS, *extra)}
+        self.told: dict[str, str] | None = None  # in a ``call``: the finishes it showed
+        self.stop: threading.Event | None = None  # in a ``call``: set when it is given up
 
     def dispatch(self, name: str, arguments: Any = None) -> Result:
-        """Run tool ``name`` with ``arguments`` (a dict or a JSON object string). Never raises."""
+        """Run tool ``name`` with ``arguments`` (a dict or a JSON object string). Never raises.
+        The finished sessions the result shows are recorded as told to the caller at once:
+        for a caller that gets the result in the same process (a loop, a script)."""
+        result, told = self.call(name, arguments)
+        told()
+        return result
+
+    def call(
+        self, name: str, arguments: Any = None, stop: threading.Event | None = None
+    ) -> tuple[Result, Callable[[], None]]:
+        """``dispatch`` for a caller that learns only later whether the result reached the
+        model (an MCP client may give up on a call, or go away): the result, and what
+        records as told the finished sessions it shows. Run that once the result has been
+        delivered, never for a call cancelled or abandoned: a finish stays news until then.
+        ``stop``, once set, makes a blocking tool (``wait``) give up soon; its result is
+        not to be used. Never raises."""
+        box = copy.copy(self)
+        box.told, box.stop = {}, stop
+        result = box._run(name, arguments)
+        return result, functools.partial(Looked(self.api, self.source).record, box.told)
+
+    def _run(self, name: str, arguments: Any) -> Result:
         try:
             tool = self.tools.get(name) if isinstance(name, str) else None
             if tool is None:
@@ -76,7 +104,11 @@ class Toolbox:
         return confine_cwd(self.api, raw)
 
     def looked(self) -> Looked:
-        return Looked(self.api, self.source)
+        return Looked(self.api, self.source, self.told)
+
+    def stopped(self) -> bool:
+        """Whether the caller gave up on this call (a blocking tool then stops)."""
+        return self.stop is not None and self.stop.is_set()
 
     def max_wait(self) -> float:
         return float(self.api.setting("tools", "max_wait_s"))

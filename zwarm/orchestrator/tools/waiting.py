@@ -6,7 +6,9 @@ finished without its being told) and when a call returns. Must stay true:
 - it never returns at once for a session the caller was already told had finished (so an
   LLM cannot busy-poll);
 - it sleeps in ``Zwarm.wait`` (woken by the sessions' files changing, ``system.notify``),
-  the one waiting helper: no polling loop of its own.
+  the one waiting helper: no polling loop of its own;
+- a wait its caller gave up (``Toolbox.stop``) stops within ``STOP_CHECK_S`` and marks
+  nothing (a thread an MCP server abandoned must not record a finish nobody was told).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from zwarm.api import row
 from zwarm.model import ACTIVE, FINISHED
-from zwarm.orchestrator.tools.base import Result
+from zwarm.orchestrator.tools.base import Result, ToolError
 from zwarm.orchestrator.tools.looked import Looked
 from zwarm.orchestrator.tools.views import finished_view
 
 if TYPE_CHECKING:
     from zwarm.orchestrator.tools.toolbox import Toolbox
+
+STOP_CHECK_S = 1.0  # how soon a wait its caller gave up (a cancelled MCP call) stops
 
 
 def wait(tb: Toolbox, a: dict[str, Any]) -> Result:
@@ -92,5 +96,8 @@ def _wait_loop(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return rows, False
+        if tb.stopped():
+            raise ToolError("wait given up by the caller")
         running = [sid for sid, r in rows.items() if r["status"] not in FINISHED]
-        tb.api.wait(running, timeout=remaining, any_=not all_)
+        pause = remaining if tb.stop is None else min(remaining, STOP_CHECK_S)
+        tb.api.wait(running, timeout=pause, any_=not all_)

@@ -1,5 +1,6 @@
-"""Reading turn logs while they grow, for the live views (``trajectory -f``, ``top``, the
-progress shown while ``wait`` blocks).
+"""Following turn logs while they grow: an API operation the live views share
+(``trajectory -f``, ``top``, the progress shown while ``wait`` blocks, ``zwarm serve``'s
+streams, through ``Zwarm.follow``, ``Zwarm.turn_watch``, ``Zwarm.turn_log``).
 
 Owns incremental reading: every reader here keeps a byte offset into the turn log and reads
 only what was appended since, so a refresh costs what the agent wrote since the last one,
@@ -9,12 +10,12 @@ never a re-parse of the whole log. Two shapes:
   with its state intact; ``follow`` chains it across a session's turns, queued ones included;
 - ``TurnWatch`` never blocks: each ``poll`` parses the lines appended since the last one and
   keeps the latest step and the tokens reported so far.
-Must stay true: ``follow`` sleeps until the session's files change (``runtime.notify``),
+Must stay true: ``follow`` sleeps until the session's files change (``system.notify``),
 never on a short timer, and reads meta.json again only when it changed (or every
-``api.WAKE_S``: a process that died writes nothing); it knows no agent's format (parsing is
-the agent's, through its manager); it opens logs with ``open_read`` (no link followed, never
-blocking on a FIFO); memory is bounded by the parser's line cap plus one poll's read
-(``POLL_BYTES``) whatever the log's size.
+``ops.waiting.WAKE_S``: a process that died writes nothing); it knows no agent's format
+(parsing is the agent's, through its manager); it opens logs with ``open_read`` (no link
+followed, never blocking on a FIFO); memory is bounded by the parser's line cap plus one
+poll's read (``POLL_BYTES``) whatever the log's size.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def follow(
     from the first (or only ``only_turn``), then each turn that starts after them, until the
     session is idle (finished: no turn active, none to come). A ``TurnEnd`` follows each turn.
     Between writes it sleeps until the session's files change (``runtime.notify``)."""
-    from zwarm.api import WAKE_S
+    from zwarm.ops.waiting import WAKE_S
     from zwarm.system.notify import Sessions
 
     with Sessions({sid: api.store.session_dir(sid)}, turns=True, every=WAKE_S) as watch:
@@ -178,7 +179,7 @@ def _follow(
             watch.pause()  # between turns: the next one is about to begin
             s = api.get(sid)
             continue
-        log = LiveLog(api.store.turn_path(sid, n), _ender(api, sid, n), poll_s, watch=watch)
+        log = LiveLog(api.turn_log(sid, n), _ender(api, sid, n), poll_s, watch=watch)
         try:
             for step in mgr.iter_steps(log):
                 if log.done:
@@ -202,6 +203,14 @@ def _ender(api: Zwarm, sid: str, n: int) -> Callable[[], bool]:
         return n > s.count or t is None or t.status.finished
 
     return ended
+
+
+def turn_watch(api: Zwarm, s: Session, n: int | None = None) -> TurnWatch:
+    """A ``TurnWatch`` on turn ``n`` of ``s`` (default: its latest), read by its agent's
+    parser; nothing read until its first ``poll``."""
+    t = s.current if n is None else s.turn(n)
+    number = t.n if t is not None else (n or s.count)
+    return TurnWatch(api.reader(s.adapter), api.turn_log(s.id, number))
 
 
 class TurnWatch:
