@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zwarm import agents, legacy
 from zwarm.agents import agent_for_model
@@ -55,12 +55,12 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm.engine import limits, tree
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.launchers.base import Launcher
+    from zwarm.model.requests import MessageRequest, SpawnRequest
     from zwarm.model.steps import Step
     from zwarm.ops.following import TurnEnd, TurnWatch
     from zwarm.ops.reading import Stream, Trajectory
     from zwarm.system import notify
 
-CONTEXT_MODES = ("summary", "native")
 TICK_EVERY_S = 1.0  # a long-lived Zwarm (wait, the MCP server) runs a scheduler pass this often
 _RUN_ID = re.compile(RUN_ID)
 
@@ -150,35 +150,9 @@ class Zwarm:
         return path
 
     # ------------------------------------------------------------------ starting
-    def spawn(
-        self,
-        task: str,
-        *,
-        adapter: str | None = None,
-        model: str | None = None,
-        cwd: str | Path | None = None,
-        name: str | None = None,
-        timeout: float | None = None,
-        context: str | None = None,
-        source: str = "cli",
-        dangerous: bool | None = None,
-        worktree: bool | None = None,
-        branch: str | None = None,
-        base: str | None = None,
-        notify: bool = False,
-        after: Sequence[str] | str | None = None,
-        after_any: bool = False,
-        group: str | None = None,
-        priority: int = 0,
-        max_cost: float | None = None,
-        max_tokens: int | None = None,
-        stall: float | None = None,
-        detached: bool = False,
-        run: str | None = None,
-        launcher: str | None = None,
-        launcher_option: Sequence[str] = (),
-    ) -> Session:
-        """Start a session; returns once its supervisor is running (the turn runs on). With
+    def spawn(self, request: SpawnRequest | str, /, **options: Any) -> Session:
+        """Start a session (``request``: a ``SpawnRequest``, or its task with its other
+        fields as keywords); returns once its supervisor is running (the turn runs on). With
         ``worktree`` (default: ``[defaults] workspace``) it runs in a new git worktree of the
         repository ``cwd`` is in, on a new ``branch`` made from ``base`` (default HEAD).
         Fleet control (``engine.scheduler``, ``engine.limits``): with caps configured, or
@@ -192,35 +166,40 @@ class Zwarm:
         its turns (``local``, ``slurm``: each turn a Slurm job), default ``[launcher]
         default``; ``launcher_option``: ``KEY=VALUE`` settings of its table for this session
         (the keys the launcher takes per session: ``Launcher.spawn_options``)."""
-        check_prompt(task)
-        adapter, model = self.route(adapter, model)
+        from msgspec import structs
+
+        from zwarm.model.requests import SpawnRequest
+
+        req = _request(SpawnRequest, request, "task", options)
+        check_request(req)
+        adapter, model = self.route(req.adapter, req.model)
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
 
-        workdir = check_cwd(Path(cwd) if cwd is not None else self.env.cwd, self.state_dir)
-        if name is not None:
-            self.store.check_name(name)
+        workdir = check_cwd(Path(req.cwd) if req.cwd is not None else self.env.cwd, self.state_dir)
+        if req.name is not None:
+            self.store.check_name(req.name)
         self._check_agent(mgr)
         cfg = self.config
-        fleet = self._fleet(after, after_any, group, priority, max_cost, max_tokens, stall)
-        lineage = self._lineage(run, detached)
-        runner = self._launcher_for(launcher)
-        runner_opts = self._launcher_options(runner, launcher_option)
-        ws = self._workspace_for(workdir, worktree, branch, base)
-        return mgr.spawn(
-            task,
-            cwd=workdir,
+        fleet = self._fleet(req)
+        lineage = self._lineage(req.run, req.detached)
+        runner = self._launcher_for(req.launcher)
+        runner_opts = self._launcher_options(runner, req.launcher_option)
+        ws = self._workspace_for(workdir, req.worktree, req.branch, req.base)
+        settled = structs.replace(
+            req,
             model=model,
-            name=name,
-            timeout=check_timeout(timeout) or (cfg.get("defaults", "timeout") or None),
-            context=check_context(context) or cfg.get("defaults", "context"),
-            source=source,
-            dangerous=cfg.get(adapter, "dangerous") if dangerous is None else dangerous,
+            timeout=check_timeout(req.timeout) or (cfg.get("defaults", "timeout") or None),
+            context=req.context or cfg.get("defaults", "context"),
+            dangerous=cfg.get(adapter, "dangerous") if req.dangerous is None else req.dangerous,
+            launcher=runner,
+        )
+        return mgr.spawn(
+            settled,
+            cwd=workdir,
             workspace=ws,
-            notify=notify,
             fleet=fleet,
             lineage=lineage,
-            launcher=runner,
             launcher_options=runner_opts,
         )
 
@@ -267,19 +246,11 @@ class Zwarm:
                 raise InvalidInput(f"spawn refused: parent session {parent.id}: {over}")
         return lineage
 
-    def _fleet(
-        self,
-        after: Sequence[str] | str | None,
-        after_any: bool,
-        group: str | None,
-        priority: int,
-        max_cost: float | None,
-        max_tokens: int | None,
-        stall: float | None,
-    ) -> limits.Fleet:
+    def _fleet(self, req: SpawnRequest) -> limits.Fleet:
         """Spawn's fleet options, checked; ``after`` resolved to session ids."""
         from zwarm.engine import limits
 
+        after: Sequence[str] | str = req.after
         refs = [after] if isinstance(after, str) else list(after or [])
         refs = [r.strip() for ref in refs for r in ref.split(",")]
         if "" in refs:  # --after '' or ',': a mistake, never "no dependency"
@@ -290,7 +261,9 @@ class Zwarm:
         if len(refs) > 100:
             raise InvalidInput("--after names more than 100 sessions")
         ids = tuple(self.store.resolve(r) for r in refs)
-        f = limits.Fleet(ids, after_any, group, priority, max_cost, max_tokens, stall)
+        f = limits.Fleet(
+            ids, req.after_any, req.group, req.priority, req.max_cost, req.max_tokens, req.stall
+        )
         return limits.check(f)
 
     def _workspace_for(
@@ -350,24 +323,22 @@ class Zwarm:
             raise AgentNotFound(mgr.name, cmd)
 
     def inject(
-        self,
-        ref: str,
-        message: str,
-        *,
-        context: str | None = None,
-        timeout: float | None = None,
+        self, ref: str, request: MessageRequest | str, /, **options: Any
     ) -> tuple[Session, str]:
-        """Continue a session: starts the next turn, or queues it behind the running one."""
-        check_prompt(message)
+        """Continue a session (``request``: a ``MessageRequest``, or its message with its
+        other fields as keywords): starts the next turn, or queues it behind the running one."""
+        from zwarm.model.requests import MessageRequest
+
+        req = _request(MessageRequest, request, "message", options)
+        check_request(req)
         s = self.get(ref, history=False)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
         _check_tree(s)
         _check_workdir(s)
         _check_budget(s, self.store)
-        mode, limit = check_context(context), check_timeout(timeout)
-        s, state = mgr.inject(s.id, message, context=mode, timeout=limit)
-        if (mode or s.context_mode) == "native":
+        s, state = mgr.inject(s.id, req.message, context=req.context, timeout=req.timeout)
+        if (req.context or s.context_mode) == "native":
             self._warn_no_resume(s, state)
         return s, state
 
@@ -735,10 +706,34 @@ def check_timeout(timeout: float | None) -> float | None:
     return float(limits.need("timeout", timeout, Seconds))
 
 
-def check_context(context: str | None) -> str | None:
-    if context is not None and context not in CONTEXT_MODES:
-        raise InvalidInput(f"unknown context mode {context!r} (use summary or native)")
-    return context
+def check_request(req: SpawnRequest | MessageRequest) -> None:
+    """``req``'s prompt, time limit and context mode, or ``InvalidInput`` saying what is
+    wrong: a request built in Python was checked by nothing (a Struct's constructor checks
+    no bound), and one a front end decoded is checked again here."""
+    from zwarm.model.requests import CONTEXT_MODES, SpawnRequest
+
+    check_prompt(req.task if isinstance(req, SpawnRequest) else req.message)
+    check_timeout(req.timeout)
+    if req.context is not None and req.context not in CONTEXT_MODES:
+        modes = " or ".join(CONTEXT_MODES)
+        raise InvalidInput(f"unknown context mode {req.context!r} (use {modes})")
+
+
+R = TypeVar("R", "SpawnRequest", "MessageRequest")
+
+
+def _request(cls: type[R], request: R | str, prompt: str, options: dict[str, Any]) -> R:
+    """``request``, or the ``cls`` its prompt and ``options`` make (``InvalidInput`` naming
+    an option ``cls`` has not)."""
+    if isinstance(request, cls):
+        if options:
+            raise InvalidInput(f"a {cls.__name__} takes no other options: {', '.join(options)}")
+        return request
+    fields: dict[str, Any] = {prompt: request, **options}
+    try:
+        return cls(**fields)
+    except TypeError as e:  # an unknown keyword: msgspec says which
+        raise InvalidInput(f"{cls.__name__}: {e}") from None
 
 
 __all__ = ["SessionNotFound", "Zwarm", "ZwarmError", "row"]

@@ -159,6 +159,21 @@ def test_spawn_options_reach_the_session(zw, serve, tmp_path: Path) -> None:
     assert s["turns_detail"][0]["timeout"] == 90
 
 
+def test_a_spawn_may_name_its_launcher(zw, serve) -> None:
+    """Issue 31 (drift): the HTTP body had no ``launcher`` (``zwarm spawn --launcher``), so a
+    client could not choose what runs a session's turns. Now the body is made from
+    ``SpawnRequest``: the launcher named runs it, and one that is not installed is the API's
+    error (naming the installed ones), not an unknown key."""
+    srv = serve(env_extra=zw.replay("codex_simple"))
+    r = srv.post("/api/sessions", {"task": "hi", "launcher": "local"})
+    assert r.status == 201, r.body
+    assert zw.json("show", r.json()["id"])["launcher"] == "local"
+    r = srv.post("/api/sessions", {"task": "hi", "launcher": "nosuch"})
+    assert r.status == 422 and "unknown launcher 'nosuch' (known: " in r.json()["error"], r.body
+    r = srv.post("/api/sessions", {"task": "hi", "launcher_option": ["x=1"]})
+    assert r.status == 422 and "takes no option 'x'" in r.json()["error"], r.body
+
+
 def test_the_token_is_needed_everywhere_but_the_page(zw, server: Server) -> None:
     for method, path in [
         ("GET", "/api/sessions"),

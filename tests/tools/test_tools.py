@@ -98,6 +98,11 @@ def test_python_surface_is_schemas_and_dispatch_over_an_api(zw) -> None:
         ({"task": "x", "timeout": True}, "argument 'timeout' must be a number"),
         ({"task": "x", "timeout": float("inf")}, "argument 'timeout' must be a number"),
         ({"task": "x", "bogus": 1}, "unknown argument 'bogus' (allowed: task, adapter"),
+        # the bounds SpawnRequest declares, which the generated schema carries
+        ({"task": "x", "timeout": 1e12}, "argument 'timeout' must be at most 1e+09, not"),
+        ({"task": "x", "priority": -2_000_000}, "argument 'priority' must be at least -1000000"),
+        ({"task": "x", "branch": "b" * 201}, "argument 'branch' is longer than 200 characters"),
+        ({"task": "x", "after": [""]}, "argument 'after[0]' must not be empty"),
     ],
 )
 def test_delegate_argument_errors(args, message) -> None:
@@ -243,6 +248,32 @@ def test_delegate_records_the_source_shown_by_ls(zw, toolbox) -> None:
     assert "SOURCE" in table[0].split()
     assert "orchestrate:run-1" in table[1]
     assert "already exists" in err(tb.dispatch("delegate", {"task": "x", "name": "greeter"}))
+
+
+def test_delegate_takes_every_spawn_option_its_subset_names(zw, toolbox) -> None:
+    """Issue 31 (drift): delegate's schema was written by hand and had drifted from spawn's:
+    its stall time was ``stall_s`` where every other front end says ``stall``, and it took no
+    ``context``, ``notify`` or ``launcher``. Now it is generated from ``SpawnRequest``'s
+    fields that ``catalog.DELEGATE`` names, and each reaches the session."""
+    from zwarm.model.requests import SpawnRequest
+    from zwarm.orchestrator.tools import catalog
+
+    tb = toolbox()
+    args = {"task": "t", "stall": 120, "context": "native", "notify": True, "launcher": "local"}
+    sid = ok(tb.dispatch("delegate", args))["session_id"]
+    meta = zw.meta(sid)
+    assert (meta["stall_s"], meta["context_mode"], meta["notify"]) == (120.0, "native", True)
+    assert meta["turns"][0]["launcher"] == "local"
+    assert "unknown argument 'stall_s'" in err(tb.dispatch("delegate", {"task": "t", "stall_s": 1}))
+    assert "dangerous" in err(tb.dispatch("delegate", {"task": "t", "dangerous": True}))
+    bad = {"task": "t", "launcher_option": ["x=1"]}  # reaches the launcher: local takes none
+    assert "launcher 'local' takes no option 'x'" in err(tb.dispatch("delegate", bad))
+    fields = sorted([*catalog.DELEGATE, *catalog.DELEGATE_LEFT_OUT])
+    assert fields == sorted(SpawnRequest.__struct_fields__)
+    (delegate,) = [t for t in tools.TOOLS if t.name == "delegate"]
+    assert list(delegate.schema["properties"]) == list(catalog.DELEGATE)
+    converse = next(t for t in tools.TOOLS if t.name == "converse").schema["properties"]
+    assert list(converse) == ["session_id", *catalog.CONVERSE]
 
 
 def test_check_converse_trajectory_end(zw, toolbox) -> None:

@@ -6,11 +6,13 @@ again and again (``ls``, ``trajectory --json``, ``show --json``, ``logs``) itsel
 argv is in ``fast``'s strict grammar, without loading click; anything else goes to the click
 commands (``commands``), which parse argv, report usage errors and help, and map errors to
 exit codes once. The layout: ``commands`` (click), ``fast`` (the click-free bodies and
-grammar), ``output`` (what both print through), ``render``/``tree`` (terminal text, over
-``zwarm.text``), ``live``/``follow`` (watching), ``serve`` (the command that starts
-``zwarm.serve``'s server), and one module per command group loaded when run. Must stay true:
-importing this package loads only the standard library, so ``fast``'s start-up is its own;
-nothing below the CLI (``zwarm.serve`` included) imports it.
+grammar), ``options`` (the one table of spawn's and inject's options, which click's options
+and ``fast``'s spawn grammar are made from), ``start`` (spawn and inject), ``output`` (what
+both print through), ``render``/``tree`` (terminal text, over ``zwarm.text``),
+``live``/``follow`` (watching), ``serve`` (the command that starts ``zwarm.serve``'s server),
+and one module per command group loaded when run. Must stay true: importing this package
+loads only the standard library, so ``fast``'s start-up is its own; nothing below the CLI
+(``zwarm.serve`` included) imports it.
 """
 
 from __future__ import annotations

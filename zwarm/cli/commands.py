@@ -14,9 +14,7 @@ Must stay true:
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +22,7 @@ import click
 
 from zwarm.cli import fast, output
 from zwarm.cli.common import get_api as _api
-from zwarm.cli.fleet import fleet_options
+from zwarm.cli.common import json_option, reader_may_go
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -32,6 +30,16 @@ if TYPE_CHECKING:
 
 # Commands defined in their own modules, imported only when run (keeps --help fast).
 LAZY_COMMANDS = {
+    "spawn": (
+        "zwarm.cli.start",
+        "spawn",
+        "Start a session with TASK in the background; prints its id.",
+    ),
+    "inject": (
+        "zwarm.cli.start",
+        "inject",
+        "Continue SESSION with MESSAGE; queued if a turn is running.",
+    ),
     "tools": ("zwarm.cli.orchestrator", "tools_command", "Print the orchestrator tool schemas."),
     "mcp": ("zwarm.cli.orchestrator", "mcp_command", "Serve zwarm's tools over MCP (stdio)."),
     "orchestrate": (
@@ -96,19 +104,6 @@ class _Group(click.Group):
             if line is not None:
                 click.echo(line, err=True)
             ctx.exit(code)
-
-
-@contextlib.contextmanager
-def _reader_may_go() -> Iterator[None]:
-    """Around the output of a command whose exit status is its answer (``wait``): a reader
-    that went away ends the output, not the command, which still exits by its result."""
-    try:
-        yield
-    except BrokenPipeError:
-        output.reader_gone()
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -192,107 +187,6 @@ def _upgrade(api: Zwarm, yes: bool) -> None:
         )
 
 
-def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--adapter: an installed agent, checked when given (never at --help: no plugin scan)."""
-    if value is not None:
-        from zwarm import agents
-
-        try:
-            agents.get(value)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return value
-
-
-@cli.command()
-@click.argument("task")
-@click.option(
-    "--adapter", callback=_agent_name, help="Agent to run: codex, claude, gemini, or a plugin's."
-)
-@click.option("--model", "-m", help="Model (an alias like sonnet or gpt-5 picks the adapter).")
-@click.option("-C", "cwd", type=click.Path(path_type=Path), help="Working directory.")
-@click.option("--name", help="A unique name to refer to the session by.")
-@click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
-@click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
-@click.option("--dangerous", is_flag=True, help="Run the agent with its sandbox/permission bypass.")
-@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
-@click.option("--notify", is_flag=True, help="A desktop notification when the session ends.")
-@click.option(
-    "--worktree/--shared",
-    default=None,
-    help="Run in a new git worktree and branch of the repository (default: [defaults] workspace).",
-)
-@click.option("--branch", help="The worktree's new branch (default zwarm/<name or id>).")
-@click.option("--base", help="What the worktree starts from (default: HEAD).")
-@click.option(
-    "--launcher",
-    help="What runs its turns: local, or slurm (each turn a job; default: [launcher] default).",
-)
-@click.option(
-    "--launcher-option",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A setting of the launcher's table for this session (slurm: partition, time, ...).",
-)
-@click.option(
-    "--detached",
-    is_flag=True,
-    help="Started by an agent: not killed or removed with its parent session.",
-)
-@fleet_options
-@json_option
-@click.pass_context
-def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, dangerous: bool,
-          **opts: Any) -> None:  # fmt: skip
-    """Start a session with TASK in the background; prints its id.
-
-    TASK - reads the task from stdin. With --wait the id is printed first, then the command
-    blocks (showing progress on a terminal) and exits 0 if the turn completed, 1 if not.
-    Without it, a queued session's place and what it waits for are said on stderr, and a
-    session that can never start (an --after session already failed) is said as an error,
-    exit 1; stdout is the id either way.
-    Run by an agent of a session (ZWARM_PARENT_SESSION), it starts a child of that session,
-    killed and removed with it unless --detached; [limits] max_spawn_depth bounds the depth.
-    An agent runs zwarm as "$ZWARM" (a login shell's PATH may not reach zwarm).
-
-    \b
-    Examples:
-      zwarm spawn "add a --verbose flag to cli.py" --name verbose
-      zwarm spawn "write tests for parser.py" -m sonnet -C ~/proj --wait
-      echo "a very long prompt..." | zwarm spawn - --timeout 1800 --notify
-      zwarm spawn "run the benchmark and fix regressions" --launcher slurm --timeout 3600
-    """
-    api = _api(ctx)
-    if not wait_:  # the fast path's body (``fast.spawn``)
-        ctx.exit(fast.spawn(api, task, as_json, dangerous, **opts))
-    s = api.spawn(fast.read_task(task), dangerous=dangerous or None, **opts)
-    if not as_json:
-        click.echo(s.id)  # first: the wait may be long, and may be interrupted
-    _after_start(ctx, api, s.id, 1, wait_, as_json, argv_task=task != "-")
-
-
-def _after_start(
-    ctx: click.Context, api: Zwarm, sid: str, n: int, wait_: bool, as_json: bool, argv_task: bool
-) -> None:
-    """Print what a start did; with --wait, wait for turn ``n`` and exit by its outcome. A
-    prompt given as an argument is in this process's argv: we re-exec without it first, as
-    every Python process zwarm starts, isolated (``env.python``: ``python_argv``, in
-    ``NEUTRAL_CWD``): the working directory is the agent's, and nothing it wrote there may be
-    imported."""
-    if wait_ and argv_task and sys.executable:
-        from zwarm.env.python import NEUTRAL_CWD, python_argv
-
-        sys.stdout.flush()
-        args = ["--state-dir", str(api.state_dir), "_turn-result", sid, str(n)]
-        argv = python_argv(sys.executable, "zwarm", *args, *(["--json"] * as_json))
-        os.chdir(NEUTRAL_CWD)
-        os.execv(sys.executable, argv)
-    if wait_:
-        _turn_result(ctx, api, sid, n, as_json)
-    else:
-        fast.started(api, sid, as_json)
-
-
 @cli.command(name="_turn-result", hidden=True)
 @click.argument("session")
 @click.argument("turn", type=int)
@@ -300,76 +194,9 @@ def _after_start(
 @click.pass_context
 def turn_result(ctx: click.Context, session: str, turn: int, as_json: bool) -> None:
     """Wait for TURN of SESSION, print it as spawn/inject --wait do, exit by its outcome."""
-    _turn_result(ctx, _api(ctx), session, turn, as_json)
+    from zwarm.cli.start import turn_result as body
 
-
-def _turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool) -> None:
-    from zwarm.api import row
-    from zwarm.cli import live
-    from zwarm.ops.waiting import WAIT_EXIT, resumed_as
-
-    sid = api.resolve(sid)
-    try:
-        with live.progress(api, lambda: [sid]):
-            s, _ = api.wait_turn(sid, n)
-    except KeyboardInterrupt:
-        live.still_running(api, [sid])
-        ctx.exit(130)
-    n = resumed_as(s, n)  # a parked turn resumed, or retried: how its last run ended
-    t = s.turns[n - 1]
-    r = {**row(s), "turn": n, "status": t.status.value, "error": t.error}
-    r["last_message"] = t.final_message if t.final_message is not None else r["last_message"]
-    with _reader_may_go():
-        if as_json:
-            output.emit_json(r)
-        else:
-            from zwarm.cli import render
-
-            render.session_result(r)
-    ctx.exit(WAIT_EXIT["completed" if t.status.value == "completed" else "failed"])
-
-
-@cli.command()
-@click.argument("session")
-@click.argument("message")
-@click.option("--context", type=click.Choice(["summary", "native"]), help="Follow-up mode.")
-@click.option("--timeout", type=float, help="Kill the turn after this many seconds.")
-@click.option("--wait", "wait_", is_flag=True, help="Wait for the turn to finish.")
-@click.option(
-    "--confirm-dir", metavar="DIR", help="A zwarm 3.x session: the folder it continues in."
-)
-@click.option("--confirm-agent", metavar="AGENT", help="A zwarm 3.x session: its agent.")
-@json_option
-@click.pass_context
-def inject(ctx: click.Context, session: str, message: str, as_json: bool, wait_: bool,
-           context: str | None, timeout: float | None, confirm_dir: str | None,
-           confirm_agent: str | None) -> None:  # fmt: skip
-    """Continue SESSION with MESSAGE; queued if a turn is running.
-
-    SESSION is a session id, a unique prefix of it (4+ characters), or its name; MESSAGE -
-    reads the message from stdin. With --wait the command blocks until this turn ends and
-    exits 0 if it completed, 1 if not. A session made by zwarm 3.x is continued once you
-    confirm its folder and agent (asked on a terminal, or --confirm-dir and --confirm-agent).
-
-    \b
-    Examples:
-      zwarm inject verbose "also update the README"
-      zwarm inject 3f2a "now fix the tests" --context native --wait
-      zwarm inject 0563 "carry on" --confirm-dir ~/proj --confirm-agent codex
-    """
-    api = _api(ctx)
-    from zwarm import legacy
-
-    tty = message != "-" and sys.stdin.isatty()
-    ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
-    legacy.confirm(api, session, confirm_dir, confirm_agent, ask)
-    s, state = api.inject(session, fast.read_task(message), context=context, timeout=timeout)
-    turn = s.count + (len(s.queue) if state == "queued" else 0)  # queue holds ours
-    if not as_json:
-        click.echo(f"{s.id} {state} (turn {turn})")  # with --wait: first
-    if not wait_:
-        return
-    _after_start(ctx, api, s.id, turn, wait_, as_json, argv_task=message != "-")
+    body(ctx, _api(ctx), session, turn, as_json)
 
 
 @cli.command(name="ls")
@@ -543,7 +370,7 @@ def wait(ctx: click.Context, sessions: tuple[str, ...], timeout: float | None, a
         ctx.exit(130)
     if not res["statuses"] and not as_json:
         click.echo("no session is running", err=True)
-    with _reader_may_go():
+    with reader_may_go():
         if as_json:
             output.emit_json(res)
         else:

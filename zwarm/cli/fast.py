@@ -2,10 +2,11 @@
 
 Owns the bodies of ``zwarm ls`` (but ``--watch``), ``trajectory SESSION --json`` and ``logs
 SESSION`` (but ``-f``), ``show SESSION --json`` and ``spawn TASK`` (but ``--wait``), which
-the click commands call too, and a strict argv grammar for them (``parse``),
-so that ``zwarm.cli.run`` can answer them before click is imported: click, and the modules
-only it loads, cost ~20 ms, a fifth of a warm ``ls --json`` over 1,000 sessions and of a
-spawn. Must stay true:
+the click commands call too, and a strict argv grammar for them (``parse``; ``spawn``'s made
+from the CLI's table of its options, ``zwarm.cli.options``, as click's are: never a second
+copy), so that ``zwarm.cli.run`` can answer them before click is imported: click, and the
+modules only it loads, cost ~20 ms, a fifth of a warm ``ls --json`` over 1,000 sessions and
+of a spawn. Must stay true:
 - the grammar accepts a subset of what the click CLI accepts (the same option names, values
   checked as click checks them) and, for it, the answer is the click CLI's exactly: the same
   stdout, stderr and exit status, because both run the same bodies and print through
@@ -20,14 +21,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from zwarm.cli import output
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from zwarm.api import Zwarm
 
 # what --status accepts: model.status.ROW_STATUSES, spelled out as importing zwarm.model would
@@ -61,16 +60,6 @@ def _float(value: str) -> float | None:
     return float(value) if digits.isascii() and digits.isdigit() else None
 
 
-def _context(value: str) -> str | None:
-    return value if value in ("summary", "native") else None
-
-
-def _path(value: str) -> Path:
-    from pathlib import Path
-
-    return Path(value)
-
-
 def _agent(value: str) -> str | None:
     """An installed agent's name (as ``--adapter`` checks it); another is click's to report."""
     from zwarm import agents
@@ -80,21 +69,6 @@ def _agent(value: str) -> str | None:
     except ValueError:
         return None
     return value
-
-
-def split_refs(values: Iterable[str]) -> tuple[str, ...]:
-    """``--after a,b --after c`` -> (a, b, c); an empty one (``--after ''``, ``a,,b``) is kept
-    as ``''``: ``Zwarm.spawn`` refuses it (it never means "no dependency")."""
-    return tuple(ref.strip() for v in values for ref in v.split(","))
-
-
-def _refs(value: str) -> tuple[str, ...]:
-    return split_refs((value,))
-
-
-def _one(value: str) -> tuple[str, ...]:
-    """A multiple option given once, as click passes it."""
-    return (value,)
 
 
 Check = Callable[[str], Any]  # a value as click converts it, None if click might not accept it
@@ -151,39 +125,45 @@ GRAMMARS = {
         values={}, flags={"--json": "as_json"}, args=("session",), needs=frozenset({"as_json"})
     ),
     "logs": Grammar(values={"--turn": (_int, "turn")}, flags={}, args=("session",)),
-    "spawn": Grammar(
-        values={
-            "--adapter": (_agent, "adapter"),
-            "--model": (_any, "model"),
-            "-m": (_any, "model"),
-            "-C": (_path, "cwd"),
-            "--name": (_any, "name"),
-            "--timeout": (_float, "timeout"),
-            "--context": (_context, "context"),
-            "--branch": (_any, "branch"),
-            "--base": (_any, "base"),
-            "--launcher": (_any, "launcher"),
-            "--launcher-option": (_one, "launcher_option"),
-            "--after": (_refs, "after"),
-            "--group": (_any, "group"),
-            "--priority": (_int, "priority"),
-            "--max-cost": (_float, "max_cost"),
-            "--max-tokens": (_int, "max_tokens"),
-            "--stall": (_float, "stall"),
-        },
-        flags={
-            "--dangerous": "dangerous",
-            "--notify": "notify",
-            "--worktree": "worktree",
-            "--detached": "detached",
-            "--after-any": "after_any",
-            "--json": "as_json",
-        },
-        args=("task",),
-        off={"--shared": "worktree"},
-        defaults={"worktree": None, "after": (), "priority": 0, "launcher_option": ()},
-    ),
 }
+
+
+def grammar(command: str) -> Grammar | None:
+    """``command``'s grammar: a reading command's from ``GRAMMARS``; ``spawn``'s made from
+    the CLI's one table of its options (``zwarm.cli.options``, what click's are made from
+    too), when a spawn is parsed (it loads the request's module, which a spawn needs anyway);
+    None for any other command."""
+    if command in GRAMMARS:
+        return GRAMMARS[command]
+    if command != "spawn":
+        return None
+    from zwarm.cli.options import described
+
+    values: dict[str, tuple[Check, str]] = {}
+    flags, off, defaults = {"--json": "as_json"}, {}, {}
+    for d in described(command):
+        if d.kind in ("flag", "pair"):
+            on, _, no = d.decls[0].partition("/")
+            flags[on] = d.field
+            if no:
+                off[no] = d.field
+        else:
+            values.update((name, (_check(d.kind, d.choices), d.field)) for name in d.decls)
+        if d.default is not (False if d.kind in ("flag", "pair") else None):
+            defaults[d.field] = d.default  # what click passes when the option is not given
+    return Grammar(values, flags, args=("task",), off=off, defaults=defaults)
+
+
+def _check(kind: str, choices: tuple[str, ...]) -> Check:
+    """How the fast path reads a value of ``kind`` (``options.Described``)."""
+    if kind == "choice":
+        return lambda value: value if value in choices else None
+    if kind == "multiple":  # given once (a repeated option is click's): click's tuple of it
+        return lambda value: (value,)
+    return _KINDS[kind]
+
+
+_KINDS: dict[str, Check] = {"text": _any, "float": _float, "int": _int, "agent": _agent}
 
 
 class Call:
@@ -205,9 +185,10 @@ def parse(argv: list[str], environ: Mapping[str, str]) -> Call | None:
         if got is None or state_dir is not None:
             return None
         state_dir, i = got
-    if i >= len(argv) or argv[i] not in GRAMMARS:
+    command = grammar(argv[i]) if i < len(argv) else None
+    if command is None:
         return None
-    kwargs = _command_args(GRAMMARS[argv[i]], argv[i + 1 :])
+    kwargs = _command_args(command, argv[i + 1 :])
     if kwargs is None:
         return None
     if state_dir is None and STATE_DIR_ENV in environ:
@@ -393,14 +374,20 @@ def logs(api: Zwarm, session: str, turn: int | None = None, follow: bool = False
     return 0
 
 
-def spawn(api: Zwarm, task: str, as_json: bool = False, dangerous: bool = False,
-          **opts: Any) -> int:  # fmt: skip
+def spawn(api: Zwarm, task: str, as_json: bool = False, **opts: Any) -> int:
     """``zwarm spawn TASK`` but ``--wait``: start the session (``task``: the prompt, ``-``
-    for stdin), print what ``started`` prints. ``opts``: ``Zwarm.spawn``'s, as the options
-    name them."""
-    s = api.spawn(read_task(task), dangerous=dangerous or None, **opts)
+    for stdin), print what ``started`` prints. ``opts``: the CLI's ``SpawnRequest`` fields
+    (``zwarm.cli.options.SPAWN``)."""
+    s = api.spawn(spawn_request(task, opts))
     started(api, s.id, as_json)
     return spawned(api, s)
+
+
+def spawn_request(task: str, opts: dict[str, Any]) -> Any:
+    """The ``SpawnRequest`` of a ``zwarm spawn`` command line (its task read if ``-``)."""
+    from zwarm.model.requests import SpawnRequest
+
+    return SpawnRequest(task=read_task(task), **opts)
 
 
 def spawned(api: Zwarm, s: Any) -> int:

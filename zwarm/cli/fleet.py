@@ -1,12 +1,11 @@
-"""Fleet control on the command line: spawn's scheduling and budget options, ``zwarm resume``
-and ``zwarm retry``.
+"""Fleet control on the command line: ``zwarm resume`` and ``zwarm retry``.
 
-Owns the click layer of ``engine.scheduler`` and ``engine.limits``: ``fleet_options`` (what
-``spawn`` adds: ``--after``, ``--after-any``, ``--group``, ``--priority``, ``--max-cost``,
-``--max-tokens``, ``--stall``) and the two commands, each a thin call into ``zwarm.api.Zwarm``.
-Must stay true: importing this module imports only click and ``zwarm.cli.common`` (``spawn``'s
-options are built from it on every start of ``zwarm``); errors are ``ZwarmError``s, turned into
-one line and exit 1 by ``zwarm.cli``.
+Owns the click layer of ``engine.scheduler`` and ``engine.limits`` but spawn's scheduling and
+budget options (``--after``, ``--group``, ``--priority``, ``--max-cost``...: ``SpawnRequest``
+fields, offered by ``zwarm.cli.options``): the two commands, each a thin call into
+``zwarm.api.Zwarm``. Must stay true: importing this module imports only click and
+``zwarm.cli.common``; errors are ``ZwarmError``s, turned into one line and exit 1 by
+``zwarm.cli``.
 """
 
 from __future__ import annotations
@@ -19,39 +18,6 @@ import click
 from zwarm.cli.common import get_api
 
 F = Callable[..., Any]
-
-
-def _ids(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    """``--after a,b --after c`` -> (a, b, c) (``fast.split_refs``: as the fast path reads it)."""
-    from zwarm.cli.fast import split_refs
-
-    return split_refs(value)
-
-
-def fleet_options(f: F) -> F:
-    """``spawn``'s fleet options (passed to ``Zwarm.spawn`` under the same names)."""
-    options = [
-        click.option(
-            "--after",
-            multiple=True,
-            callback=_ids,
-            metavar="ID[,ID...]",
-            help="Start once these sessions have finished (all completed, else it fails).",
-        ),
-        click.option(
-            "--after-any", is_flag=True, help="With --after: start whatever their outcome."
-        ),
-        click.option("--group", help="Its group: [groups.NAME] caps and budgets apply."),
-        click.option(
-            "--priority", type=int, default=0, help="Higher starts first when queued (default 0)."
-        ),
-        click.option("--max-cost", type=float, help="Budget in USD: over it, it is stopped."),
-        click.option("--max-tokens", type=int, help="Budget in tokens: over it, it is stopped."),
-        click.option("--stall", type=float, help="Mark it stalled after this many silent seconds."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def _print(as_json: bool, s: Any, what: str) -> None:

@@ -15,10 +15,8 @@ from typing import Any
 
 import click
 
-from zwarm.cli.common import get_api
+from zwarm.cli.common import get_api, json_option
 from zwarm.errors import InvalidInput
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def _emit(data: Any) -> None:

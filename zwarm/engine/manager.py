@@ -58,6 +58,7 @@ from zwarm.engine.recovery import Recovery
 from zwarm.errors import ZwarmError
 from zwarm.model import ACTIVE, QueuedMessage, Session, Status, Turn
 from zwarm.model.records import Workspace
+from zwarm.model.requests import SpawnRequest
 from zwarm.store import pins
 
 if TYPE_CHECKING:
@@ -79,37 +80,33 @@ class BaseSessionManager(Recovery):
     # ------------------------------------------------------------------ starting turns
     def spawn(
         self,
-        task: str,
+        req: SpawnRequest,
         *,
         cwd: Path,
-        model: str | None = None,
-        name: str | None = None,
-        timeout: float | None = None,
-        context: str = "summary",
-        source: str = "cli",
-        dangerous: bool = False,
         workspace: ws_mod.Plan | ws_mod.Found | None = None,
-        notify: bool = False,
         fleet: limits.Fleet | None = None,
         lineage: tree.Lineage | None = None,
-        launcher: str = "local",
         launcher_options: Mapping[str, Any] | None = None,
     ) -> Session:
-        """Create a session and start its first turn (the launcher runs it detached). With a
-        worktree ``workspace`` plan, its worktree is made first (and removed if this fails).
-        ``lineage``: its parent and depth, verified by the caller (``engine.tree``).
-        ``launcher``: what runs its turns (``zwarm.launchers``), pinned with the session, and
-        ``launcher_options`` its spawn options (checked by the caller), pinned too."""
+        """Create a session and start its first turn (the launcher runs it detached), as
+        ``req`` asks once the caller has settled it (``Zwarm.spawn``: its model routed, its
+        defaults from the config, its fleet options in ``fleet``); ``cwd``: the checked
+        working directory. With a worktree ``workspace`` plan, its worktree is made first (and
+        removed if this fails). ``lineage``: its parent and depth, verified by the caller
+        (``engine.tree``). ``req.launcher``: what runs its turns (``zwarm.launchers``),
+        pinned with the session, and ``launcher_options`` its ``req.launcher_option``s,
+        parsed and checked by the caller, pinned too."""
+        task, name, dangerous = req.task, req.name, bool(req.dangerous)
         opts = dict(launcher_options or {})
         now = self.env.now_iso()
         sid = self.store.new_id()
         ws, cwd = self._workspace(workspace, sid, name, cwd)
         try:
-            s = self._new_session(sid, task, cwd, now, model, name, context, source, dangerous)
+            s = self._new_session(sid, req, cwd, now, dangerous)
             s.workspace = ws
-            s.notify = notify  # a desktop notification when it ends (runtime.hooks)
+            s.notify = req.notify  # a desktop notification when it ends (runtime.hooks)
             (lineage or tree.Lineage()).apply(s)
-            transitions.begin(s, _first_turn(task, now, timeout, launcher))
+            transitions.begin(s, _first_turn(task, now, req.timeout, req.launcher or "local"))
             limits.settle(s, fleet or limits.Fleet(), self.config)
             if self._must_queue(s):  # created queued; the scheduler starts it (or not yet)
                 create = lambda: self._create(s, task, name, dangerous, opts)  # noqa: E731
@@ -157,17 +154,9 @@ class BaseSessionManager(Recovery):
                 raise
 
     def _new_session(
-        self,
-        sid: str,
-        task: str,
-        cwd: Path,
-        now: str,
-        model: str | None,
-        name: str | None,
-        context: str,
-        source: str,
-        dangerous: bool,
+        self, sid: str, req: SpawnRequest, cwd: Path, now: str, dangerous: bool
     ) -> Session:
+        task, model = req.task, req.model
         s = Session(
             id=sid,
             adapter=self.name,
@@ -176,11 +165,11 @@ class BaseSessionManager(Recovery):
             cwd=str(cwd),
             created_at=now,
             updated_at=now,
-            name=name,
+            name=req.name,
             model=self._asked_model(cwd, model, dangerous),
             requested_model=model,
-            context_mode="native" if context == "native" else "summary",
-            source=source[:200],
+            context_mode="native" if req.context == "native" else "summary",
+            source=req.source[:200],
             bypass=dangerous,
         )
         s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]

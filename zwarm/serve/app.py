@@ -275,8 +275,8 @@ class Server:
 
     # ---------------------------------------------------------------- changing
     async def spawn(self, request: Request) -> Response:
-        body = await _body(request, bodies.Spawn)
-        if body.dangerous and not self.opts.allow_dangerous:
+        req = bodies.spawn_request(await _body(request, bodies.Spawn))
+        if req.dangerous and not self.opts.allow_dangerous:
             raise HttpError(
                 403,
                 "this server does not start sessions with --dangerous "
@@ -287,39 +287,18 @@ class Server:
             from zwarm.orchestrator.tools import confine_cwd
 
             api = self.new_api()
-            s = api.spawn(
-                body.task,
-                adapter=body.adapter,
-                model=body.model,
-                cwd=confine_cwd(api, body.cwd),
-                name=body.name,
-                timeout=body.timeout,
-                context=body.context,
-                source=body.source,
-                dangerous=True if body.dangerous else None,
-                worktree=body.worktree,
-                branch=body.branch,
-                base=body.base,
-                notify=body.notify,
-                after=body.after or None,
-                after_any=body.after_any,
-                group=body.group,
-                priority=body.priority,
-                max_cost=body.max_cost,
-                max_tokens=body.max_tokens,
-                stall=body.stall,
-            )
+            s = api.spawn(msgspec.structs.replace(req, cwd=str(confine_cwd(api, req.cwd))))
             return {**row(api.get(s.id)), "warnings": list(api.warnings)}
 
         return _json(await run_in_threadpool(work), 201)
 
     async def inject(self, request: Request) -> Response:
         ref = request.path_params["ref"]
-        body = await _body(request, bodies.Message)
+        req = bodies.message_request(await _body(request, bodies.Message))
 
         def work() -> dict[str, Any]:
             api = self.new_api()
-            s, state = api.inject(ref, body.message, context=body.context, timeout=body.timeout)
+            s, state = api.inject(ref, req)
             turn = s.count + (len(s.queue) if state == "queued" else 0)
             return {"session": row(s), "state": state, "turn": turn, "warnings": api.warnings}
 

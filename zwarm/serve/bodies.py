@@ -1,53 +1,45 @@
-"""What the HTTP API accepts: the request bodies of ``zwarm serve``, as msgspec Structs.
+"""What the HTTP API accepts: the request bodies of ``zwarm serve``, made from the requests.
 
-Owns their shapes and bounds (the OpenAPI description is made from them, so it cannot drift);
-a number a session keeps has the bounds meta.json's schema declares (``zwarm.model.records``).
+Owns which fields of ``SpawnRequest`` and ``MessageRequest`` (``zwarm.model.requests``, where
+their types, bounds and help are declared) the HTTP API offers: ``SPAWN`` and ``MESSAGE``,
+each field it leaves out named with why. ``Spawn`` and ``Message`` are generated from those
+lists (``requests.subset``), and the OpenAPI description from them, so neither can drift.
 Must stay true: a body is a JSON object with exactly these keys (an unknown key, a wrong type
 or a value out of bounds is refused before anything runs); every value is checked again by
 ``zwarm.api.Zwarm``, which these only pass on.
 """
 
-from typing import Annotated, Literal
+from typing import Any
 
 import msgspec
-from msgspec import Meta
 
-from zwarm.model.records import Count, Money, Priority, Seconds
+from zwarm.model import requests
+from zwarm.model.requests import MessageRequest, SpawnRequest
 
-Text = Annotated[str, Meta(min_length=1, max_length=4 << 20)]
-Short = Annotated[str, Meta(min_length=1, max_length=200)]
-Context = Literal["summary", "native"]
-Source = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,59}$")]
+SPAWN = (
+    "task", "adapter", "model", "cwd", "name", "timeout", "context", "dangerous", "notify",
+    "worktree", "branch", "base", "launcher", "launcher_option", "after", "after_any", "group",
+    "priority", "max_cost", "max_tokens", "stall", "source",
+)  # fmt: skip
+SPAWN_LEFT_OUT = {
+    "detached": "a server is not a session's agent: what it starts has no parent to leave",
+    "run": "set by zwarm orchestrate for its own sessions, never by a client",
+}
+MESSAGE = ("message", "context", "timeout")
+MESSAGE_LEFT_OUT: dict[str, str] = {}
 
-
-class Spawn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Start a session (as ``zwarm spawn``; the keys are its options)."""
-
-    task: Text
-    adapter: Short | None = None
-    model: Short | None = None
-    cwd: Annotated[str, Meta(min_length=1, max_length=4096)] | None = None
-    name: Annotated[str, Meta(max_length=64)] | None = None
-    timeout: Seconds | None = None  # the bounds meta.json's schema declares (records)
-    context: Context | None = None
-    dangerous: bool = False
-    worktree: bool | None = None
-    branch: Short | None = None
-    base: Short | None = None
-    notify: bool = False
-    after: Annotated[list[Short], Meta(max_length=100)] = msgspec.field(default_factory=list)
-    after_any: bool = False
-    group: Annotated[str, Meta(max_length=64)] | None = None
-    priority: Priority = 0
-    max_cost: Money | None = None  # 0 is refused by ``Zwarm.spawn`` (a budget is positive)
-    max_tokens: Count | None = None
-    stall: Seconds | None = None
-    source: Source = "serve"
+Spawn = requests.subset(SpawnRequest, "Spawn", SPAWN, {"source": "serve"})
+Message = requests.subset(MessageRequest, "Message", MESSAGE)
 
 
-class Message(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Continue a session (as ``zwarm inject``): the next turn, queued if one runs."""
+def spawn_request(body: Any) -> SpawnRequest:
+    """The ``SpawnRequest`` a decoded ``Spawn`` body asks for."""
+    req: SpawnRequest = requests.to_request(SpawnRequest, body)
+    # false is "not asked": the agent's [<agent>] dangerous applies, as for the CLI's flag
+    return msgspec.structs.replace(req, dangerous=req.dangerous or None)
 
-    message: Text
-    context: Context | None = None
-    timeout: Seconds | None = None
+
+def message_request(body: Any) -> MessageRequest:
+    """The ``MessageRequest`` a decoded ``Message`` body asks for."""
+    req: MessageRequest = requests.to_request(MessageRequest, body)
+    return req

@@ -1,8 +1,9 @@
 """Checking a tool call's arguments against the tool's JSON Schema, by hand.
 
 Owns the subset of JSON Schema the tools' schemas use (object, string, number, integer,
-boolean, array; enum, minLength, minimum, exclusiveMinimum, maxItems; required; no extra
-properties) and how arguments arrive (a dict, or a JSON object string, as LLM APIs send them).
+boolean, array; enum, minLength, maxLength, minimum, exclusiveMinimum, maximum, maxItems;
+required; no extra properties) and how arguments arrive (a dict, or a JSON object string, as
+LLM APIs send them).
 Must stay true: every violation is a ``ToolError`` of one line naming the argument; nothing
 else is raised; a schema feature a tool starts to use is checked here first (a schema is
 never trusted to be enforced by the client).
@@ -78,6 +79,8 @@ def _check_string(key: str, spec: Mapping[str, Any], value: Any) -> str:
         raise ToolError(f"argument {key!r} must be a string, not {value!r}")
     if len(value) < spec.get("minLength", 0):
         raise ToolError(f"argument {key!r} must not be empty")
+    if len(value) > spec.get("maxLength", len(value)):
+        raise ToolError(f"argument {key!r} is longer than {spec['maxLength']:,} characters")
     return value
 
 
@@ -97,4 +100,6 @@ def _check_number(key: str, spec: Mapping[str, Any], value: Any) -> float | int:
         raise ToolError(f"argument {key!r} must be at least {spec['minimum']}, not {value!r}")
     if "exclusiveMinimum" in spec and number <= spec["exclusiveMinimum"]:
         raise ToolError(f"argument {key!r} must be more than {spec['exclusiveMinimum']}")
+    if "maximum" in spec and number > spec["maximum"]:
+        raise ToolError(f"argument {key!r} must be at most {spec['maximum']:g}, not {value!r}")
     return number

@@ -1,10 +1,12 @@
 """Every tool zwarm offers an LLM: its name, description, JSON Schema, handler and hints.
 
 Owns ``TOOLS`` (in the order the surfaces list them) and the text a model reads about each
-tool. Must stay true: a tool is declared here once and every surface (``zwarm tools``,
-``zwarm mcp``, ``zwarm orchestrate``, ``Toolbox.dispatch``) is generated from it; each
-schema uses only what ``args`` checks; a description says what the tool does, when to use it
-and what it returns.
+tool; ``delegate``'s and ``converse``'s arguments are the requests' fields named in
+``DELEGATE`` and ``CONVERSE`` (those left out named with why), their schemas generated from
+``zwarm.model.requests``, where each field's type, bounds and help are declared once. Must
+stay true: a tool is declared here once and every surface (``zwarm tools``, ``zwarm mcp``,
+``zwarm orchestrate``, ``Toolbox.dispatch``) is generated from it; each schema uses only what
+``args`` checks; a description says what the tool does, when to use it and what it returns.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 from zwarm import agents
 from zwarm.config import SCHEMA
+from zwarm.model import requests
+from zwarm.model.requests import MessageRequest, SpawnRequest
 from zwarm.orchestrator.tools.base import Tool, object_schema
 from zwarm.orchestrator.tools.review import comment, get_diff, merge
 from zwarm.orchestrator.tools.sessions import (
@@ -34,6 +38,37 @@ def _s(desc: str, **kw: Any) -> dict[str, Any]:
 MAX_WAIT_S: float = SCHEMA["tools"]["max_wait_s"][1]  # what one wait call blocks, by default
 _SESSION_ID = _s("Session id, unique id prefix (4+ chars) or session name.", minLength=1)
 
+# what delegate and converse offer of the requests (zwarm.model.requests), which declare each
+# field's type, bounds and help once; the fields left out, and why
+DELEGATE = (
+    "task", "adapter", "model", "cwd", "name", "timeout", "context", "notify", "worktree",
+    "branch", "base", "launcher", "launcher_option", "after", "after_any", "group", "priority",
+    "max_cost", "max_tokens", "stall", "detached",
+)  # fmt: skip
+DELEGATE_LEFT_OUT = {
+    "dangerous": "bypassing the agent's sandbox is the user's decision ([<agent>] dangerous, "
+    "zwarm spawn --dangerous), never a model's",
+    "source": "who calls: the toolbox's source (mcp:<client>, orchestrate:<run>), not the model's",
+    "run": "the orchestrator run calling: the toolbox's, not the model's to say",
+}
+CONVERSE = ("message", "context", "timeout")
+CONVERSE_LEFT_OUT: dict[str, str] = {}
+
+
+def _delegate_schema() -> dict[str, Any]:
+    """``SpawnRequest``'s ``DELEGATE`` fields; ``adapter`` one of the agents installed here."""
+    schema = requests.object_schema(requests.subset(SpawnRequest, "delegate", DELEGATE))
+    schema["properties"]["adapter"]["enum"] = list(agents.names())
+    return schema
+
+
+def _converse_schema() -> dict[str, Any]:
+    """The session, and ``MessageRequest``'s ``CONVERSE`` fields."""
+    schema = requests.object_schema(requests.subset(MessageRequest, "converse", CONVERSE))
+    schema["properties"] = {"session_id": _SESSION_ID, **schema["properties"]}
+    schema["required"] = ["session_id", *schema["required"]]
+    return schema
+
 
 TOOLS: tuple[Tool, ...] = (
     Tool(
@@ -45,77 +80,7 @@ TOOLS: tuple[Tool, ...] = (
         "worktree and branch, to review with get_diff and merge). Returns its session_id at "
         "once. Give a complete, self-contained task: the agent sees nothing else of this "
         "conversation. Then call wait to learn when it finishes.",
-        object_schema(
-            {
-                "task": _s(
-                    "Everything the agent needs: goal, files, constraints, how to "
-                    "verify, what to report back.",
-                    minLength=1,
-                ),
-                "adapter": _s("Agent CLI to run (default from config).", enum=list(agents.names())),
-                "model": _s(
-                    "Model name; an alias like sonnet, opus or gpt-5 also picks the "
-                    "adapter. Default: the configured one."
-                ),
-                "cwd": _s(
-                    "Working directory for the agent (absolute, or relative to where "
-                    "zwarm runs); must be inside the allowed roots."
-                ),
-                "name": _s(
-                    "Optional unique name to refer to the session by "
-                    "(letters, digits, '.', '_', '-')."
-                ),
-                "timeout": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "description": "Kill the turn after this many seconds.",
-                },
-                "worktree": {
-                    "type": "boolean",
-                    "description": "Run in a new git worktree and branch of cwd's repository, "
-                    "so parallel agents never overwrite each other (default from config).",
-                },
-                "branch": _s("With worktree: the new branch (default zwarm/<name or id>)."),
-                "base": _s("With worktree: the commit or branch to start from (default HEAD)."),
-                "after": {
-                    "type": "array",
-                    "items": _SESSION_ID,
-                    "maxItems": 100,
-                    "description": "Start only once these sessions have finished; if any did "
-                    "not complete it ends failed (dependency_failed) without starting.",
-                },
-                "after_any": {
-                    "type": "boolean",
-                    "description": "With after: start whatever their outcome.",
-                },
-                "group": _s("A group name: its [groups.NAME] caps and budgets apply."),
-                "priority": {
-                    "type": "integer",
-                    "description": "Higher starts first when sessions are queued (default 0).",
-                },
-                "max_cost": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "description": "Budget in USD: past it the session is stopped, failed.",
-                },
-                "max_tokens": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Budget in tokens: past it the session is stopped, failed.",
-                },
-                "stall_s": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "description": "Mark it stalled when its agent is silent this long.",
-                },
-                "detached": {
-                    "type": "boolean",
-                    "description": "When you run inside a zwarm session: the new session is "
-                    "not killed or removed with yours (default: it is).",
-                },
-            },
-            ["task"],
-        ),
+        _delegate_schema(),
         delegate,
     ),
     Tool(
@@ -125,25 +90,7 @@ TOOLS: tuple[Tool, ...] = (
         "earlier turns. If a turn is still running the message is queued and starts when it "
         "ends. Returns at once with state 'started' or 'queued' and the turn number; then "
         "call wait.",
-        object_schema(
-            {
-                "session_id": _SESSION_ID,
-                "message": _s("The follow-up instruction or question.", minLength=1),
-                "context": _s(
-                    "How the agent gets the earlier turns: 'summary' (a fresh run "
-                    "with a compact summary; default) or 'native' (resume the "
-                    "agent's own session).",
-                    enum=["summary", "native"],
-                ),
-                "timeout": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "description": "Kill this turn after this many seconds (default: the "
-                    "session's own limit, given when it was delegated).",
-                },
-            },
-            ["session_id", "message"],
-        ),
+        _converse_schema(),
         converse,
     ),
     Tool(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from zwarm.api import row
 from zwarm.errors import DamagedSession, SessionStateError
 from zwarm.model import ACTIVE, Session, Status
+from zwarm.model.requests import MessageRequest, SpawnRequest
 from zwarm.orchestrator.tools.base import Result, ToolError
 from zwarm.orchestrator.tools.views import list_row, session_view, usage_view
 
@@ -26,27 +27,8 @@ def delegate(tb: Toolbox, a: dict[str, Any]) -> Result:
     cwd = tb.confine(a.get("cwd"))
     tb.api.ensure_state_dir()
     tb.looked().start(tb.api.env.now_iso())
-    s = tb.api.spawn(
-        a["task"],
-        adapter=a.get("adapter"),
-        model=a.get("model"),
-        cwd=cwd,
-        name=a.get("name"),
-        timeout=a.get("timeout"),
-        source=tb.source,
-        worktree=a.get("worktree"),
-        branch=a.get("branch"),
-        base=a.get("base"),
-        after=a.get("after"),
-        after_any=bool(a.get("after_any")),
-        group=a.get("group"),
-        priority=int(a.get("priority", 0)),
-        max_cost=a.get("max_cost"),
-        max_tokens=a.get("max_tokens"),
-        stall=a.get("stall_s"),
-        detached=bool(a.get("detached")),
-        run=tb.run,
-    )
+    fields = {**a, "cwd": str(cwd), "after": tuple(a.get("after", ()))}  # checked: DELEGATE's
+    s = tb.api.spawn(SpawnRequest(**fields, source=tb.source, run=tb.run))
     out: Result = {
         "session_id": s.id,
         "name": s.name,
@@ -64,9 +46,8 @@ def delegate(tb: Toolbox, a: dict[str, Any]) -> Result:
 
 
 def converse(tb: Toolbox, a: dict[str, Any]) -> Result:
-    s, state = tb.api.inject(
-        a["session_id"], a["message"], context=a.get("context"), timeout=a.get("timeout")
-    )
+    fields = {k: v for k, v in a.items() if k != "session_id"}  # checked: CONVERSE's
+    s, state = tb.api.inject(a["session_id"], MessageRequest(**fields))
     turn = s.count + (len(s.queue) if state == "queued" else 0)
     out: Result = {"session_id": s.id, "state": state, "turn": turn}
     if state == "queued":
