@@ -105,7 +105,7 @@ class Fleet:
 
     def _trust(self, cfg: Path) -> None:
         sys.path.insert(0, str(HERE.parent))
-        from zwarm.trust import trust_config
+        from zwarm.trust_plan import trust_config
 
         trust_config(cfg, environ=self.env)  # the bench's own agent: trusted as written
 

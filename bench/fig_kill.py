@@ -99,7 +99,7 @@ def _spawn(root: Path, name: str, n: int, env: dict[str, str]) -> tuple[Path, li
     """A state dir with ``n`` running sessions, every agent and its child up."""
     from zwarm.api import Zwarm
     from zwarm.env import Env
-    from zwarm.trust import trust_config
+    from zwarm.trust_plan import trust_config
 
     state = root / name
     state.mkdir()

@@ -125,7 +125,7 @@ def _write_config(state: Path, codex: str, env: dict[str, str], over: dict[str, 
     import tomli_w
 
     from tests.fakes.llm import nested
-    from zwarm.trust import trust_config
+    from zwarm.trust_plan import trust_config
 
     table = {"command": [codex], "env": env, "extra_args": ["--disable", "plugins"]}
     doc = {"defaults": {"adapter": "codex"}, "codex": {**table, "config": nested(over)}}

@@ -76,7 +76,7 @@ def _zwarm(state: Path, *args: str) -> str:
 
 
 def setup(state: Path) -> None:
-    from zwarm.trust import trust_config
+    from zwarm.trust_plan import trust_config
 
     if state.exists():
         _zwarm_quiet(state, "kill", "--all")

@@ -511,7 +511,7 @@ def fig4(cfg: argparse.Namespace) -> None:
         f"[codex]\ncommand = [{json.dumps(str(TS_AGENT))}]\n"
         f"[codex.env]\nBENCH_TS_FILE = {json.dumps(str(ts_file))}\n"
     )
-    from zwarm.trust import trust_config
+    from zwarm.trust_plan import trust_config
 
     trust_config(state / "config.toml", environ=env)  # the bench's own agent: trusted as written
 
