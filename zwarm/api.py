@@ -193,6 +193,7 @@ class Zwarm:
             context=req.context or cfg.get("defaults", "context"),
             dangerous=cfg.get(adapter, "dangerous") if req.dangerous is None else req.dangerous,
             launcher=runner,
+            sandbox=self._sandbox_for(req.sandbox, adapter),
         )
         return mgr.spawn(
             settled,
@@ -202,6 +203,12 @@ class Zwarm:
             lineage=lineage,
             launcher_options=runner_opts,
         )
+
+    def _sandbox_for(self, asked: str | None, adapter: str) -> Any:
+        """The sandbox mode of a new session of ``adapter`` (``zwarm.sandbox.mode_for``)."""
+        from zwarm import sandbox
+
+        return sandbox.mode_for(asked, adapter, self.config)
 
     def _launcher_options(self, name: str, pairs: Sequence[str]) -> dict[str, Any]:
         """``spawn --launcher-option KEY=VALUE`` for launcher ``name``, typed and checked as

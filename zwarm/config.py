@@ -29,7 +29,7 @@ import msgspec
 
 from zwarm.agents import DEFAULT_AGENT
 from zwarm.errors import ConfigError
-from zwarm.rules import CAP, COUNT, EXECUTES, FREE, KILL_FIRST, PRICES, Rule
+from zwarm.rules import CAP, COUNT, EXECUTES, FREE, KILL_FIRST, PRICES, SANDBOX, Rule
 
 if TYPE_CHECKING:
     from zwarm.rules import Setting
@@ -106,6 +106,14 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     "launcher": {
         "default": ((str,), "local", EXECUTES),
     },
+    # zwarm's own sandbox of each turn (zwarm.sandbox): mode "off" or "bwrap"; ports: loopback
+    # ports its agent may reach besides those its *_BASE_URL names; read_only: more paths it
+    # may read. [sandbox.<agent>] mode: one agent's own (a table per agent: ``schema()``)
+    "sandbox": {
+        "mode": ((str,), "off", SANDBOX),
+        "ports": ((list,), [], EXECUTES),
+        "read_only": ((list,), [], EXECUTES),
+    },
 }
 
 
@@ -130,6 +138,7 @@ CHOICES = {
     ("defaults", "workspace"): ("shared", "worktree"),
     ("limits", "on_stall"): ("mark", "kill"),
     ("limits", "on_usage_limit"): ("fail", "wait"),
+    ("sandbox", "mode"): ("off", "bwrap"),  # records.SandboxMode
 }
 
 _PRICE_KEYS = ("input", "cached_input", "output")
@@ -199,9 +208,11 @@ def schema() -> dict[str, dict[str, Spec]]:
     from zwarm import agents, launchers
 
     out = dict(SCHEMA)
+    out["sandbox"] = dict(SCHEMA["sandbox"])
     for name in agents.names():
         keys = agents.get(name).config_schema()
         out[name] = {key: (s.types, s.default, s.trust) for key, s in keys.items()}
+        out["sandbox"][name] = ((dict,), {}, EXECUTES)  # [sandbox.<agent>]: its own mode
     for name, settings in launchers.tables().items():
         out[name] = {key: (s.types, s.default, s.trust) for key, s in settings.items()}
     return out
@@ -551,6 +562,8 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
         _check_prices(name, value, where)
     if table == "workspace":
         _check_workspace(key, value, name, where)
+    if table == "sandbox":
+        _check_sandbox(key, value, name, where)
     if (table, key) == ("launcher", "default") and not re.match(_LAUNCHER_NAME, value):
         raise ConfigError(where, f"{name} must be a launcher name (local, slurm), not {value!r}")
     if table not in SCHEMA:
@@ -619,6 +632,26 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
             parts = p.split("/") if isinstance(p, str) else [".."]
             if not p or p.startswith("/") or ".." in parts or "\x00" in p:
                 raise ConfigError(where, f"{name}: {p!r} must be a path inside the repository")
+
+
+def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
+    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; an agent's table
+    only ``mode``, one of the modes."""
+    if key == "ports" and not all(
+        isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in value
+    ):
+        raise ConfigError(where, f"{name} must be a list of TCP port numbers (1-65535)")
+    if key == "read_only" and not all(
+        isinstance(p, str) and p.startswith("/") and "\x00" not in p for p in value
+    ):
+        raise ConfigError(where, f"{name} must be a list of absolute paths")
+    if isinstance(value, dict):
+        modes = CHOICES[("sandbox", "mode")]
+        for k, v in value.items():
+            if k != "mode":
+                raise ConfigError(where, f"unknown key {k!r} in [{name}] (use mode)")
+            if v not in modes:
+                raise ConfigError(where, f"{name}.mode must be one of {', '.join(modes)}")
 
 
 # each a limit (CAP): lower is tighter, 0 = none (a budget: [limits]'s)

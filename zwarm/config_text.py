@@ -86,6 +86,11 @@ DOCS: dict[str, dict[str, str]] = {
     "launcher": {
         "default": "What runs new sessions' turns, an installed launcher: ",  # + their names
     },
+    "sandbox": {
+        "mode": '"bwrap": each turn in bubblewrap (its worktree writable, its endpoint only).',
+        "ports": "More loopback ports its agents may reach (their *_BASE_URL ones always).",
+        "read_only": "More absolute paths the agents may read inside the sandbox.",
+    },
 }
 
 COMMON_DOCS = {
@@ -108,6 +113,8 @@ def describe(table: str, key: str) -> str:
     if (table, key) == ("launcher", "default"):
         text = DOCS[table][key] + ", ".join(f'"{n}"' for n in launchers.loaded()) + "."
         return text if len(text) <= 96 else text[:92] + ", ..."
+    if table == "sandbox" and key not in DOCS[table]:
+        return f'The {key} agent\'s own sandbox mode, e.g. {{ mode = "off" }} ([sandbox.{key}]).'
     if table in DOCS:
         return DOCS[table].get(key, key)
     if table in launchers.names():

@@ -30,6 +30,8 @@ KILL_FIRST = Rule("at_most", order=("kill", "mark"))  # [limits] on_stall
 # an agent's own sandbox or permission mode (and ``dangerous``): a limit among its choices,
 # tightest first; an agent's module declares its order (``Setting.trust``)
 DANGEROUS = Rule("at_most", order=(False, True))
+# zwarm's own sandbox of a turn ([sandbox] mode: zwarm.sandbox): "off" is the loosest
+SANDBOX = Rule("at_most", order=("bwrap", "off"))
 # USD per 1M tokens by model: a limit, higher is tighter (a lower price lets a budget buy more);
 # a model left out costs its list price (the agent's default_prices), an unknown one nothing
 PRICES = Rule("at_least")
@@ -57,5 +59,5 @@ class Setting(NamedTuple):
 # one as its name; a launcher's name is its table's, so no agent may take it either
 OWN_TABLES = frozenset(
     {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
-    | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm"}
+    | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm", "sandbox"}
 )

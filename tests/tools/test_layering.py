@@ -45,6 +45,7 @@ LAYERS = [
     "launchers",  # where a turn runs
     "config",  # config.toml: the schema the agents and launchers declare
     "config_text",  # the commented config zwarm init writes
+    "sandbox",  # zwarm's own sandbox of a turn: its policy, bubblewrap, the preflight
     "engine",  # the session life cycle
     "runtime",  # the process entry points: supervisor, fork server, watch, hooks
     "trust_plan",  # what zwarm trust shows and records

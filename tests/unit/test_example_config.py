@@ -31,6 +31,7 @@ def test_example_documents_every_key():
         for table, keys in tables.items()
         for key in keys
         if key not in doc.get(table, {})
+        and not (table == "sandbox" and key in agents.names() and not _shipped(key))
     ]
     assert missing == []
 

@@ -213,6 +213,12 @@ class Agent(abc.ABC):
             check_resume_id(resume_id)
         return self.build_argv(opts, resume_id)
 
+    def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """The agent's own login and config files, as its CLI needs them in zwarm's sandbox
+        (``zwarm.sandbox``: bound writable, where the CLI refreshes its tokens), given the
+        environment its turn runs with: nothing by default."""
+        return ()
+
     @abc.abstractmethod
     def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
         """(the permission flags a turn runs with, whether they disable the agent's checks)."""

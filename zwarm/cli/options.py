@@ -41,6 +41,7 @@ SPAWN = (
     Opt("timeout", "--timeout"),
     Opt("context", "--context"),
     Opt("dangerous", "--dangerous"),
+    Opt("sandbox", "--sandbox"),
     Opt("notify", "--notify"),
     Opt("worktree", "--worktree/--shared"),
     Opt("branch", "--branch"),

@@ -6,9 +6,11 @@ before snapshot: ``prepare_turn``), and recording its end (``finish_turn``: the 
 ``after_turn`` hook, the after snapshot and change stats, the outcome read from its log, usage
 and cost, the status and reason, a park on a usage or rate limit, the next queued turn begun).
 Must stay true:
-- what decides what runs (agent, working directory, sandbox bypass) comes from the session's
-  launch pin and the trusted config, never from meta.json (``agent_launch``), and the pinned
-  directory is checked again for a link into the state dir (``in_state_dir``);
+- what decides what runs (agent, working directory, sandbox bypass, zwarm's own sandbox) comes
+  from the session's launch pin and the trusted config, never from meta.json (``agent_launch``),
+  and the pinned directory is checked again for a link into the state dir (``in_state_dir``);
+- a turn pinned to zwarm's sandbox runs inside it (``_sandboxed``: ``zwarm.sandbox``) or not
+  at all (``StartRefused``), never unsandboxed; the supervisor stays outside it;
 - every agent runs with its session's id as ``ZWARM_PARENT_SESSION``, the state dir as
   ``ZWARM_DIR`` and ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory
   first on ``PATH``), so what it spawns becomes its child (``engine.tree``);
@@ -65,7 +67,9 @@ class Finishing(ManagerCore):
                 f"({os.path.realpath(pin.cwd)}): no agent runs there; refused"
             )
         resume = s.agent_session_id if t.context == "native" else None
-        opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass)
+        # in zwarm's sandbox the agent's own stands down (nested ones fail): zwarm's holds
+        boxed = pin.sandbox != "off"
+        opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass or boxed)
         env = self.agent_env()
         env[procs.MARKER] = s.id
         env.pop(procs.SUPERVISOR_MARKER, None)
@@ -85,7 +89,47 @@ class Finishing(ManagerCore):
             )
         except AgentSetupError as e:
             raise StartRefused(str(e)) from None
+        if boxed:
+            argv = self._sandboxed(argv, pin, env)
         return AgentLaunch(argv, pin.cwd, env)
+
+    def _sandboxed(self, argv: list[str], pin: pins.Pin, env: dict[str, str]) -> list[str]:
+        """``argv`` inside zwarm's sandbox (``zwarm.sandbox``), its policy made from the pin,
+        the trusted config and the environment made here; ``StartRefused`` if it cannot run."""
+        import tempfile
+
+        from zwarm import sandbox
+        from zwarm.sandbox import bwrap
+
+        missing = [k for k, v in bwrap.tools().items() if v is None and k != "setpriv"]
+        if missing:
+            raise StartRefused(
+                f"sandbox {pin.sandbox}: {' and '.join(missing)} not installed "
+                "(apt-get install bubblewrap socat); refusing to run the turn unsandboxed"
+            )
+        cwd = os.path.realpath(pin.cwd)
+        ws = pin.workspace
+        tree = os.path.realpath(ws.tree) if ws is not None and not ws.removed else cwd
+        table = self.config.table("sandbox")
+        read_only = sandbox.program_dirs(argv[0], env.get("PATH") or os.defpath)
+        gd = sandbox.git_dir(ws.repo) if ws is not None else None
+        read_only += [os.path.realpath(gd)] if gd is not None else []
+        read_only += [str(p) for p in table["read_only"]]
+        home = os.path.realpath(self.env.environ.get("HOME") or "/")
+        hidden = [os.path.realpath(self.store.root), *sandbox.private_dirs(self.env.environ)]
+        ports = [*table["ports"]]
+        ports += [p for p in sandbox.endpoint_ports(env) if p not in ports]
+        policy = sandbox.Policy(
+            cwd=cwd,
+            tree=tree,
+            login=tuple(self.agent.login_paths(env)),
+            read_only=tuple(read_only),
+            hidden=tuple(hidden),
+            ports=tuple(ports),
+            home=home,
+        )
+        sock_dir = tempfile.mkdtemp(prefix="zwarm-bridge-") if ports else None
+        return bwrap.command(argv, policy, sock_dir)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
         """Record that turn ``t``'s agent could not be started (lock held)."""

@@ -142,7 +142,7 @@ class BaseSessionManager(Recovery):
         """Pin the session's launch facts, then write it (and claim its name)."""
         self.store.ensure()
         root = os.path.realpath(self.store.root)
-        pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, workspace=s.workspace)
+        pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, s.sandbox, workspace=s.workspace)
         pin.launcher, pin.launcher_options = s.turns[0].launcher, opts
         pins.write(self.env.environ, pin)
         self.store.create(s, task.encode("utf-8", "surrogateescape"))
@@ -171,10 +171,13 @@ class BaseSessionManager(Recovery):
             context_mode="native" if req.context == "native" else "summary",
             source=req.source[:200],
             bypass=dangerous,
+            sandbox=req.sandbox or "off",
         )
         s.cost_source = self.cost_source(s.model)  # type: ignore[assignment]
-        s.permissions, unsafe = self.permissions(dangerous)
-        s.dangerous = dangerous or unsafe
+        # in zwarm's sandbox the agent's own stands down: zwarm's holds instead (agent_launch)
+        boxed = s.sandbox != "off"
+        s.permissions, unsafe = self.permissions(dangerous or boxed)
+        s.dangerous = dangerous or (unsafe and not boxed)
         return s
 
     def _asked_model(self, cwd: Path, model: str | None, dangerous: bool) -> str | None:

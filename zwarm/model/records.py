@@ -163,6 +163,10 @@ class Changes(Struct, kw_only=False):
     removed: Count = 0
 
 
+# zwarm's own sandbox of a turn (``zwarm.sandbox``): none, or bubblewrap
+SandboxMode = Literal["off", "bwrap"]
+
+
 class Workspace(Struct):
     """The git repository a session works in (``zwarm.engine.workspace``). In ``worktree``
     mode ``tree`` is the session's own worktree on ``branch``, made from commit ``base``; in
@@ -300,6 +304,7 @@ class Session(Struct):
     dangerous: bool = False  # the agent runs without sandbox/permission checks (shown in ls)
     bypass: bool = False  # as recorded; launches use the trusted grant (``engine``), not this
     permissions: Short = ""  # the sandbox/permission flags the agent runs with, for show
+    sandbox: SandboxMode = "off"  # zwarm's own sandbox its turns run in (zwarm.sandbox)
     task_truncated: bool = False
     notify: bool = False  # a desktop notification when it ends (spawn --notify; runtime.hooks)
     agent_session_id: AgentSessionId | None = None

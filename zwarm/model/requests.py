@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import msgspec
 from msgspec import Meta, Struct
 
-from zwarm.model.records import RUN_ID, Priority, Seconds
+from zwarm.model.records import RUN_ID, Priority, SandboxMode, Seconds
 
 ContextMode = Literal["summary", "native"]
 CONTEXT_MODES: tuple[str, ...] = get_args(ContextMode)
@@ -77,6 +77,13 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     context: Annotated[ContextMode | None, _help(_CONTEXT + _BY_CONFIG)] = None
     dangerous: Annotated[
         bool | None, _help("Run the agent with its sandbox/permission bypass.")
+    ] = None
+    sandbox: Annotated[
+        SandboxMode | None,
+        _help(
+            "zwarm's own sandbox for its turns: off, or bwrap (writes only its worktree, "
+            "reaches only its model endpoint; default: [sandbox] mode)."
+        ),
     ] = None
     notify: Annotated[bool, _help("A desktop notification when the session ends.")] = False
     worktree: Annotated[

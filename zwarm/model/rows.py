@@ -33,6 +33,7 @@ from zwarm.model.records import (
     Money,
     Priority,
     ReasonCode,
+    SandboxMode,
     Session,
     SessionId,
     Short,
@@ -72,6 +73,7 @@ class Row(Struct, forbid_unknown_fields=True):
     queued: Annotated[list[Text], Meta(max_length=100_000)]
     source: Short
     dangerous: bool
+    sandbox: SandboxMode
     branch: Branch | None
     worktree: AbsPath | None
     changes: Changes | None
@@ -149,6 +151,7 @@ def row(m: dict[str, Any] | Session) -> dict[str, Any]:
         "queued": [q.get("message") for q in m.get("queue") or []],
         "source": m.get("source"),
         "dangerous": bool(m.get("dangerous")),
+        "sandbox": m.get("sandbox") or "off",
         "branch": (m.get("workspace") or {}).get("branch"),
         "worktree": _worktree(m.get("workspace")),
         "changes": m.get("changes"),
@@ -197,6 +200,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "queued": [q.message for q in s.queue],
         "source": s.source,
         "dangerous": s.dangerous,
+        "sandbox": s.sandbox,
         "branch": ws.branch if ws else None,
         "worktree": ws.tree if ws and ws.mode == "worktree" and not ws.removed else None,
         "changes": _changes(s.changes),
@@ -339,6 +343,7 @@ def damaged_row(sid: str, problem: str) -> dict[str, Any]:
         "queued": [],
         "source": None,
         "dangerous": False,
+        "sandbox": "off",
         "branch": None,
         "worktree": None,
         "changes": None,

@@ -24,6 +24,8 @@ SPAWN = (
 SPAWN_LEFT_OUT = {
     "detached": "a server is not a session's agent: what it starts has no parent to leave",
     "run": "set by zwarm orchestrate for its own sessions, never by a client",
+    "sandbox": "zwarm's sandbox is the trusted config's ([sandbox] mode) or the user's at the "
+    "command line (spawn --sandbox), never a client's to turn off",
 }
 MESSAGE = ("message", "context", "timeout")
 MESSAGE_LEFT_OUT: dict[str, str] = {}

@@ -2,7 +2,8 @@
 
 Owns ``$XDG_STATE_HOME/zwarm/pins/<id>.json`` (default ``~/.local/state/zwarm/pins``): for each
 session zwarm starts, which state dir it belongs to, which agent runs it, in which directory,
-whether the user asked for the agent's sandbox to be bypassed, and its git workspace (the
+whether the user asked for the agent's sandbox to be bypassed, which sandbox of zwarm's own its
+turns run in (``zwarm.sandbox``), and its git workspace (the
 repository, the worktree zwarm made for it, its branch and base commit: what ``merge`` and
 ``rm`` act on), and its launcher (what runs every turn of it: this machine, a Slurm job).
 Beside each pin, ``<id>.handles.json``: what the launcher started for each turn (a Slurm job
@@ -32,7 +33,7 @@ import msgspec
 from msgspec import Meta
 
 from zwarm.errors import StoreError
-from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Handle, Workspace
+from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Handle, SandboxMode, Workspace
 from zwarm.system.files import atomic_write, private_dir, read_file
 
 OptionKey = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,63}\Z")]
@@ -45,6 +46,8 @@ class Pin(msgspec.Struct):
     adapter: Annotated[str, Meta(pattern=AGENT_NAME)]
     cwd: AbsPath
     bypass: bool = False
+    # zwarm's own sandbox of its turns (``zwarm.sandbox``): every turn's, never meta.json's
+    sandbox: SandboxMode = "off"
     # its git workspace (repository, tree, worktree branch and base: ``engine.workspace``)
     workspace: Workspace | None = None
     # what runs its turns (``zwarm.launchers``: local, slurm): every turn's, never meta.json's

@@ -10,6 +10,7 @@ session is explicitly dangerous; ``total_cost_usd`` is cumulative over a resumed
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -63,6 +64,12 @@ class ClaudeAgent(Agent):
 
     def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
         return claude_argv(opts, resume_id)
+
+    def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        if env.get("CLAUDE_CONFIG_DIR"):
+            return (env["CLAUDE_CONFIG_DIR"],)
+        home = env.get("HOME", "/")
+        return (os.path.join(home, ".claude"), os.path.join(home, ".claude.json"))
 
     def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
         if bypass:

@@ -11,6 +11,7 @@ cumulative; codex reports no cost, so it is estimated from ``DEFAULT_PRICES`` or
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -144,6 +145,10 @@ class CodexAgent(Agent):
 
     def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
         return codex_argv(opts, resume_id)
+
+    def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        home = env.get("CODEX_HOME") or os.path.join(env.get("HOME", "/"), ".codex")
+        return (home,)
 
     def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
         if bypass:

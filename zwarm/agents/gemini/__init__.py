@@ -120,6 +120,9 @@ class GeminiAgent(Agent):
     def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
         return gemini_argv(opts, resume_id)
 
+    def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        return tuple(env[k] for k in ("GEMINI_CLI_HOME",) if env.get(k))  # the session's home
+
     def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
         if bypass:
             return "--yolo", True

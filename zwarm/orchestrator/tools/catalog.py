@@ -50,6 +50,8 @@ DELEGATE_LEFT_OUT = {
     "zwarm spawn --dangerous), never a model's",
     "source": "who calls: the toolbox's source (mcp:<client>, orchestrate:<run>), not the model's",
     "run": "the orchestrator run calling: the toolbox's, not the model's to say",
+    "sandbox": "zwarm's sandbox is the trusted config's ([sandbox] mode) or the user's "
+    "(zwarm spawn --sandbox), never a model's to turn off",
 }
 CONVERSE = ("message", "context", "timeout")
 CONVERSE_LEFT_OUT: dict[str, str] = {}

@@ -1,0 +1,117 @@
+"""Sandboxed turns: what an agent's turn may see, write and reach, decided by zwarm.
+
+Owns the sandbox modes (``MODES``: ``off``, ``bwrap``), the policy of one turn (``Policy``:
+the paths it may write, read, must not see, the loopback ports it may reach) and how a mode
+is chosen for a new session (``mode_for``: ``spawn --sandbox``, else ``[sandbox.<agent>]
+mode``, else ``[sandbox] mode``). ``bwrap`` builds the bubblewrap command line around an
+agent's argv; ``check`` is the preflight (``zwarm sandbox check``) that proves on this machine
+that the sandbox holds. Must stay true:
+- a policy is built only from the session's launch pin, the trusted config and the agent's
+  environment zwarm made (``engine.finishing.agent_launch``), never from what an agent can
+  write;
+- inside, only the working directory (or worktree) and the agent's own login files are
+  writable; the repository's git metadata is read-only; the state dir, zwarm's per-user
+  state (pins, trust store, serve token) and the user's home are not visible;
+- the network is cut (``--unshare-all``) except the loopback ports the policy names, each
+  reached through a Unix socket bridged into the sandbox (``bwrap``);
+- imports nothing above ``system`` (the engine and the CLI call it).
+"""
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args
+from urllib.parse import urlsplit
+
+import msgspec
+
+from zwarm.model.records import SandboxMode
+
+MODES: tuple[str, ...] = get_args(SandboxMode)
+OFF = "off"
+# the variables an agent's endpoint is configured by: a loopback URL in one is bridged in
+_URL_SUFFIXES = ("_BASE_URL", "_API_BASE", "_ENDPOINT")
+
+
+class Policy(msgspec.Struct, frozen=True):
+    """What one turn may do: run in ``cwd``, write ``tree`` (the worktree or shared directory
+    it is in) and ``login`` (its CLI's own files), read ``read_only`` (its program, the
+    repository's git metadata), see nothing of ``hidden`` (a private tmpfs over each), reach
+    ``ports`` on 127.0.0.1; ``home`` is private (an empty tmpfs)."""
+
+    cwd: str
+    tree: str
+    login: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+    home: str = ""
+
+
+def private_dirs(environ: Mapping[str, str]) -> list[str]:
+    """zwarm's per-user files, which no sandbox may see: launch pins (state), the trust store
+    (config), the serve tokens (runtime)."""
+    from zwarm.xdg import xdg_dir, xdg_runtime_dir
+
+    out = [str(xdg_dir(environ, var)) for var in ("XDG_STATE_HOME", "XDG_CONFIG_HOME")]
+    run = xdg_runtime_dir(environ)
+    return out if run is None else [*out, str(run)]
+
+
+def git_dir(repo: str) -> str | None:
+    """The repository's own git directory (``repo/.git``, a real directory), or None."""
+    d = os.path.join(repo, ".git")
+    return d if os.path.isdir(d) and not os.path.islink(d) else None
+
+
+def mode_for(asked: str | None, agent: str, config: Any) -> str:
+    """The sandbox mode of a new session of ``agent``: ``asked`` (``spawn --sandbox``), else
+    the agent's ``[sandbox.<agent>] mode``, else ``[sandbox] mode``."""
+    if asked is not None:
+        return asked
+    table = config.table("sandbox")
+    own = table.get(agent) or {}
+    mode = own.get("mode") if isinstance(own, Mapping) else None
+    return str(mode or table["mode"])
+
+
+def endpoint_ports(env: Mapping[str, str]) -> list[int]:
+    """The loopback ports an agent's environment names as its model endpoint (a variable
+    ending ``_BASE_URL``, ...: ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``)."""
+    out: list[int] = []
+    for key, value in env.items():
+        if not key.endswith(_URL_SUFFIXES):
+            continue
+        try:
+            url = urlsplit(value)
+            port = url.port
+        except ValueError:
+            continue
+        if url.hostname in ("127.0.0.1", "localhost") and port and port not in out:
+            out.append(port)
+    return out
+
+
+def program_dirs(argv0: str, path: str) -> list[str]:
+    """The directories the agent's program needs read: where ``argv0`` is found on ``path``
+    and what it links to; inside a ``node_modules`` tree, that whole tree (a CLI's shim
+    starts its package's native binary)."""
+    import shutil
+
+    found = shutil.which(argv0, path=path)
+    if found is None:
+        return []
+    out: list[str] = []
+    for p in (os.path.abspath(found), os.path.realpath(found)):
+        parts = p.split(os.sep)
+        if "node_modules" in parts:
+            i = len(parts) - 1 - parts[::-1].index("node_modules")
+            d = os.sep.join(parts[: i + 1])
+        else:
+            d = os.path.dirname(p)
+        if d not in out and not _under(d, ("/usr", "/etc")):
+            out.append(d)
+    return out
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)

@@ -1,0 +1,107 @@
+"""The bubblewrap command line of a sandboxed turn, and the port bridge into it.
+
+Owns ``command`` (the argv that runs an agent's argv inside bubblewrap under a ``Policy``)
+and the bridge of each allowed loopback port: outside, ``socat`` listens on a Unix socket in a
+private directory and forwards to ``127.0.0.1:PORT``; the directory is bound read-only at
+``/run/zwarm`` inside, where a second ``socat`` listens on ``127.0.0.1:PORT`` (the sandbox's
+own loopback) before the agent starts. Must stay true:
+- the host's ``/usr`` and ``/etc`` are read-only, ``/tmp`` and the home private, ``--unshare-all``
+  (no network but the bridged ports, own pid namespace), ``--die-with-parent``,
+  ``--new-session``, no capabilities;
+- mounts are made in an order where a later one never reopens what an earlier one hid: the
+  writable tree, then its git metadata read-only, then the hidden paths, then the login files;
+- the bridge's sockets and its forwarders end with the turn (the outer shell kills them and
+  removes the directory; a forwarder also dies with its parent: ``setpriv --pdeathsig``).
+"""
+
+import os
+import shlex
+import shutil
+
+from zwarm.sandbox import Policy
+
+BRIDGE_DIR = "/run/zwarm"  # where the bridge's sockets are inside
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def tools() -> dict[str, str | None]:
+    """Where bwrap, socat and setpriv are on this machine (None: not installed)."""
+    path = "/usr/bin:/bin:/usr/sbin:/sbin"
+    return {name: shutil.which(name, path=path) for name in ("bwrap", "socat", "setpriv")}
+
+
+def mounts(policy: Policy) -> list[str]:
+    """bwrap's file system arguments for ``policy`` (order matters: see the module doc)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for d in _SYSTEM_LINKS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    args += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if policy.home and policy.home not in ("/", "/tmp"):
+        args += ["--tmpfs", policy.home]
+    for p in policy.read_only:
+        if not _inside(p, policy.tree):
+            args += ["--ro-bind-try", p, p]
+    args += ["--bind", policy.tree, policy.tree]
+    for p in policy.read_only:  # read-only where it lies inside the writable tree
+        if _inside(p, policy.tree):
+            args += ["--ro-bind-try", p, p]
+    for p in policy.hidden:
+        if os.path.isdir(p) and _visible(p, policy):
+            args += ["--tmpfs", p]
+    for p in policy.login:
+        args += ["--bind-try", p, p]
+    return args
+
+
+def command(argv: list[str], policy: Policy, sock_dir: str | None) -> list[str]:
+    """The argv that runs ``argv`` inside bubblewrap under ``policy``; with ports, through the
+    bridge whose sockets go in ``sock_dir`` (a private directory the caller made)."""
+    t = tools()
+    bwrap = t["bwrap"] or "bwrap"
+    sb = [bwrap, *mounts(policy)]
+    sb += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    sb += ["--chdir", policy.cwd, "--setenv", "TMPDIR", "/tmp"]
+    if not policy.ports or sock_dir is None:
+        return [*sb, "--", *argv]
+    socat = t["socat"] or "socat"
+    sb += ["--ro-bind", sock_dir, BRIDGE_DIR]
+    inner = []
+    for port in policy.ports:
+        inner.append(
+            f"{socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr "
+            f"UNIX-CONNECT:{BRIDGE_DIR}/{port}.sock &"
+        )
+        hexport = f"{port:04X}"
+        inner.append(_wait(f"! grep -q ' 0100007F:{hexport} ' /proc/net/tcp"))
+    inner.append('exec "$@"')
+    sb += ["--", "/bin/sh", "-c", "\n".join(inner), "zwarm-sandbox", *argv]
+    outer = [f"d={shlex.quote(sock_dir)}", "pids="]
+    pdeath = f"{t['setpriv']} --pdeathsig TERM " if t["setpriv"] else ""
+    for port in policy.ports:
+        sock = f'"$d/{port}.sock"'
+        outer.append(
+            f"{pdeath}{socat} UNIX-LISTEN:$d/{port}.sock,fork,mode=600 "
+            f'TCP:127.0.0.1:{port} & pids="$pids $!"'
+        )
+        outer.append(_wait(f"[ ! -S {sock} ]"))
+    outer.append(f"{shlex.join(sb)}")
+    outer.append('rc=$?; kill $pids 2>/dev/null; rm -rf "$d"; exit $rc')
+    return ["/bin/sh", "-c", "\n".join(outer)]
+
+
+def _wait(cond: str) -> str:
+    """A shell loop waiting (at most ~5 s) while ``cond`` holds."""
+    return f"i=0; while {cond} && [ $i -lt 5000 ]; do sleep 0.001; i=$((i+1)); done"
+
+
+def _visible(path: str, policy: Policy) -> bool:
+    """Whether ``path`` lies in something the sandbox binds, so it must be hidden (one that
+    holds the tree is not bound, only the tree in it)."""
+    return any(path == r or _inside(path, r) for r in (policy.tree, *policy.read_only))
+
+
+def _inside(path: str, root: str) -> bool:
+    return path != root and path.startswith(root.rstrip("/") + "/")
