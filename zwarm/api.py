@@ -205,10 +205,23 @@ class Zwarm:
         )
 
     def _sandbox_for(self, asked: str | None, adapter: str) -> Any:
-        """The sandbox mode of a new session of ``adapter`` (``zwarm.sandbox.mode_for``)."""
+        """The sandbox mode of a new session of ``adapter`` (``zwarm.sandbox.mode_for``); with
+        one on, the preflight runs first (``sandbox.check``): ``SandboxUnavailable`` if it
+        does not hold here, rather than a session that would run unsandboxed."""
         from zwarm import sandbox
 
-        return sandbox.mode_for(asked, adapter, self.config)
+        mode = sandbox.mode_for(asked, adapter, self.config)
+        if mode != sandbox.OFF:
+            from zwarm.errors import SandboxUnavailable
+            from zwarm.sandbox import check
+
+            report = check.run()
+            if not report.holds:
+                raise SandboxUnavailable(
+                    f"sandbox {mode} cannot hold on this machine: {check.refusal(report)}; "
+                    "nothing started (see zwarm sandbox check)"
+                )
+        return mode
 
     def _launcher_options(self, name: str, pairs: Sequence[str]) -> dict[str, Any]:
         """``spawn --launcher-option KEY=VALUE`` for launcher ``name``, typed and checked as

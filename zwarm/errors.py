@@ -84,6 +84,10 @@ class InvalidInput(ZwarmError):
     """Bad user input that is not a session reference (prompt, cwd, name, option value)."""
 
 
+class SandboxUnavailable(ZwarmError):
+    """zwarm's sandbox cannot hold on this machine (``zwarm.sandbox.check``): nothing started."""
+
+
 class StoreError(ZwarmError):
     """The state directory could not be read or written (permissions, disk full)."""
 

@@ -55,6 +55,11 @@ LAZY_COMMANDS = {
     "comment": ("zwarm.cli.review", "comment_command", "Review comments for a session's agent."),
     "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
+    "sandbox": (
+        "zwarm.cli.sandbox",
+        "sandbox_group",
+        "zwarm's own sandbox of each turn; check proves it holds here.",
+    ),
     "serve": (
         "zwarm.cli.serve",
         "serve_command",

@@ -96,8 +96,6 @@ class Finishing(ManagerCore):
     def _sandboxed(self, argv: list[str], pin: pins.Pin, env: dict[str, str]) -> list[str]:
         """``argv`` inside zwarm's sandbox (``zwarm.sandbox``), its policy made from the pin,
         the trusted config and the environment made here; ``StartRefused`` if it cannot run."""
-        import tempfile
-
         from zwarm import sandbox
         from zwarm.sandbox import bwrap
 
@@ -128,7 +126,7 @@ class Finishing(ManagerCore):
             ports=tuple(ports),
             home=home,
         )
-        sock_dir = tempfile.mkdtemp(prefix="zwarm-bridge-") if ports else None
+        sock_dir = bwrap.bridge_dir() if ports else None
         return bwrap.command(argv, policy, sock_dir)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:

@@ -25,9 +25,19 @@ _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 def tools() -> dict[str, str | None]:
-    """Where bwrap, socat and setpriv are on this machine (None: not installed)."""
-    path = "/usr/bin:/bin:/usr/sbin:/sbin"
+    """Where bwrap, socat and setpriv are for zwarm (its ``PATH``, then the system's; None:
+    not installed)."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin:/bin:/usr/sbin:/sbin"])
     return {name: shutil.which(name, path=path) for name in ("bwrap", "socat", "setpriv")}
+
+
+def bridge_dir() -> str:
+    """A new private directory (0700) for a turn's bridge sockets, on a short path: a Unix
+    socket's path is limited to 107 bytes, which a deep ``$TMPDIR`` can exceed."""
+    import tempfile
+
+    short = "/tmp" if os.path.isdir("/tmp") else None
+    return tempfile.mkdtemp(prefix="zwarm-", dir=short)
 
 
 def mounts(policy: Policy) -> list[str]:
