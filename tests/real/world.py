@@ -155,6 +155,7 @@ class RealWorld:
     work: Path = field(init=False)
     environ: dict[str, str] = field(init=False)
     agents: dict[str, _AgentSetup] = field(default_factory=dict)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # more of config.toml
 
     def __post_init__(self) -> None:
         self.state = self.tmp / "state"
@@ -230,6 +231,7 @@ class RealWorld:
         doc: dict[str, Any] = {"defaults": {"adapter": next(iter(self.agents))}}
         for name, setup in self.agents.items():
             doc[name] = setup.table
+        doc.update(self.tables)
         path = self.state / "config.toml"
         path.write_text(tomli_w.dumps(doc))
         trust_config(path, environ=self.environ)  # as its user would: `zwarm trust`

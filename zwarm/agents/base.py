@@ -213,6 +213,12 @@ class Agent(abc.ABC):
             check_resume_id(resume_id)
         return self.build_argv(opts, resume_id)
 
+    def sandboxed_env(self, env: dict[str, str]) -> dict[str, str]:
+        """The environment of a turn run in zwarm's sandbox (``zwarm.sandbox``), where the
+        agent's own sandbox stands down: what tells the CLI it is sandboxed; ``env`` as it is
+        by default."""
+        return env
+
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
         """The agent's own login and config files, as its CLI needs them in zwarm's sandbox
         (``zwarm.sandbox``: bound writable, where the CLI refreshes its tokens), given the

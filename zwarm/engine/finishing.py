@@ -90,6 +90,7 @@ class Finishing(ManagerCore):
         except AgentSetupError as e:
             raise StartRefused(str(e)) from None
         if boxed:
+            env = self.agent.sandboxed_env(env)
             argv = self._sandboxed(argv, pin, env)
         return AgentLaunch(argv, pin.cwd, env)
 

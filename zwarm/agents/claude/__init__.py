@@ -65,6 +65,11 @@ class ClaudeAgent(Agent):
     def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
         return claude_argv(opts, resume_id)
 
+    def sandboxed_env(self, env: dict[str, str]) -> dict[str, str]:
+        # Claude Code refuses to skip its permission checks as root unless told it runs in a
+        # sandbox: zwarm's is one
+        return {**env, "IS_SANDBOX": "1"}
+
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
         if env.get("CLAUDE_CONFIG_DIR"):
             return (env["CLAUDE_CONFIG_DIR"],)
