@@ -16,6 +16,7 @@ def test_a_sandboxed_turn_works_with_the_real_cli(real: RealWorld, adapter: str)
         Reply([shell("echo from-inside > seen.txt")]),
         Reply([write_file(path, "written in the sandbox\n")]),
         Reply([text("Done.")]),
+        Reply([text("Again.")]),
     ]
     srv = real.use(adapter, script, **shell_args(adapter))
     # codex's endpoint is in its -c config, not a *_BASE_URL variable: allowed by port
@@ -27,3 +28,8 @@ def test_a_sandboxed_turn_works_with_the_real_cli(real: RealWorld, adapter: str)
     assert target.read_text() == "written in the sandbox\n"
     assert (real.work / "seen.txt").read_text() == "from-inside\n"
     assert d["dangerous"] is False
+    # a follow-up resumes the agent's own session (its login/state dir writable inside)
+    real.api().inject(sid, "Once more.", context="native")
+    d = real.wait(sid)
+    t2 = d["turns_detail"][1]
+    assert (d["status"], d["last_message"], t2["context"]) == ("completed", "Again.", "native"), d

@@ -165,3 +165,13 @@ def test_a_bad_sandbox_setting_is_one_error_line(zw: ZW) -> None:
         )
     res = zw.run("spawn", "--sandbox", "nope", "t")
     assert res.returncode != 0 and "Traceback" not in res.stderr
+
+
+def test_the_timeout_kills_a_sandboxed_turn(zw: ZW) -> None:
+    _config(zw)
+    env = {"FAKE_RECORD": "", "FAKE_HANG": "1", **zw.replay("codex_simple")}
+    sid = zw.spawn("--sandbox", "bwrap", "--timeout", "1", "slow", env_extra=env)
+    zw.wait(sid)
+    wait_until(lambda: zw.meta(sid)["status"] in ("failed", "killed", "completed"))
+    m = zw.meta(sid)
+    assert m["status"] == "failed" and m["turns"][0]["error"] == "timeout: killed after 1 s", m

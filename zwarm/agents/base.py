@@ -220,9 +220,15 @@ class Agent(abc.ABC):
         return env
 
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
-        """The agent's own login and config files, as its CLI needs them in zwarm's sandbox
-        (``zwarm.sandbox``: bound writable, where the CLI refreshes its tokens), given the
-        environment its turn runs with: nothing by default."""
+        """The agent's own login, config and session directories, as its CLI needs them in
+        zwarm's sandbox (``zwarm.sandbox``: bound writable, where the CLI refreshes its tokens
+        and keeps the sessions it resumes; made, 0700, if missing), given the environment its
+        turn runs with: nothing by default. Files: ``login_files``."""
+        return ()
+
+    def login_files(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """The agent's own login or config files outside ``login_paths``, bound writable in
+        zwarm's sandbox where they exist: nothing by default."""
         return ()
 
     @abc.abstractmethod

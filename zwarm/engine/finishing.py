@@ -121,7 +121,7 @@ class Finishing(ManagerCore):
         policy = sandbox.Policy(
             cwd=cwd,
             tree=tree,
-            login=tuple(self.agent.login_paths(env)),
+            login=(*_made(self.agent.login_paths(env)), *self.agent.login_files(env)),
             read_only=tuple(read_only),
             hidden=tuple(hidden),
             ports=tuple(ports),
@@ -366,6 +366,15 @@ class AgentLaunch(msgspec.Struct, frozen=True):
     argv: list[str]
     cwd: str
     env: dict[str, str]
+
+
+def _made(dirs: tuple[str, ...]) -> list[str]:
+    """``dirs`` (an agent's login directories: ``Agent.login_paths``), each made (0700) if
+    missing, so that what its CLI writes there outlives a sandboxed turn."""
+    for d in dirs:
+        with contextlib.suppress(OSError):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+    return list(dirs)
 
 
 def _exit_reason(returncode: int, stderr_tail: str) -> str:

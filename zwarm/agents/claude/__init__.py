@@ -71,10 +71,12 @@ class ClaudeAgent(Agent):
         return {**env, "IS_SANDBOX": "1"}
 
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
-        if env.get("CLAUDE_CONFIG_DIR"):
-            return (env["CLAUDE_CONFIG_DIR"],)
-        home = env.get("HOME", "/")
-        return (os.path.join(home, ".claude"), os.path.join(home, ".claude.json"))
+        return (env.get("CLAUDE_CONFIG_DIR") or os.path.join(env.get("HOME", "/"), ".claude"),)
+
+    def login_files(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        if env.get("CLAUDE_CONFIG_DIR"):  # its .claude.json is in that directory then
+            return ()
+        return (os.path.join(env.get("HOME", "/"), ".claude.json"),)
 
     def permissions(self, table: Mapping[str, Any], bypass: bool) -> tuple[str, bool]:
         if bypass:
