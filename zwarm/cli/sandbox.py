@@ -8,7 +8,13 @@ from zwarm.cli import output
 
 @click.group(name="sandbox")
 def sandbox_group() -> None:
-    """zwarm's own sandbox of each turn ([sandbox] mode = "bwrap", spawn --sandbox)."""
+    """zwarm's own sandbox of each turn ([sandbox] mode = "bwrap", spawn --sandbox): each
+    turn in bubblewrap, writing only its worktree and reaching only its model endpoint.
+
+    \b
+    Example:
+      zwarm sandbox check
+    """
 
 
 @sandbox_group.command(name="check")
