@@ -78,25 +78,28 @@ def command(argv: list[str], policy: Policy, sock_dir: str | None) -> list[str]:
         return [*sb, "--", *argv]
     socat = t["socat"] or "socat"
     sb += ["--ro-bind", sock_dir, BRIDGE_DIR]
-    inner = []
+    # whether 127.0.0.1:PORT listens, with shell builtins only (no process per check)
+    inner = [
+        "_listening() { while read -r _ a _ st _; do "
+        '[ "$a" = "$1" ] && [ "$st" = 0A ] && return 0; done < /proc/net/tcp; return 1; }'
+    ]
     for port in policy.ports:
         inner.append(
             f"{socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr "
             f"UNIX-CONNECT:{BRIDGE_DIR}/{port}.sock &"
         )
-        hexport = f"{port:04X}"
-        inner.append(_wait(f"! grep -q ' 0100007F:{hexport} ' /proc/net/tcp"))
+        inner.append(_wait(f"! _listening 0100007F:{port:04X}"))
+        inner.append(_wait(f"[ ! -S {BRIDGE_DIR}/{port}.sock ]"))  # the outside end, started
+        # alongside the sandbox: waited for here, so neither waits for the other
     inner.append('exec "$@"')
     sb += ["--", "/bin/sh", "-c", "\n".join(inner), "zwarm-sandbox", *argv]
     outer = [f"d={shlex.quote(sock_dir)}", "pids="]
     pdeath = f"{t['setpriv']} --pdeathsig TERM " if t["setpriv"] else ""
     for port in policy.ports:
-        sock = f'"$d/{port}.sock"'
         outer.append(
             f"{pdeath}{socat} UNIX-LISTEN:$d/{port}.sock,fork,mode=600 "
             f'TCP:127.0.0.1:{port} & pids="$pids $!"'
         )
-        outer.append(_wait(f"[ ! -S {sock} ]"))
     outer.append(f"{shlex.join(sb)}")
     outer.append('rc=$?; kill $pids 2>/dev/null; rm -rf "$d"; exit $rc')
     return ["/bin/sh", "-c", "\n".join(outer)]
