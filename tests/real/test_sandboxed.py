@@ -33,3 +33,20 @@ def test_a_sandboxed_turn_works_with_the_real_cli(real: RealWorld, adapter: str)
     d = real.wait(sid)
     t2 = d["turns_detail"][1]
     assert (d["status"], d["last_message"], t2["context"]) == ("completed", "Again.", "native"), d
+
+
+def test_a_sandboxed_gemini_turn_works_and_resumes(real: RealWorld) -> None:
+    """gemini's home of its own lies in the (hidden) state dir: bound back in as its login."""
+    script = [
+        Reply([write_file(str(real.work / "g.txt"), "from gemini\n")]),
+        Reply([text("First.")]),
+        Reply([text("Second.")]),
+    ]
+    real.use("gemini", script)  # its endpoint: GOOGLE_GEMINI_BASE_URL, bridged by its port
+    sid = real.spawn("Write it.", "gemini", sandbox="bwrap")
+    d = real.wait(sid)
+    assert (d["status"], d["last_message"], d["sandbox"]) == ("completed", "First.", "bwrap"), d
+    assert (real.work / "g.txt").read_text() == "from gemini\n"
+    real.api().inject(sid, "Again.", context="native")
+    d = real.wait(sid)
+    assert (d["status"], d["last_message"]) == ("completed", "Second."), d
