@@ -41,13 +41,12 @@ from zwarm.errors import (
     AgentNotFound,
     InvalidInput,
     SessionNotFound,
-    SessionStateError,
     ZwarmError,
 )
 from zwarm.model import RUNS, Session
 from zwarm.model.records import RUN_ID, Workspace
 from zwarm.model.rows import row
-from zwarm.ops import listing
+from zwarm.ops import checks, listing
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
@@ -171,7 +170,7 @@ class Zwarm:
         from zwarm.model.requests import SpawnRequest
 
         req = _request(SpawnRequest, request, "task", options)
-        check_request(req)
+        checks.request(req)
         adapter, model = self.route(req.adapter, req.model)
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
@@ -189,7 +188,7 @@ class Zwarm:
         settled = structs.replace(
             req,
             model=model,
-            timeout=check_timeout(req.timeout) or (cfg.get("defaults", "timeout") or None),
+            timeout=checks.timeout(req.timeout) or (cfg.get("defaults", "timeout") or None),
             context=req.context or cfg.get("defaults", "context"),
             dangerous=cfg.get(adapter, "dangerous") if req.dangerous is None else req.dangerous,
             launcher=runner,
@@ -330,13 +329,13 @@ class Zwarm:
         from zwarm.model.requests import MessageRequest
 
         req = _request(MessageRequest, request, "message", options)
-        check_request(req)
+        checks.request(req)
         s = self.get(ref, history=False)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
-        _check_tree(s)
-        _check_workdir(s)
-        _check_budget(s, self.store)
+        checks.worktree(s)
+        checks.workdir(s)
+        checks.budget(self, s)
         s, state = mgr.inject(s.id, req.message, context=req.context, timeout=req.timeout)
         if (req.context or s.context_mode) == "native":
             self._warn_no_resume(s, state)
@@ -357,8 +356,8 @@ class Zwarm:
         s = self.get(ref)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
-        _check_tree(s)
-        _check_workdir(s)
+        checks.worktree(s)
+        checks.workdir(s)
         s, _ = mgr.rerun(s.id, kind)
         return s
 
@@ -526,7 +525,7 @@ class Zwarm:
     ) -> dict[str, Any]:
         """Block until all (or any) of ``refs`` finish, or ``timeout``; with ``all_running``,
         every session running when the call starts (``ops.waiting``)."""
-        timeout = check_timeout(timeout) if timeout != 0 else 0.0
+        timeout = checks.timeout(timeout) if timeout != 0 else 0.0
         from zwarm.ops import waiting
 
         return waiting.wait(self, refs, timeout, any_, all_running)
@@ -534,7 +533,7 @@ class Zwarm:
     def wait_turn(self, ref: str, n: int, timeout: float | None = None) -> tuple[Session, bool]:
         """Block until turn ``n`` of ``ref`` has finished, or ``timeout``. Returns (the session,
         whether it timed out) (``ops.waiting``)."""
-        timeout = check_timeout(timeout) if timeout != 0 else 0.0
+        timeout = checks.timeout(timeout) if timeout != 0 else 0.0
         from zwarm.ops import waiting
 
         return waiting.wait_turn(self, ref, n, timeout)
@@ -649,74 +648,6 @@ class Zwarm:
         from zwarm.ops import review
 
         return review.apply(self, ref, turn, cwd)
-
-
-def _check_budget(s: Session, store: Store) -> None:
-    """A session past its budget, or in a subtree past one (``engine.tree``), takes no new
-    turn (spawn a new one)."""
-    from zwarm.engine import limits, tree
-
-    over = limits.over_budget(s) or tree.over_budget(store, s)
-    if over is not None:
-        raise SessionStateError(f"session {s.id}: {over}; it takes no new turn")
-
-
-def _check_tree(s: Session) -> None:
-    """A session whose own worktree is gone cannot run another turn."""
-    ws = s.workspace
-    if ws is not None and ws.mode == "worktree" and (ws.removed or not os.path.isdir(ws.tree)):
-        from zwarm.errors import WorkspaceError
-
-        raise WorkspaceError(
-            f"session {s.id}'s worktree {ws.tree} was removed: it cannot run again "
-            "(start a new session)"
-        )
-
-
-def check_prompt(text: str) -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput("the prompt is empty")
-    if "\x00" in text:
-        raise InvalidInput("the prompt contains NUL bytes, which no agent accepts")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:  # a lone surrogate: a byte like 0xff in argv, or JSON's
-        raise InvalidInput(f"the prompt is not valid UTF-8 (character {e.start})") from None
-    return text
-
-
-def _check_workdir(s: Session) -> None:
-    """A follow-up's working directory is still there (its removal is named now, not as an
-    agent that could not start); one removed after this is named by its supervisor. A zwarm
-    3.x record is continued only once confirmed (``legacy.continuable``)."""
-    legacy.continuable(s)
-    if not os.path.isdir(s.cwd):
-        raise InvalidInput(
-            f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"
-        )
-
-
-def check_timeout(timeout: float | None) -> float | None:
-    """``timeout`` in seconds, within the bounds ``meta.json``'s schema keeps (``Seconds``)."""
-    if timeout is None:
-        return None
-    from zwarm.engine import limits
-    from zwarm.model.records import Seconds
-
-    return float(limits.need("timeout", timeout, Seconds))
-
-
-def check_request(req: SpawnRequest | MessageRequest) -> None:
-    """``req``'s prompt, time limit and context mode, or ``InvalidInput`` saying what is
-    wrong: a request built in Python was checked by nothing (a Struct's constructor checks
-    no bound), and one a front end decoded is checked again here."""
-    from zwarm.model.requests import CONTEXT_MODES, SpawnRequest
-
-    check_prompt(req.task if isinstance(req, SpawnRequest) else req.message)
-    check_timeout(req.timeout)
-    if req.context is not None and req.context not in CONTEXT_MODES:
-        modes = " or ".join(CONTEXT_MODES)
-        raise InvalidInput(f"unknown context mode {req.context!r} (use {modes})")
 
 
 R = TypeVar("R", "SpawnRequest", "MessageRequest")
