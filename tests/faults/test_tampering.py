@@ -362,3 +362,27 @@ def test_rm_empties_the_trash_and_never_follows_a_link_there(zw: Any) -> None:
     one_error_line(res, "trash")
     assert sorted(p.name for p in victim.iterdir()) == ["precious"]
     assert sdir(zw, b).is_dir()
+
+
+def test_a_model_that_is_an_option_never_reaches_an_agents_argv(zw: Any) -> None:
+    """Regression: a model name went to argv as ``--model VALUE`` unchecked, from a spawn's
+    ``-m`` (the ``delegate`` tool's ``model``, HTTP), an untrusted config's free ``model`` key
+    or an agent's rewrite of ``requested_model`` in meta.json: gemini (yargs) reads
+    ``--model --yolo`` as an empty model and ``--yolo``, turning its approvals off."""
+    bad = "--dangerously-bypass-approvals-and-sandbox"
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    calls = zw.calls()
+    one_error_line(zw.run("spawn", "task", f"--model={bad}"), "model")
+    config = zw.state_dir / "config.toml"
+    config.write_text(f'[defaults]\nmodel = "{bad}"\n')  # untrusted: model is a free key
+    config.chmod(0o600)
+    one_error_line(zw.run("spawn", "task"), "model")
+    config.unlink()
+    assert zw.calls() == calls
+
+    edit_meta(zw, sid, lambda m: m.update(requested_model=bad))
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"))
+    m = _done(zw, sid)
+    assert m["turns"][-1]["reason"] == "start_failed" and "model" in m["error"]
+    assert zw.calls() == calls  # the agent never ran
