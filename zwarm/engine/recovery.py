@@ -7,6 +7,10 @@ before anything is signalled), and ``rerun`` (``retry`` a failed or killed turn,
 parked one). Must stay true:
 - every change happens in ``Store.transaction`` and goes through ``engine.transitions``;
 - a lost turn's orphaned agent (whatever still carries its verified marker) is stopped;
+- what carries a session's marker is stopped by ``kill`` (and ``rm``, ``zwarm.ops.removal``)
+  even when meta.json says nothing runs (``stop_strays``): a running agent that rewrote its
+  record as finished, or as zwarm 3.x's, is never out of the user's reach (an agent cannot
+  add the marker to a process it did not start, so nothing else is signalled);
 - reconciling is cheap when nothing is wrong; when it cannot be written (a full disk), the
   session is returned as it will be recorded;
 - a rerun refused by a budget (its own or an ancestor's) starts nothing.
@@ -83,8 +87,16 @@ class Recovery(Finishing):
         return True
 
     def kill(self, sid: str) -> tuple[Session, int]:
-        """Kill the running turn (agent's whole tree) and drop the queue. Returns (s, dropped)."""
-        _, dropped, t = self.end_killed(sid)
+        """Kill the running turn (agent's whole tree) and drop the queue. Returns (s, dropped).
+        A session whose record says nothing runs is not running (``SessionStateError``),
+        but whatever still carries its marker is stopped first (``stop_strays``), and then it
+        is killed, whatever the record says."""
+        try:
+            _, dropped, t = self.end_killed(sid)
+        except SessionStateError:
+            if stop_strays([sid]):
+                return self.store.load(sid), 0
+            raise
         if t is not None:
             self.launcher(t).stop(sid, t)
         return self.store.load(sid), dropped
@@ -173,3 +185,11 @@ _KILLED_WHILE = {
     Status.QUEUED: "killed by user while queued (never started)",
     Status.PARKED: "killed by user while parked (waiting for a usage or rate limit to reset)",
 }
+
+
+def stop_strays(sids: list[str]) -> list[str]:
+    """Stop every process of this user that carries the marker of one of ``sids`` (and its
+    tree), whatever their records say: an agent that rewrote its meta.json as finished (or
+    as zwarm 3.x's) still carries its session's marker, which it cannot add to a process it
+    did not start. One scan of /proc for all; the ids that had any."""
+    return procs.kill_sessions([(None, sid) for sid in sids]) if sids else []
