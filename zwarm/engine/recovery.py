@@ -16,12 +16,17 @@ parked one). Must stay true:
 - a rerun refused by a budget (its own or an ancestor's) starts nothing.
 """
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine.core import MESSAGE_KEEP_CHARS, PROMPT_MAX_BYTES, START_GRACE_S
 from zwarm.engine.finishing import Finishing
 from zwarm.env import parse_iso
 from zwarm.errors import SessionStateError, WriteFailed
 from zwarm.model import ACTIVE, RUNS, Reason, Session, Status, Turn
+from zwarm.store import pins
 from zwarm.system import procs
 from zwarm.system.files import read_file
 
@@ -94,7 +99,7 @@ class Recovery(Finishing):
         try:
             _, dropped, t = self.end_killed(sid)
         except SessionStateError:
-            if stop_strays([sid]):
+            if stop_strays(self.env.environ, self.store.root, [sid]):
                 return self.store.load(sid), 0
             raise
         if t is not None:
@@ -187,9 +192,14 @@ _KILLED_WHILE = {
 }
 
 
-def stop_strays(sids: list[str]) -> list[str]:
+def stop_strays(environ: Mapping[str, str], state_dir: Path, sids: list[str]) -> list[str]:
     """Stop every process of this user that carries the marker of one of ``sids`` (and its
     tree), whatever their records say: an agent that rewrote its meta.json as finished (or
     as zwarm 3.x's) still carries its session's marker, which it cannot add to a process it
-    did not start. One scan of /proc for all; the ids that had any."""
-    return procs.kill_sessions([(None, sid) for sid in sids]) if sids else []
+    did not start. Only sessions this zwarm started in ``state_dir`` (their launch pins say
+    so): a record copied or planted here, or zwarm 3.x's, names an id that may be running
+    elsewhere, never stopped on its word. One scan of /proc for all; the ids that had any."""
+    live = procs.marked_ids() if sids else set()
+    root = Path(os.path.realpath(state_dir))
+    ours = [sid for sid in sids if sid in live and pins.read(environ, sid, root) is not None]
+    return procs.kill_sessions([(None, sid) for sid in ours]) if ours else []

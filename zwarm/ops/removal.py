@@ -65,7 +65,8 @@ def kill(api: Zwarm, refs: list[str] | None = None, all_: bool = False) -> list[
     finally:  # what runs though its record says not (rewritten by its agent): stopped too
         from zwarm.engine.recovery import stop_strays
 
-        stop_strays([r["id"] for r in every if r["status"] not in ACTIVE])
+        ended = [r["id"] for r in every if r["status"] not in ACTIVE]
+        stop_strays(api.env.environ, api.store.root, ended)
 
 
 def _readers(api: Zwarm, rows: list[dict[str, Any]]) -> None:
@@ -367,7 +368,7 @@ def _remove(api: Zwarm, sid: str, name: str | None) -> None:
     from zwarm.engine.recovery import stop_strays
     from zwarm.store import pins
 
-    stop_strays([sid])
+    stop_strays(api.env.environ, api.store.root, [sid])
     api.store.remove(sid, name)
     pins.remove(api.env.environ, sid)
 
