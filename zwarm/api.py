@@ -22,7 +22,7 @@ Must stay true:
   say so in their results; listings roll each subtree's usage and cost up;
 - what a caller should know but is not an error goes through ``warn`` (never printed here);
 - only this facade, ``zwarm.ops`` and the engine use ``store``: the front ends (cli, serve,
-  the orchestrator) call methods (a test guards it, ``tests/tools/test_layering.py``);
+  the orchestrator) call methods (a test guards it, ``tests/project/test_layering.py``);
 - it knows no agent's argv or event format: that is the adapters' (``zwarm.agents``).
 """
 

@@ -1,6 +1,6 @@
 """``zwarm mcp install`` as a user runs it: what it says, its exit codes, one line on bad input,
 nothing written by --print, the state dir made for the server (the writer's cases:
-tests/unit/test_mcp_install.py)."""
+tests/orchestrator/test_mcp_install.py)."""
 
 from __future__ import annotations
 
