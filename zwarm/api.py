@@ -703,7 +703,7 @@ def check_timeout(timeout: float | None) -> float | None:
     from zwarm.engine import limits
     from zwarm.model.records import Seconds
 
-    return float(limits.need("timeout", timeout, Seconds))
+    return float(limits.need("--timeout", timeout, Seconds))
 
 
 def check_request(req: SpawnRequest | MessageRequest) -> None:
