@@ -313,3 +313,17 @@ def test_a_3x_session_without_a_thread_id_continues_with_a_summary(zw: ZW) -> No
     assert "resume" not in argv["argv"]
     assert b"carry on" in prompt and b"Write hello.py printing hello" in prompt
     assert zw.meta(CODEX_SIMPLE)["turns"][1]["context"] == "summary"
+
+
+def test_diff_of_a_3x_session_in_a_git_project_says_3x_recorded_no_workspace(zw: ZW) -> None:
+    """zwarm 3.x kept no git workspace for a session: ``diff`` (and the tools' get_diff) said
+    "it was not started in a git repository" of a session started in one."""
+    subprocess.run(["git", "init", "-q", str(zw.cwd)], check=True, env=zw.env)
+    zwarm3_sessions(zw)
+    for sid in (CODEX_SIMPLE, CLAUDE_RESUME):
+        res = zw.run("diff", sid)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip().splitlines() == [
+            f"Error: session {sid} was made by zwarm 3.x, which recorded no git workspace: "
+            "zwarm cannot tell what it changed"
+        ]
