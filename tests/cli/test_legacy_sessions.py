@@ -196,6 +196,15 @@ def test_a_confirmed_inject_migrates_the_3x_record_and_resumes_the_agents_thread
     assert (zw.session_dir(sid) / "meta.json.zwarm3").read_bytes() == original
     r = rows(zw)[sid]
     assert r["turns"] == 3 and r["status"] == "completed"
+    # confirming again is refused in words that fit a session ls shows as zwarm3's (it said
+    # "is not a zwarm 3.x session")
+    res = zw.run("inject", sid, "and the docs", "--confirm-dir", str(zw.cwd),
+                 "--confirm-agent", agent, env_extra=zw.replay(sample))  # fmt: skip
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"Error: session {sid} was made by zwarm 3.x and is already continued here (its "
+        f"folder and agent confirmed: {agent} in {str(zw.cwd)!r}): inject it without "
+        "--confirm-dir and --confirm-agent"
+    ]
     # a further inject needs no confirmation: the session is zwarm's now, pinned
     res = zw.run("inject", sid, "and the docs", "--wait", env_extra=zw.replay(sample))
     assert res.returncode == 0, res.stderr
