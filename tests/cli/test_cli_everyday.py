@@ -343,3 +343,15 @@ def test_the_demo_shows_what_the_real_commands_print(zw: Any) -> None:
     assert f"{sid} completed" in out  # what `zwarm wait` prints
     assert f"{sid} started (turn 2)" in out  # what `zwarm inject --wait` prints
     assert f"session {sid}\ncodex · demo · completed · 1 turn" in out  # trajectory's header
+
+
+def test_mcp_help_lists_install_uncut_and_the_top_level_help_names_it(zw: Any) -> None:
+    """Regression: ``zwarm mcp --help`` cut install's description ('... a plain headless
+    run...'), and ``zwarm --help`` said only "Serve zwarm's tools over MCP (stdio)": a user
+    looking for how to wire zwarm into Claude Code or Codex did not find it there."""
+    out = zw.run("mcp", "--help", env_extra={"COLUMNS": "80"}, check=True).stdout
+    listing = " ".join(out.split("Commands:", 1)[1].split())
+    assert listing.startswith("install ") and listing.endswith(".") and "..." not in listing
+    top = zw.run("--help", env_extra={"COLUMNS": "80"}, check=True).stdout
+    (row,) = [ln for ln in top.splitlines() if ln.strip().startswith("mcp ")]
+    assert "mcp install" in row, row
