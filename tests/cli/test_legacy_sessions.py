@@ -336,3 +336,15 @@ def test_diff_of_a_3x_session_in_a_git_project_says_3x_recorded_no_workspace(zw:
             f"Error: session {sid} was made by zwarm 3.x, which recorded no git workspace: "
             "zwarm cannot tell what it changed"
         ]
+
+
+def test_show_says_a_3x_follow_up_prompt_was_not_recorded(zw: ZW) -> None:
+    """zwarm 3.x kept the task, not a follow-up's message: ``show`` printed an empty
+    "prompt: " line for such a turn."""
+    zwarm3_sessions(zw)
+    out = zw.run("show", CODEX_RESUME, check=True).stdout
+    prompts = [ln for ln in out.splitlines() if ln.startswith("prompt:")]
+    assert prompts == [
+        "prompt: Create out.txt saying hello (sample=codex_resume_turn1)",
+        "prompt: (not recorded)",
+    ]
