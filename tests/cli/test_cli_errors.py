@@ -80,6 +80,18 @@ def test_unknown_and_ambiguous_refs(zw, cmd: list[str]) -> None:
         (["spawn", "x", "--timeout", "0"], None, "--timeout must be a positive number"),
         (["spawn", "x", "--timeout", "nan"], None, "--timeout must be a positive number"),
         (["spawn", "x", "--timeout", "inf"], None, "--timeout must be a positive number"),
+        # a launcher option's type and its bounds, in one wording (the type said "launcher
+        # option slurm.cpus must be a number")
+        (
+            ["spawn", "x", "--launcher", "slurm", "--launcher-option", "cpus=abc"],
+            None,
+            "Error: --launcher-option: slurm.cpus must be a number, not 'abc'",
+        ),
+        (
+            ["spawn", "x", "--launcher", "slurm", "--launcher-option", "cpus=-1"],
+            None,
+            "Error: --launcher-option: slurm.cpus must not be negative",
+        ),
     ],
 )
 def test_bad_spawn_input(zw, args: list[str], stdin: bytes | None, expect: str) -> None:
