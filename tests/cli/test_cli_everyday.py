@@ -355,3 +355,16 @@ def test_mcp_help_lists_install_uncut_and_the_top_level_help_names_it(zw: Any) -
     top = zw.run("--help", env_extra={"COLUMNS": "80"}, check=True).stdout
     (row,) = [ln for ln in top.splitlines() if ln.strip().startswith("mcp ")]
     assert "mcp install" in row, row
+
+
+def test_spawn_help_gives_the_default_of_every_option_the_config_sets(zw: Any) -> None:
+    """Regression: --timeout, --max-cost, --max-tokens and --stall said nothing of their
+    default (the config's), where --context, --worktree and --launcher name theirs."""
+    out = " ".join(zw.run("spawn", "--help", check=True).stdout.split())
+    for said in (
+        "(default: [defaults] timeout)",
+        "(default: its group's, else [limits] max_cost)",
+        "(default: its group's, else [limits] max_tokens)",
+        "(default: [limits] stall_s)",
+    ):
+        assert said in out, said
