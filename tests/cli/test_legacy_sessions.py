@@ -348,3 +348,30 @@ def test_show_says_a_3x_follow_up_prompt_was_not_recorded(zw: ZW) -> None:
         "prompt: Create out.txt saying hello (sample=codex_resume_turn1)",
         "prompt: (not recorded)",
     ]
+
+
+def test_a_session_of_this_zwarm_rewritten_as_3x_is_never_adopted(zw: ZW) -> None:
+    """Regression: an agent that rewrote its own session's meta.json in zwarm 3.x's format got
+    it "continued" once the user confirmed it: adopting replaced the session's launch pin,
+    dropping its workspace (so ``rm`` left its worktree and branch behind) and its launcher
+    options. zwarm 3.x made no pins: a session with one is this zwarm's, tampered with."""
+    sid = zw.spawn("task", env_extra=zw.replay("codex_simple"))
+    assert zw.wait(sid).returncode == 0
+    from zwarm.store import pins
+
+    pin = pins.pins_dir(os.environ) / f"{sid}.json"
+    before = pin.read_bytes()
+    forged = {
+        "id": sid, "task": "t", "status": "completed", "working_dir": str(zw.cwd),
+        "created_at": "2025-01-01T00:00:00", "updated_at": "2025-01-01T00:00:00",
+        "pid": None, "exit_code": 0, "model": None, "turn": 1, "messages": [],
+        "token_usage": {}, "error": None, "source": "user", "adapter": "codex",
+    }  # fmt: skip
+    (zw.session_dir(sid) / "meta.json").write_text(json.dumps(forged))
+    calls = zw.calls()
+    res = zw.run("inject", sid, "go on", "--confirm-dir", str(zw.cwd), "--confirm-agent",
+                 "codex", env_extra=zw.replay("codex_simple"))  # fmt: skip
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "rewritten" in res.stderr
+    assert pin.read_bytes() == before and zw.calls() == calls
+    assert not (zw.session_dir(sid) / "meta.json.zwarm3").exists()

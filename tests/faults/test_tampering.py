@@ -362,3 +362,85 @@ def test_rm_empties_the_trash_and_never_follows_a_link_there(zw: Any) -> None:
     one_error_line(res, "trash")
     assert sorted(p.name for p in victim.iterdir()) == ["precious"]
     assert sdir(zw, b).is_dir()
+
+
+def test_a_model_that_is_an_option_never_reaches_an_agents_argv(zw: Any) -> None:
+    """Regression: a model name went to argv as ``--model VALUE`` unchecked, from a spawn's
+    ``-m`` (the ``delegate`` tool's ``model``, HTTP), an untrusted config's free ``model`` key
+    or an agent's rewrite of ``requested_model`` in meta.json: gemini (yargs) reads
+    ``--model --yolo`` as an empty model and ``--yolo``, turning its approvals off."""
+    bad = "--dangerously-bypass-approvals-and-sandbox"
+    sid = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, sid)
+    calls = zw.calls()
+    one_error_line(zw.run("spawn", "task", f"--model={bad}"), "model")
+    config = zw.state_dir / "config.toml"
+    config.write_text(f'[defaults]\nmodel = "{bad}"\n')  # untrusted: model is a free key
+    config.chmod(0o600)
+    one_error_line(zw.run("spawn", "task"), "model")
+    config.unlink()
+    assert zw.calls() == calls
+
+    edit_meta(zw, sid, lambda m: m.update(requested_model=bad))
+    zw.run("inject", sid, "more", env_extra=zw.replay("codex_simple"))
+    m = _done(zw, sid)
+    assert m["turns"][-1]["reason"] == "start_failed" and "model" in m["error"]
+    assert zw.calls() == calls  # the agent never ran
+
+
+def _zwarm3(sid: str, cwd: str) -> dict[str, Any]:
+    """A zwarm 3.x meta.json (schema 0) for ``sid``, recorded completed."""
+    return {
+        "id": sid,
+        "task": "t",
+        "status": "completed",
+        "working_dir": cwd,
+        "created_at": "2025-01-01T00:00:00",
+        "updated_at": "2025-01-01T00:00:00",
+        "pid": None,
+        "exit_code": 0,
+        "model": None,
+        "turn": 1,
+        "messages": [],
+        "token_usage": {},
+        "error": None,
+        "source": "user",
+        "adapter": "codex",
+    }
+
+
+def test_an_agent_that_rewrites_its_record_as_ended_is_still_killed(zw: Any) -> None:
+    """Regression: a running agent that rewrote its meta.json as completed (as today's record
+    or as a zwarm 3.x one) made ``kill`` refuse ("not running"), ``kill --all`` skip it and
+    ``rm`` delete the session while the agent ran on, out of the user's reach. The
+    session's marker, which the agent cannot put on a process it did not start, decides."""
+
+    def forge_v1(sid: str) -> None:
+        def plant(m: dict[str, Any]) -> None:
+            m["turns"][-1].update(status="completed", ended_at=m["turns"][-1]["started_at"])
+
+        edit_meta(zw, sid, plant)
+
+    def forge_3x(sid: str) -> None:
+        path = sdir(zw, sid) / "meta.json"
+        path.write_text(json.dumps(_zwarm3(sid, meta(zw, sid)["cwd"])))
+
+    for forge in (forge_v1, forge_3x):
+        for command in (["kill", "{sid}"], ["kill", "--all"], ["rm", "{sid}"]):
+            sid = spawn(zw, "task", env=zw.replay("codex_simple", FAKE_HANG="1"))
+            pid = agent_ref(zw, sid)[0]
+            forge(sid)
+            zw.run(*[a.format(sid=sid) for a in command], check=True)
+            wait_until(lambda pid=pid: _dead_or_zombie(pid), message=f"{command}: agent stopped")
+    assert not sdir(zw, sid).exists()  # rm removed it, its agent stopped first
+    done = spawn(zw, "task", env=zw.replay("codex_simple"))
+    _done(zw, done)
+    one_error_line(zw.run("kill", done), "not running")  # nothing carries its marker
+
+
+def _dead_or_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return True

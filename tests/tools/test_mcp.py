@@ -190,3 +190,39 @@ def test_help_does_not_import_the_extras(zw, cmd) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=zw.env, check=True
     ).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_a_linked_seen_folder_is_never_written_or_swept(zw, tmp_path) -> None:
+    """Regression: ``.zwarm/orchestrator/seen`` (or ``orchestrator``) made a link by an agent
+    had a new caller's start write its state into the link's target and delete every
+    ``*.json`` there untouched for 30 days: a user's files outside the state dir."""
+    import os
+
+    sid = zw.spawn("task", env_extra={"FAKE_REPLAY": str(SAMPLES / "codex_simple.jsonl")})
+    assert zw.wait(sid).returncode == 0
+    orch = zw.state_dir / "orchestrator"
+    for link in (orch / "seen", orch):
+        victim = tmp_path / f"victim-{link.name}"
+        victim.mkdir()
+        if link.name == "orchestrator":
+            (victim / "seen").mkdir()
+        old = victim / ("seen" if link.name == "orchestrator" else "") / "old.json"
+        old.write_text("{}")
+        os.utime(old, (time.time() - 40 * 86_400,) * 2)
+        before = sorted(p.relative_to(victim) for p in victim.rglob("*"))
+        if orch.is_dir() and not orch.is_symlink():
+            import shutil
+
+            shutil.rmtree(orch)
+        if link.name == "seen":
+            orch.mkdir(mode=0o700)
+        link.symlink_to(victim)
+
+        async def body(session: ClientSession, call: Call) -> None:
+            is_error, data = await call("list_sessions", {})
+            assert not is_error and data["ok"], data
+
+        run_client(zw, body)
+        assert old.exists(), f"{old} deleted through {link}"
+        assert sorted(p.relative_to(victim) for p in victim.rglob("*")) == before
+        link.unlink()

@@ -88,7 +88,7 @@ def test_a_total_with_unpriced_parts_says_so(zw, inproc) -> None:
 
 
 def test_cost_text() -> None:
-    from zwarm.orchestrator.loop import cost_text
+    from zwarm.orchestrator.progress import cost_text
     from zwarm.text import plural
 
     assert cost_text(0.0123, 0) == "$0.0123"
