@@ -368,3 +368,19 @@ def test_spawn_help_gives_the_default_of_every_option_the_config_sets(zw: Any) -
         "(default: [limits] stall_s)",
     ):
         assert said in out, said
+
+
+def test_inject_wait_of_a_failed_turn_never_shows_an_earlier_turns_answer(zw: Any) -> None:
+    """Regression: ``inject --wait`` whose turn failed printed the previous turn's final
+    message under the failure (and gave it as this turn's ``last_message`` in --json), as if
+    the agent had answered the follow-up."""
+    sid = zw.spawn("t", env_extra=zw.replay("codex_simple"))
+    assert zw.wait(sid).returncode == 0
+    earlier = zw.json("show", sid)["last_message"]
+    assert earlier
+    res = zw.run("inject", sid, "more", "--wait", env_extra={"FAKE_EXIT": "3"})
+    assert res.returncode == 1 and f"{sid} failed" in res.stdout, res.stdout
+    assert earlier not in res.stdout, res.stdout
+    res = zw.run("inject", sid, "more", "--wait", "--json", env_extra={"FAKE_EXIT": "3"})
+    r = json.loads(res.stdout)
+    assert r["status"] == "failed" and r["turn"] == 3 and r["last_message"] is None
