@@ -92,9 +92,16 @@ def confirm(
     yes to the ones its record names; ``ask`` None: no terminal to ask on) and migrate it
     (``adopt``). Options given for a session that is not 3.x's are an error."""
     from zwarm.errors import InvalidInput
+    from zwarm.model.schema import ZWARM3_SOURCE
 
     s = api.get(ref, history=False)
     if s.imported is None:
+        if (folder is not None or agent is not None) and s.source.startswith(ZWARM3_SOURCE):
+            raise InvalidInput(
+                f"session {s.id} was made by zwarm 3.x and is already continued here (its "
+                f"folder and agent confirmed: {s.adapter} in {s.cwd!r}): inject it without "
+                "--confirm-dir and --confirm-agent"
+            )
         if folder is not None or agent is not None:
             raise InvalidInput(
                 f"session {s.id} is not a zwarm 3.x session: --confirm-dir and "

@@ -196,6 +196,15 @@ def test_a_confirmed_inject_migrates_the_3x_record_and_resumes_the_agents_thread
     assert (zw.session_dir(sid) / "meta.json.zwarm3").read_bytes() == original
     r = rows(zw)[sid]
     assert r["turns"] == 3 and r["status"] == "completed"
+    # confirming again is refused in words that fit a session ls shows as zwarm3's (it said
+    # "is not a zwarm 3.x session")
+    res = zw.run("inject", sid, "and the docs", "--confirm-dir", str(zw.cwd),
+                 "--confirm-agent", agent, env_extra=zw.replay(sample))  # fmt: skip
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"Error: session {sid} was made by zwarm 3.x and is already continued here (its "
+        f"folder and agent confirmed: {agent} in {str(zw.cwd)!r}): inject it without "
+        "--confirm-dir and --confirm-agent"
+    ]
     # a further inject needs no confirmation: the session is zwarm's now, pinned
     res = zw.run("inject", sid, "and the docs", "--wait", env_extra=zw.replay(sample))
     assert res.returncode == 0, res.stderr
@@ -313,6 +322,32 @@ def test_a_3x_session_without_a_thread_id_continues_with_a_summary(zw: ZW) -> No
     assert "resume" not in argv["argv"]
     assert b"carry on" in prompt and b"Write hello.py printing hello" in prompt
     assert zw.meta(CODEX_SIMPLE)["turns"][1]["context"] == "summary"
+
+
+def test_diff_of_a_3x_session_in_a_git_project_says_3x_recorded_no_workspace(zw: ZW) -> None:
+    """zwarm 3.x kept no git workspace for a session: ``diff`` (and the tools' get_diff) said
+    "it was not started in a git repository" of a session started in one."""
+    subprocess.run(["git", "init", "-q", str(zw.cwd)], check=True, env=zw.env)
+    zwarm3_sessions(zw)
+    for sid in (CODEX_SIMPLE, CLAUDE_RESUME):
+        res = zw.run("diff", sid)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip().splitlines() == [
+            f"Error: session {sid} was made by zwarm 3.x, which recorded no git workspace: "
+            "zwarm cannot tell what it changed"
+        ]
+
+
+def test_show_says_a_3x_follow_up_prompt_was_not_recorded(zw: ZW) -> None:
+    """zwarm 3.x kept the task, not a follow-up's message: ``show`` printed an empty
+    "prompt: " line for such a turn."""
+    zwarm3_sessions(zw)
+    out = zw.run("show", CODEX_RESUME, check=True).stdout
+    prompts = [ln for ln in out.splitlines() if ln.startswith("prompt:")]
+    assert prompts == [
+        "prompt: Create out.txt saying hello (sample=codex_resume_turn1)",
+        "prompt: (not recorded)",
+    ]
 
 
 def test_a_session_of_this_zwarm_rewritten_as_3x_is_never_adopted(zw: ZW) -> None:
