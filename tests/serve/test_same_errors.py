@@ -8,8 +8,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from tests.support.mcp_client import connect
 from tests.support.serve import Server
-from tests.tools.mcp_client import connect
 
 pytestmark = pytest.mark.timeout(240)
 
