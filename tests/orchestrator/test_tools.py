@@ -441,6 +441,24 @@ def test_wait_reports_a_session_that_finished_before_the_call(zw, toolbox) -> No
     assert "none of your sessions" in ok(me.dispatch("wait", {"timeout_s": 30}))["note"]
 
 
+def test_a_failed_follow_up_never_reports_an_earlier_turns_answer(zw, toolbox) -> None:
+    """Regression: a follow-up whose turn failed was reported by ``wait`` and
+    ``check_session`` with the previous turn's final message as ``last_message``, which a
+    model reads as the agent's answer to the follow-up."""
+    tb = toolbox()
+    sid = ok(tb.dispatch("delegate", {"task": "say hi"}))["session_id"]
+    ok(tb.dispatch("wait", {"session_ids": [sid]}))
+    assert ok(tb.dispatch("check_session", {"session_id": sid}))["last_message"]
+    failing = toolbox(FAKE_REPLAY="", FAKE_EXIT="3")
+    ok(failing.dispatch("converse", {"session_id": sid, "message": "and again"}))
+    r = ok(failing.dispatch("wait", {"session_ids": [sid], "timeout_s": 30}))
+    (f,) = r["finished"]
+    assert (f["status"], f["turns"], f["last_message"]) == ("failed", 2, None)
+    c = ok(failing.dispatch("check_session", {"session_id": sid}))
+    assert (c["status"], c["last_message"]) == ("failed", None)
+    assert c["current_turn"]["n"] == 2
+
+
 # ---------------------------------------------------------------------------- trajectory
 def _big_log(path: Path, n: int, out_chars: int) -> Path:
     lines = [
