@@ -259,7 +259,8 @@ def test_a_key_exported_in_the_users_shell_reaches_no_process_zwarm_starts(zw) -
     env = zw.replay("codex_simple", FAKE_HANG="1", **{guard.ORCH_KEY_VAR: SECRET})
     sids = [zw.spawn("hold on", env_extra=env) for _ in range(2)]  # the 2nd: the fork server's
     for n in (1, 2):
-        wait_until((zw.record / f"env{n}.json").exists, message=f"agent {n} to start")
+        # argvN.json is written last, atomically: envN.json is complete once it exists
+        wait_until((zw.record / f"argv{n}.json").exists, message=f"agent {n} to start")
         agent_env = json.loads((zw.record / f"env{n}.json").read_text())
         assert guard.ORCH_KEY_VAR not in agent_env and SECRET not in json.dumps(agent_env)
     for sid in sids:
