@@ -5,9 +5,11 @@ first on PATH, running the installed ``zwarm`` as a real subprocess, building a
 ``zwarm.api.Zwarm`` on the same state dir), ``midday``, and the autouse ``private_trust``:
 every test gets its own zwarm trust file and launch pins (``XDG_CONFIG_HOME`` and
 ``XDG_STATE_HOME`` under ``tmp_path``, and ``XDG_DATA_HOME``, where worktrees go, set in
-``os.environ`` so every zwarm subprocess inherits them), and the Slurm tests' ``slurm_cluster``
-and ``sl`` (used from two folders). Plain helpers and constants (``wait_until``, ``ZWARM_BIN``,
-...) live in the tests/support/ package: import them from there. Must stay true: nothing here
+``os.environ`` so every zwarm subprocess inherits them), the Slurm tests' ``slurm_cluster``
+and ``sl`` (used from two folders), and ``strays``, the process reaper of the files that ask
+for it (the fault and fleet tests: ``pytest.mark.usefixtures("strays")``). Plain helpers and
+constants (``wait_until``, ``ZWARM_BIN``, ...) live in the tests/support/ package: import
+them from there. Must stay true: nothing here
 touches anything outside ``tmp_path`` (HOME, TMPDIR, the trust file, pins and worktrees are
 isolated too); a fixture only wires up what tests/support/ defines.
 
@@ -119,6 +121,38 @@ def no_forkservers_left(tmp_path: Path) -> Iterator[None]:
     dirs: one would otherwise idle on for minutes after its test."""
     yield
     stop_forkservers(tmp_path)
+
+
+@pytest.fixture
+def strays(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """A list to register the processes a test starts itself: at teardown (after ``zw``'s,
+    when the test file asks for it first: ``pytest.mark.usefixtures("strays")``) each is
+    SIGKILLed with its group, then every process whose working directory or command line
+    lies under the test's ``tmp_path`` (a supervisor, a parked session's, a fake agent and
+    its children), so nothing outlives a test, whatever it asserted."""
+    import contextlib
+    import signal
+
+    import psutil
+
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        with contextlib.suppress(OSError):
+            os.killpg(p.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            p.kill()
+        with contextlib.suppress(Exception):
+            p.wait(timeout=10)
+    root, me = str(tmp_path), os.getpid()
+    for q in psutil.process_iter(["pid", "cwd", "cmdline"]):
+        if q.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            cwd = q.info.get("cwd") or ""
+            cmd = " ".join(q.info.get("cmdline") or [])
+            if cwd.startswith(root) or root in cmd:
+                q.kill()
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,10 @@
 Owns ``.zwarm.example/sessions/`` and ``.zwarm.example/names/`` (never ``config.toml`` or
 ``README.md``, which are written by hand). It runs the pinned ``codex`` and ``claude``
 (``.ci/install-agents``) through zwarm itself against the fake LLM servers of
-``tests/fakes/llm.py``, in a temporary world (``tests/real/world.py``), then copies that
+``tests/fakes/llm.py``, in a temporary world (``tests/support/real.py``), then copies that
 world's sessions into ``.zwarm.example/`` with the temporary paths replaced by
 ``/home/you/project``. So the example is real zwarm output of the real CLIs, not hand-made.
-``tests/unit/test_example_dir.py`` checks that zwarm still reads it. Run::
+``tests/config/test_example_dir.py`` checks that zwarm still reads it. Run::
 
     .venv/bin/python tests/make_example.py
 """
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes.llm import Reply, Usage, reasoning, shell, text, write_file  # noqa: E402
-from tests.real.world import RealWorld, shell_args  # noqa: E402
+from tests.support.real import RealWorld, shell_args  # noqa: E402
 
 EXAMPLE = ROOT / ".zwarm.example"
 PROJECT = "/home/you/project"

@@ -1,7 +1,7 @@
 """Capture what the everyday views look like in a real terminal, into ``docs/screens/``.
 
 Owns ``docs/screens/*.txt``: ``ls`` at 80 and 160 columns, ``top``, and ``trajectory -f``,
-each a text capture of a tmux pane (``tests/tmux.py``) running the installed ``zwarm`` on a
+each a text capture of a tmux pane (``tests/support/tmux.py``) running the installed ``zwarm`` on a
 world of sessions made with the fake agents (``tests/fakes/bin``): real zwarm output, fake
 agents. Run (needs tmux)::
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.support import ZW, kill_leftovers, make_env  # noqa: E402
-from tests.tmux import Tmux  # noqa: E402
+from tests.support.tmux import Tmux  # noqa: E402
 
 OUT = ROOT / "docs" / "screens"
 

@@ -1,9 +1,10 @@
 """zwarm's Python API: ``Zwarm``, the one object the CLI, the server, the tools and users call.
 
-A facade: it holds the state dir (``store``), the config and the session managers, starts
-sessions (spawn, inject, retry, resume) and hands every other operation to its module in
-``zwarm.ops`` (listing, reading, following, waiting, removal, review), each given this
-``Zwarm``. The session row contract is ``zwarm.model.rows``'s (``row``, re-exported here).
+A facade: it holds the state dir (``store``), the config and the session managers, and hands
+each operation to its module in ``zwarm.ops``: starting (what ``spawn`` settles before the
+engine makes the session), checks (what a new turn is refused for), listing, reading,
+following, waiting, removal, review; each is given this ``Zwarm``. The session row contract
+is ``zwarm.model.rows``'s (``row``, re-exported here).
 Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
@@ -21,38 +22,32 @@ Must stay true:
   say so in their results; listings roll each subtree's usage and cost up;
 - what a caller should know but is not an error goes through ``warn`` (never printed here);
 - only this facade, ``zwarm.ops`` and the engine use ``store``: the front ends (cli, serve,
-  the orchestrator) call methods (a test guards it, ``tests/tools/test_layering.py``);
+  the orchestrator) call methods (a test guards it, ``tests/project/test_layering.py``);
 - it knows no agent's argv or event format: that is the adapters' (``zwarm.agents``).
 """
 
 from __future__ import annotations
 
-import os
-import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from zwarm import agents, legacy
-from zwarm.agents import agent_for_model
+from zwarm import legacy
 from zwarm.env import Env
 from zwarm.errors import (
-    AgentNotFound,
     InvalidInput,
     SessionNotFound,
-    SessionStateError,
     ZwarmError,
 )
 from zwarm.model import RUNS, Session
-from zwarm.model.records import RUN_ID, Workspace
+from zwarm.model.records import Workspace
 from zwarm.model.rows import row
-from zwarm.ops import listing
+from zwarm.ops import checks, listing, starting
 from zwarm.store import Store
 
 if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster without them
     from zwarm import config as config_mod
-    from zwarm.engine import limits, tree
     from zwarm.engine.manager import BaseSessionManager
     from zwarm.launchers.base import Launcher
     from zwarm.model.requests import MessageRequest, SpawnRequest
@@ -62,7 +57,6 @@ if TYPE_CHECKING:  # imported where used: `ls` and the supervisor start faster w
     from zwarm.system import notify
 
 TICK_EVERY_S = 1.0  # a long-lived Zwarm (wait, the MCP server) runs a scheduler pass this often
-_RUN_ID = re.compile(RUN_ID)
 
 
 class Zwarm:
@@ -171,29 +165,29 @@ class Zwarm:
         from zwarm.model.requests import SpawnRequest
 
         req = _request(SpawnRequest, request, "task", options)
-        check_request(req)
-        adapter, model = self.route(req.adapter, req.model)
+        checks.request(req)
+        adapter, model = starting.route(self, req.adapter, req.model)
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
 
         workdir = check_cwd(Path(req.cwd) if req.cwd is not None else self.env.cwd, self.state_dir)
         if req.name is not None:
             self.store.check_name(req.name)
-        self._check_agent(mgr)
+        starting.check_agent(self, mgr)
         cfg = self.config
-        fleet = self._fleet(req)
-        lineage = self._lineage(req.run, req.detached)
-        runner = self._launcher_for(req.launcher)
-        runner_opts = self._launcher_options(runner, req.launcher_option)
-        ws = self._workspace_for(workdir, req.worktree, req.branch, req.base)
+        fleet = starting.fleet(self, req)
+        lineage = starting.lineage(self, req.run, req.detached)
+        runner = starting.launcher_for(self, req.launcher)
+        runner_opts = starting.launcher_options(self, runner, req.launcher_option)
+        ws = starting.workspace_for(self, workdir, req.worktree, req.branch, req.base)
         settled = structs.replace(
             req,
             model=model,
-            timeout=check_timeout(req.timeout) or (cfg.get("defaults", "timeout") or None),
+            timeout=checks.timeout(req.timeout) or (cfg.get("defaults", "timeout") or None),
             context=req.context or cfg.get("defaults", "context"),
             dangerous=cfg.get(adapter, "dangerous") if req.dangerous is None else req.dangerous,
             launcher=runner,
-            sandbox=self._sandbox_for(req.sandbox, adapter),
+            sandbox=starting.sandbox_for(self, req.sandbox, adapter),
         )
         return mgr.spawn(
             settled,
@@ -204,143 +198,17 @@ class Zwarm:
             launcher_options=runner_opts,
         )
 
-    def _sandbox_for(self, asked: str | None, adapter: str) -> Any:
-        """The sandbox mode of a new session of ``adapter`` (``zwarm.sandbox.mode_for``); with
-        one on, the preflight runs first (``sandbox.check``): ``SandboxUnavailable`` if it
-        does not hold here, rather than a session that would run unsandboxed."""
-        from zwarm import sandbox
-
-        mode = sandbox.mode_for(asked, adapter, self.config)
-        if mode != sandbox.OFF:
-            from zwarm.errors import SandboxUnavailable
-            from zwarm.sandbox import check
-
-            report = check.run()
-            if not report.holds:
-                raise SandboxUnavailable(
-                    f"sandbox {mode} cannot hold on this machine: {check.refusal(report)}; "
-                    "nothing started (see zwarm sandbox check)"
-                )
-        return mode
-
-    def _launcher_options(self, name: str, pairs: Sequence[str]) -> dict[str, Any]:
-        """``spawn --launcher-option KEY=VALUE`` for launcher ``name``, typed and checked as
-        its config table's values are (``InvalidInput``)."""
-        if not pairs:
-            return {}
-        from zwarm import config as config_mod
-        from zwarm.errors import ConfigError
-        from zwarm.launchers import parse_options
-
-        opts = parse_options(name, pairs)
-        try:
-            config_mod.validate({name: opts}, "--launcher-option")
-        except ConfigError as e:
-            raise InvalidInput(str(e)) from None
-        return opts
-
-    def _launcher_for(self, name: str | None) -> str:
-        """The launcher a new session's turns run on: ``name`` (spawn --launcher), else
-        ``[launcher] default``; ``InvalidInput`` naming the installed ones if it is none of
-        them, ``UntrustedConfig`` now if its table (``[slurm]``) is not trusted yet."""
-        cfg = self.config
-        name = name or cfg.get("launcher", "default")
-        self._launcher(name)
-        if name in cfg.data:
-            cfg.require(name)  # used by whoever starts its turns: refuse now, not there
-        return name
-
-    def _lineage(self, run: str | None, detached: bool) -> tree.Lineage:
-        """The new session's parent (verified) and depth, or ``InvalidInput`` (too deep, a
-        parent that is not a running session here, a parent's subtree past its budget)."""
-        from zwarm.engine import tree
-
-        if run is not None and not _RUN_ID.match(run):
-            raise InvalidInput(f"invalid orchestrator run id {run!r}")
-        most = self.config.get("limits", "max_spawn_depth")
-        lineage = tree.lineage(self.store, self.env.environ, most, run, detached)
-        if lineage.parent_session_id is not None:
-            parent = self.store.load(lineage.parent_session_id)
-            over = tree.over_budget(self.store, parent)
-            if over is not None:
-                raise InvalidInput(f"spawn refused: parent session {parent.id}: {over}")
-        return lineage
-
-    def _fleet(self, req: SpawnRequest) -> limits.Fleet:
-        """Spawn's fleet options, checked; ``after`` resolved to session ids."""
-        from zwarm.engine import limits
-
-        after: Sequence[str] | str = req.after
-        refs = [after] if isinstance(after, str) else list(after or [])
-        refs = [r.strip() for ref in refs for r in ref.split(",")]
-        if "" in refs:  # --after '' or ',': a mistake, never "no dependency"
-            raise InvalidInput(
-                "--after names an empty session (an empty value or a stray comma): "
-                "name the sessions to wait for, or leave --after out"
-            )
-        if len(refs) > 100:
-            raise InvalidInput("--after names more than 100 sessions")
-        ids = tuple(self.store.resolve(r) for r in refs)
-        f = limits.Fleet(
-            ids, req.after_any, req.group, req.priority, req.max_cost, req.max_tokens, req.stall
-        )
-        return limits.check(f)
-
-    def _workspace_for(
-        self, workdir: Path, worktree: bool | None, branch: str | None, base: str | None
-    ) -> Any:
-        """The workspace a spawn in ``workdir`` gets (``engine.workspace.choose``)."""
-        from zwarm.engine import workspace
-
-        cfg = self.config
-        mode = cfg.get("defaults", "workspace") if worktree is None else "shared"
-        mode = "worktree" if worktree else mode
-        if mode == "worktree":
-            cfg.require("workspace")  # its setup runs in the supervisor: refuse now, not there
-        root = workspace.root_of(cfg.get("workspace", "root"), self.env.environ)
-
-        def others() -> list[str]:
-            rows = self.sessions() if self.store.exists() else []
-            return [r["cwd"] for r in rows if r.get("cwd")]
-
-        return workspace.choose(workdir, self.env.environ, mode=mode, branch=branch, base=base,
-                                root=root, state_dir=self.store.root, others=others)  # fmt: skip
-
     def route(self, adapter: str | None, model: str | None) -> tuple[str, str | None]:
         """Pick (adapter, model): explicit > implied by the model > configured defaults."""
-        cfg = self.config
-        model = model or None
-        default_model = cfg.get("defaults", "model") or None
-        if adapter is None:
-            implied = agent_for_model(model) if model else agent_for_model(default_model)
-            adapter = implied or cfg.get("defaults", "adapter")
-        agents.get(adapter)  # UnknownAgent (InvalidInput) names the installed ones
-        other = agent_for_model(model) if model else None
-        if other not in (None, adapter):
-            self.warn(
-                f"model {model!r} names a {other} model, but the session runs the {adapter} "
-                "agent, which may not know it"
-            )
-        if model is None:
-            model = cfg.get(adapter, "model") or None
-        if model is None and default_model and agent_for_model(default_model) in (None, adapter):
-            model = default_model
-        return adapter, model
+        return starting.route(self, adapter, model)
 
     def _check_agent(self, mgr: BaseSessionManager) -> None:
-        self.config.require(mgr.name)  # its supervisor will use every key: refuse now, not there
-        self.config.require_limits()  # a loosened limit is never used: say so, and refuse
-        cmd = self.config.command(mgr.name)[0]
-        path_var = mgr.agent_env().get("PATH", os.defpath)
-        import shutil
+        """``mgr``'s agent can run: trusted, its limits not loosened, its command found."""
+        starting.check_agent(self, mgr)
 
-        found = shutil.which(cmd, path=path_var)
-        if found is None:
-            if os.path.exists(cmd) or (os.sep in cmd and Path(cmd).exists()):
-                raise AgentNotFound(mgr.name, cmd, "is not executable")
-            if os.sep in cmd:  # a path is not looked up on PATH: say what is wrong with it
-                raise AgentNotFound(mgr.name, cmd, "does not exist")
-            raise AgentNotFound(mgr.name, cmd)
+    def _launcher_for(self, name: str | None) -> str:
+        """The launcher a new session's turns run on (``ops.starting.launcher_for``)."""
+        return starting.launcher_for(self, name)
 
     def inject(
         self, ref: str, request: MessageRequest | str, /, **options: Any
@@ -350,13 +218,13 @@ class Zwarm:
         from zwarm.model.requests import MessageRequest
 
         req = _request(MessageRequest, request, "message", options)
-        check_request(req)
+        checks.request(req)
         s = self.get(ref, history=False)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
-        _check_tree(s)
-        _check_workdir(s)
-        _check_budget(s, self.store)
+        checks.worktree(s)
+        checks.workdir(s)
+        checks.budget(self, s)
         s, state = mgr.inject(s.id, req.message, context=req.context, timeout=req.timeout)
         if (req.context or s.context_mode) == "native":
             self._warn_no_resume(s, state)
@@ -377,8 +245,8 @@ class Zwarm:
         s = self.get(ref)
         mgr = self.manager(s.adapter)
         self._check_agent(mgr)
-        _check_tree(s)
-        _check_workdir(s)
+        checks.worktree(s)
+        checks.workdir(s)
         s, _ = mgr.rerun(s.id, kind)
         return s
 
@@ -546,7 +414,7 @@ class Zwarm:
     ) -> dict[str, Any]:
         """Block until all (or any) of ``refs`` finish, or ``timeout``; with ``all_running``,
         every session running when the call starts (``ops.waiting``)."""
-        timeout = check_timeout(timeout) if timeout != 0 else 0.0
+        timeout = checks.timeout(timeout) if timeout != 0 else 0.0
         from zwarm.ops import waiting
 
         return waiting.wait(self, refs, timeout, any_, all_running)
@@ -554,7 +422,7 @@ class Zwarm:
     def wait_turn(self, ref: str, n: int, timeout: float | None = None) -> tuple[Session, bool]:
         """Block until turn ``n`` of ``ref`` has finished, or ``timeout``. Returns (the session,
         whether it timed out) (``ops.waiting``)."""
-        timeout = check_timeout(timeout) if timeout != 0 else 0.0
+        timeout = checks.timeout(timeout) if timeout != 0 else 0.0
         from zwarm.ops import waiting
 
         return waiting.wait_turn(self, ref, n, timeout)
@@ -669,74 +537,6 @@ class Zwarm:
         from zwarm.ops import review
 
         return review.apply(self, ref, turn, cwd)
-
-
-def _check_budget(s: Session, store: Store) -> None:
-    """A session past its budget, or in a subtree past one (``engine.tree``), takes no new
-    turn (spawn a new one)."""
-    from zwarm.engine import limits, tree
-
-    over = limits.over_budget(s) or tree.over_budget(store, s)
-    if over is not None:
-        raise SessionStateError(f"session {s.id}: {over}; it takes no new turn")
-
-
-def _check_tree(s: Session) -> None:
-    """A session whose own worktree is gone cannot run another turn."""
-    ws = s.workspace
-    if ws is not None and ws.mode == "worktree" and (ws.removed or not os.path.isdir(ws.tree)):
-        from zwarm.errors import WorkspaceError
-
-        raise WorkspaceError(
-            f"session {s.id}'s worktree {ws.tree} was removed: it cannot run again "
-            "(start a new session)"
-        )
-
-
-def check_prompt(text: str) -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput("the prompt is empty")
-    if "\x00" in text:
-        raise InvalidInput("the prompt contains NUL bytes, which no agent accepts")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:  # a lone surrogate: a byte like 0xff in argv, or JSON's
-        raise InvalidInput(f"the prompt is not valid UTF-8 (character {e.start})") from None
-    return text
-
-
-def _check_workdir(s: Session) -> None:
-    """A follow-up's working directory is still there (its removal is named now, not as an
-    agent that could not start); one removed after this is named by its supervisor. A zwarm
-    3.x record is continued only once confirmed (``legacy.continuable``)."""
-    legacy.continuable(s)
-    if not os.path.isdir(s.cwd):
-        raise InvalidInput(
-            f"session {s.id}: its working directory {s.cwd!r} no longer exists: nothing started"
-        )
-
-
-def check_timeout(timeout: float | None) -> float | None:
-    """``timeout`` in seconds, within the bounds ``meta.json``'s schema keeps (``Seconds``)."""
-    if timeout is None:
-        return None
-    from zwarm.engine import limits
-    from zwarm.model.records import Seconds
-
-    return float(limits.need("timeout", timeout, Seconds))
-
-
-def check_request(req: SpawnRequest | MessageRequest) -> None:
-    """``req``'s prompt, time limit and context mode, or ``InvalidInput`` saying what is
-    wrong: a request built in Python was checked by nothing (a Struct's constructor checks
-    no bound), and one a front end decoded is checked again here."""
-    from zwarm.model.requests import CONTEXT_MODES, SpawnRequest
-
-    check_prompt(req.task if isinstance(req, SpawnRequest) else req.message)
-    check_timeout(req.timeout)
-    if req.context is not None and req.context not in CONTEXT_MODES:
-        modes = " or ".join(CONTEXT_MODES)
-        raise InvalidInput(f"unknown context mode {req.context!r} (use {modes})")
 
 
 R = TypeVar("R", "SpawnRequest", "MessageRequest")

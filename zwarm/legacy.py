@@ -14,7 +14,9 @@ and ``adopt``, the first write. Must stay true:
   folder and agent (``confirm``: a prompt on a terminal, or ``--confirm-dir`` and
   ``--confirm-agent``; never from the file alone, never through the tools, MCP or HTTP), which
   are checked as a spawn checks them and pinned (``zwarm.store.pins``), the sandbox never
-  bypassed; ``Store.adopt`` migrates it atomically, keeping the 3.x file beside it;
+  bypassed; ``Store.adopt`` migrates it atomically, keeping the 3.x file beside it; a
+  session that has a launch pin (one this zwarm started, its record rewritten in 3.x's
+  format) is never adopted, so its pin (workspace, launcher options) is never replaced;
 - a 3.x pid is never used for anything but a message (never signalled, never probed).
 """
 
@@ -90,9 +92,16 @@ def confirm(
     yes to the ones its record names; ``ask`` None: no terminal to ask on) and migrate it
     (``adopt``). Options given for a session that is not 3.x's are an error."""
     from zwarm.errors import InvalidInput
+    from zwarm.model.schema import ZWARM3_SOURCE
 
     s = api.get(ref, history=False)
     if s.imported is None:
+        if (folder is not None or agent is not None) and s.source.startswith(ZWARM3_SOURCE):
+            raise InvalidInput(
+                f"session {s.id} was made by zwarm 3.x and is already continued here (its "
+                f"folder and agent confirmed: {s.adapter} in {s.cwd!r}): inject it without "
+                "--confirm-dir and --confirm-agent"
+            )
         if folder is not None or agent is not None:
             raise InvalidInput(
                 f"session {s.id} is not a zwarm 3.x session: --confirm-dir and "
@@ -125,6 +134,12 @@ def adopt(api: Zwarm, s: Session, folder: str, agent: str) -> Session:
     from zwarm.errors import InvalidInput
     from zwarm.store import pins
 
+    root = os.path.realpath(api.store.root)
+    if pins.read(api.env.environ, s.id, Path(root)) is not None:  # 3.x made no pins
+        raise InvalidInput(
+            f"session {s.id} was started by this zwarm (it has a launch record), yet its "
+            "meta.json is now in zwarm 3.x's format: it was rewritten; not continued"
+        )
     if agent != s.adapter:
         raise InvalidInput(
             f"session {s.id} is a {s.adapter} session (its turn logs are {s.adapter}'s): "
@@ -139,7 +154,6 @@ def adopt(api: Zwarm, s: Session, folder: str, agent: str) -> Session:
     mgr = api.manager(s.adapter)
     api._check_agent(mgr)
     launcher = api._launcher_for(None)
-    root = os.path.realpath(api.store.root)
     if str(workdir) != s.cwd:
         api.warn(f"session {s.id}: its record names {s.cwd!r}; it continues in {str(workdir)!r}")
 

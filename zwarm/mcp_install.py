@@ -23,7 +23,8 @@ Must stay true:
   permissions), install says so and leaves the trust to the user;
 - with ``--http`` the ``zwarm serve`` token is never written into a project file (an agent can
   read and write the project): there the client reads it from ``$ZWARM_SERVE_TOKEN``; only a
-  user-scope file may hold it;
+  user-scope file may hold it, and one that does is left readable by the user alone (0600,
+  whatever mode it had); no file is left writable by group or others;
 - existing files are merged: every other key (and, for TOML, where possible every comment) is
   kept; a file is read without following a link (a link is refused, never written through),
   replaced atomically, and left alone when nothing changes (install is idempotent); a file that
@@ -117,6 +118,9 @@ def plan(
         c.in_project = not user
         if not user:
             _refuse_link(c.path.parent)
+        c.mode &= ~0o022  # never writable by others, whatever mode the file had
+        if token and c.data is not None and token.encode() in c.data:
+            c.mode &= ~0o077  # the token: readable by the user alone (a 0644 file kept it)
     if http_url and not user:
         from zwarm.serve.auth import token_path
 

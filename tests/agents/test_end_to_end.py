@@ -119,7 +119,7 @@ def test_hostile_bytes_give_an_honest_bounded_record(zw: ZW) -> None:
     assert note["fatal"] is False and "output line 3 skipped unread" in note["message"]
     assert zw.json("show", sid)["turns_detail"][0]["final_message"] == "bad \ufffd byte"
 
-    from tests.tools.mcp_client import Call, run_client
+    from tests.support.mcp_client import Call, run_client
 
     async def body(session: Any, call: Call) -> None:
         is_error, data = await call("get_trajectory", {"session_id": sid})

@@ -76,10 +76,22 @@ def test_unknown_and_ambiguous_refs(zw, cmd: list[str]) -> None:
         (["spawn", "x", "-C", "/nonexistent/dir"], None, "does not exist"),
         (["spawn", "x", "--name", "../evil"], None, "invalid session name"),
         (["spawn", "x", "--name", "a b"], None, "invalid session name"),
-        (["spawn", "x", "--timeout", "-1"], None, "timeout must be a positive number"),
-        (["spawn", "x", "--timeout", "0"], None, "timeout must be a positive number"),
-        (["spawn", "x", "--timeout", "nan"], None, "timeout must be a positive number"),
-        (["spawn", "x", "--timeout", "inf"], None, "timeout must be a positive number"),
+        (["spawn", "x", "--timeout", "-1"], None, "--timeout must be a positive number"),
+        (["spawn", "x", "--timeout", "0"], None, "--timeout must be a positive number"),
+        (["spawn", "x", "--timeout", "nan"], None, "--timeout must be a positive number"),
+        (["spawn", "x", "--timeout", "inf"], None, "--timeout must be a positive number"),
+        # a launcher option's type and its bounds, in one wording (the type said "launcher
+        # option slurm.cpus must be a number")
+        (
+            ["spawn", "x", "--launcher", "slurm", "--launcher-option", "cpus=abc"],
+            None,
+            "Error: --launcher-option: slurm.cpus must be a number, not 'abc'",
+        ),
+        (
+            ["spawn", "x", "--launcher", "slurm", "--launcher-option", "cpus=-1"],
+            None,
+            "Error: --launcher-option: slurm.cpus must not be negative",
+        ),
     ],
 )
 def test_bad_spawn_input(zw, args: list[str], stdin: bytes | None, expect: str) -> None:
@@ -170,7 +182,7 @@ def test_inject_bad_message(zw) -> None:
     plant(zw, A)
     one_line_error(zw.run("inject", A, ""), "the prompt is empty")
     one_line_error(zw.run("inject", A, "-", input=b"\xff\xfe"), "not valid UTF-8")
-    one_line_error(zw.run("inject", A, "x", "--timeout", "-3"), "timeout must be")
+    one_line_error(zw.run("inject", A, "x", "--timeout", "-3"), "--timeout must be")
     assert zw.json("show", A)["turns"] == 1
 
 

@@ -343,3 +343,44 @@ def test_the_demo_shows_what_the_real_commands_print(zw: Any) -> None:
     assert f"{sid} completed" in out  # what `zwarm wait` prints
     assert f"{sid} started (turn 2)" in out  # what `zwarm inject --wait` prints
     assert f"session {sid}\ncodex · demo · completed · 1 turn" in out  # trajectory's header
+
+
+def test_mcp_help_lists_install_uncut_and_the_top_level_help_names_it(zw: Any) -> None:
+    """Regression: ``zwarm mcp --help`` cut install's description ('... a plain headless
+    run...'), and ``zwarm --help`` said only "Serve zwarm's tools over MCP (stdio)": a user
+    looking for how to wire zwarm into Claude Code or Codex did not find it there."""
+    out = zw.run("mcp", "--help", env_extra={"COLUMNS": "80"}, check=True).stdout
+    listing = " ".join(out.split("Commands:", 1)[1].split())
+    assert listing.startswith("install ") and listing.endswith(".") and "..." not in listing
+    top = zw.run("--help", env_extra={"COLUMNS": "80"}, check=True).stdout
+    (row,) = [ln for ln in top.splitlines() if ln.strip().startswith("mcp ")]
+    assert "mcp install" in row, row
+
+
+def test_spawn_help_gives_the_default_of_every_option_the_config_sets(zw: Any) -> None:
+    """Regression: --timeout, --max-cost, --max-tokens and --stall said nothing of their
+    default (the config's), where --context, --worktree and --launcher name theirs."""
+    out = " ".join(zw.run("spawn", "--help", check=True).stdout.split())
+    for said in (
+        "(default: [defaults] timeout)",
+        "(default: its group's, else [limits] max_cost)",
+        "(default: its group's, else [limits] max_tokens)",
+        "(default: [limits] stall_s)",
+    ):
+        assert said in out, said
+
+
+def test_inject_wait_of_a_failed_turn_never_shows_an_earlier_turns_answer(zw: Any) -> None:
+    """Regression: ``inject --wait`` whose turn failed printed the previous turn's final
+    message under the failure (and gave it as this turn's ``last_message`` in --json), as if
+    the agent had answered the follow-up."""
+    sid = zw.spawn("t", env_extra=zw.replay("codex_simple"))
+    assert zw.wait(sid).returncode == 0
+    earlier = zw.json("show", sid)["last_message"]
+    assert earlier
+    res = zw.run("inject", sid, "more", "--wait", env_extra={"FAKE_EXIT": "3"})
+    assert res.returncode == 1 and f"{sid} failed" in res.stdout, res.stdout
+    assert earlier not in res.stdout, res.stdout
+    res = zw.run("inject", sid, "more", "--wait", "--json", env_extra={"FAKE_EXIT": "3"})
+    r = json.loads(res.stdout)
+    assert r["status"] == "failed" and r["turn"] == 3 and r["last_message"] is None

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests import tmux as tmux_mod
-from tests.tmux import PROMPT, Tmux
+from tests.support import tmux as tmux_mod
+from tests.support.tmux import PROMPT, Tmux
 
 pytestmark = pytest.mark.skipif(not tmux_mod.available(), reason="tmux is not installed")
 

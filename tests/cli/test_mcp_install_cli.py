@@ -1,6 +1,6 @@
 """``zwarm mcp install`` as a user runs it: what it says, its exit codes, one line on bad input,
 nothing written by --print, the state dir made for the server (the writer's cases:
-tests/unit/test_mcp_install.py)."""
+tests/orchestrator/test_mcp_install.py)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,28 @@ def test_bad_input_is_one_line_and_writes_nothing(zw: ZW) -> None:
     assert not (zw.tmp / "config.toml").exists()
     res = zw.run("mcp", "install", "cursor")
     assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_a_users_file_that_others_can_read_gets_no_token_they_can_read(zw: ZW) -> None:
+    """Regression: ``--user --http`` wrote serve's token into the user's client config keeping
+    that file's mode, so a ``~/.codex/config.toml`` or ``~/.claude.json`` other users could
+    read (0644, as an editor or the client made it) handed them the token; and a planted
+    group/world-writable project file stayed writable by every local user."""
+    home = zw.tmp / "home"
+    (home / ".codex").mkdir(parents=True)
+    for path in (home / ".codex" / "config.toml", home / ".claude.json"):
+        path.write_text("")
+        path.chmod(0o644)
+    env = {"HOME": str(home)}
+    url = "http://127.0.0.1:9/mcp"
+    for client in ("codex", "claude"):
+        zw.run("mcp", "install", client, "--user", "--http", url, env_extra=env, check=True)
+    for path in (home / ".codex" / "config.toml", home / ".claude.json"):
+        assert "Bearer " in path.read_text() and "${ZWARM_SERVE_TOKEN}" not in path.read_text()
+        assert os.stat(path).st_mode & 0o077 == 0, oct(os.stat(path).st_mode)
+    (zw.cwd / ".claude").mkdir()
+    planted = zw.cwd / ".claude" / "settings.json"
+    planted.write_text('{"permissions": {"allow": []}}')
+    planted.chmod(0o666)
+    zw.run("mcp", "install", "claude", env_extra=env, check=True)
+    assert os.stat(planted).st_mode & 0o022 == 0, oct(os.stat(planted).st_mode)

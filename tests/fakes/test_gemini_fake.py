@@ -1,6 +1,6 @@
 """The fake Gemini API alone (``tests/fakes/gemini_api.py``), over HTTP with ``urllib``.
 
-What the real ``gemini`` makes of it is proven through zwarm in ``tests/real/test_gemini.py``
+What the real ``gemini`` makes of it is proven through zwarm in ``tests/agents/real/test_gemini.py``
 (and directly, without zwarm, by ``test_the_real_cli_against_the_fake`` below).
 """
 

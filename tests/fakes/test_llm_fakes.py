@@ -461,8 +461,9 @@ def test_claude_broken_stream_falls_back_to_one_non_streaming_request(
     reqs = agent.srv.requests
     assert reqs[0].body["stream"] is True and len(reqs) >= 2
     # claude re-sends the turn non-streaming (../shared/reference/limits.md); it has a second
-    # path (seen under load, as in tests/real, and as the first retry in one CI run): it keeps
-    # the partial text and asks the model to resume, streaming; that request fails too here
+    # path (seen under load, as in tests/agents/real, and as the first retry in one CI run):
+    # it keeps the partial text and asks the model to resume, streaming; that request fails
+    # too here
     for r in reqs[1:]:
         assert r.body["stream"] is False or "cut off mid-stream" in r.dump(), r.dump()
     if len(reqs) == 2:

@@ -2,11 +2,15 @@
 
 This package's modules hold what the tests of one component share with others (``serve``: a
 real ``zwarm serve`` and its HTTP/SSE client; ``workspace``: git repositories; ``slurm``: the
-cluster's job readers; ``agents``: the conformance kit's agent names). This module owns the
+cluster's job readers; ``agents``: the conformance kit's agent names; ``faults``: process
+identities, victims, meta.json surgery; ``fleet``: the fleet tests' agent tally and scheduler
+lock; ``orch`` and ``mcp_client``: the orchestrator's world and MCP client; ``real``: the
+real agent CLIs' world; ``tmux``: a real terminal). This module owns the
 test tiers' table (``TIERS``, ``TIER_BY_PATH``: docs/testing.md), the paths
-(``ROOT``, ``SAMPLES``, ``FAKE_BIN``, ``ZWARM_BIN``), ``wait_until``, the ``ZW`` world class
-that the ``zw`` fixture (tests/conftest.py) builds, ``make_env``, the fork-server finders and
-the helpers a few tests share (``StdoutRecorder``, ``parked_note``, ``midday_tz``).
+(``ROOT``, ``SAMPLES``, ``FAKE_BIN``, ``ZWARM_BIN``), ``wait_until``, ``wait_status``, the
+``ZW`` world class that the ``zw`` fixture (tests/conftest.py) builds, ``make_env``, the
+fork-server finders and the helpers a few tests share (``StdoutRecorder``, ``parked_note``,
+``midday_tz``).
 Test files import these from here, never from a ``conftest.py``. Must stay true: nothing here
 touches anything outside the test's ``tmp_path``; every wait is on a condition with a generous
 deadline, never on elapsed time; a test's config.toml is trusted only by writing it through
@@ -41,10 +45,15 @@ TIERS = ("unit", "subprocess", "real", "slurm", "browser")
 
 
 TIER_BY_PATH: tuple[tuple[str, str], ...] = (
-    ("tests/real/", "real"),
-    ("tests/slurm/", "slurm"),
+    ("tests/agents/real/", "real"),
+    ("tests/launchers/slurm/", "slurm"),
     ("tests/serve/test_dashboard.py", "browser"),
-    ("tests/unit/", "unit"),
+    # files moved from tests/unit/ whose own tests carry other tiers (testmove.py)
+    ("tests/store/test_listing_gc.py", "unit"),
+    ("tests/store/test_rowcache.py", "unit"),
+    ("tests/launchers/test_slurm_launcher.py", "unit"),
+    ("tests/store/test_store.py", "unit"),
+    ("tests/runtime/test_supervisor_cpu.py", "unit"),
     ("tests/", "subprocess"),
 )
 
@@ -86,6 +95,19 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+def wait_status(
+    zw: ZW, sid: str, *statuses: str, timeout: float = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
+    """Wait, reading meta.json only (nothing reconciled or scheduled), until session ``sid``
+    is in one of ``statuses``; its meta.json then."""
+    got: dict[str, Any] = wait_until(
+        lambda: (lambda m: m if m["status"] in statuses else None)(zw.meta(sid)),
+        timeout=timeout,
+        message=f"{sid[:8]} to become {'/'.join(statuses)}",
+    )
+    return got
 
 
 def parked_note(until: str, run: Callable[[], str]) -> tuple[str, list[str]]:

@@ -1,6 +1,6 @@
 """Helpers of the Slurm tests: zwarm's slurm launcher against a real (single-node) Slurm.
 
-The cluster is started by ``tests/slurm/start-cluster`` (``.ci/run`` runs it first);
+The cluster is started by ``tests/launchers/slurm/start-cluster`` (``.ci/run`` runs it first);
 ``cluster_problem`` says why there is none (the ``slurm_cluster`` fixture, tests/conftest.py,
 then skips, or fails when ``CI=true``). ``sl_config(zw, **slurm_keys)`` writes (and trusts) a
 config.toml whose ``[launcher] default`` is ``slurm`` and whose ``[slurm] env`` exports the
@@ -36,7 +36,7 @@ FAKE_ENV = [
 ]
 
 
-START = ROOT / "tests/slurm/start-cluster"
+START = ROOT / "tests/launchers/slurm/start-cluster"
 
 
 def cluster_problem() -> str | None:

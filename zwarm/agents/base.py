@@ -10,6 +10,10 @@ between an agent's output and zwarm. Must stay true:
 - a resume id (read back from a turn log or meta.json, which an agent can write) reaches argv
   only through ``argv``, which refuses one that does not match ``RESUME_ID`` (so it never
   starts with '-');
+- a model (asked by a caller, an untrusted config's free ``model`` key, or meta.json's
+  ``requested_model``) reaches argv only through ``options``, which refuses one that starts
+  with '-' or holds a control character (``check_model``): an agent CLI could read it as an
+  option (gemini's parser takes ``--model --yolo`` as ``--yolo``);
 - ``steps`` and ``outcome`` read any bytes in memory bounded by ``jsonl.LINE_CAP`` and never
   raise: an over-long line is skipped with a non-fatal error step, a parser that fails is
   reported as an error, and every outcome value fits what ``meta.json`` may hold;
@@ -68,6 +72,13 @@ class UnknownAgent(InvalidInput, ValueError):
 
 class UnsafeResumeId(InvalidInput, ValueError):
     """A resume id that must not reach argv (refused, never quoted or cut)."""
+
+
+def check_model(value: str) -> str:
+    """``value`` if it can follow ``--model`` in argv as a value, else ``InvalidInput``."""
+    if value.startswith("-") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise InvalidInput(f"invalid model {value[:80]!r}: a model name never starts with '-'")
+    return value
 
 
 def check_resume_id(value: object) -> str:
@@ -188,13 +199,14 @@ class Agent(abc.ABC):
     def options(
         self, table: Mapping[str, Any], *, cwd: str, model: str | None, dangerous: bool
     ) -> AgentOptions:
-        """Argv inputs for one turn, from the agent's validated config table."""
+        """Argv inputs for one turn, from the agent's validated config table; a ``model`` that
+        argv could read as an option is refused (``check_model``)."""
         values = dict(table)  # each value read once (a trust-checked table checks each read)
         command = values["command"]
         return AgentOptions(
             command=tuple([command] if isinstance(command, str) else command),
             cwd=cwd,
-            model=model or None,
+            model=check_model(model) if model else None,
             extra_args=tuple(values["extra_args"]),
             dangerous=dangerous,
             settings=MappingProxyType(values),

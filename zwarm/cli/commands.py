@@ -41,7 +41,11 @@ LAZY_COMMANDS = {
         "Continue SESSION with MESSAGE; queued if a turn is running.",
     ),
     "tools": ("zwarm.cli.orchestrator", "tools_command", "Print the orchestrator tool schemas."),
-    "mcp": ("zwarm.cli.orchestrator", "mcp_command", "Serve zwarm's tools over MCP (stdio)."),
+    "mcp": (
+        "zwarm.cli.orchestrator",
+        "mcp_command",
+        "Serve zwarm's tools over MCP; mcp install wires up a client.",
+    ),
     "orchestrate": (
         "zwarm.cli.orchestrator",
         "orchestrate_command",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from zwarm.api import Zwarm
 
 # what --status accepts: model.status.ROW_STATUSES, spelled out as importing zwarm.model would
-# load msgspec on the fast path (tests/unit/test_status_groups.py pins them equal)
+# load msgspec on the fast path (tests/model/test_status_groups.py pins them equal)
 STATUSES = ("running", "stalled", "queued", "parked", "completed", "failed", "killed", "damaged")
 STATE_DIR_ENV = "ZWARM_DIR"  # what click's --state-dir reads when it is not given
 

@@ -143,7 +143,7 @@ def _check_source(source: str) -> str:
     return name
 
 
-@mcp_command.command("install")
+@mcp_command.command("install", short_help="Wire zwarm's tools into Claude Code or Codex.")
 @click.argument("client", type=click.Choice(["claude", "codex"]))
 @click.option("--user", is_flag=True, help="The client's user-wide config (else this project's).")
 @click.option(

@@ -539,7 +539,9 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
         f"out {u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)})  "
         f"cost {fmt_cost(t.get('cost_usd'), None)}[/]"
     )
-    c.print(f"[cyan]prompt:[/] {esc(oneline(t.get('message'), 300))}")
+    # a turn zwarm ran always has one; zwarm 3.x kept only the first turn's (the task)
+    prompt = esc(oneline(t.get("message"), 300)) if t.get("message") else "[dim](not recorded)[/]"
+    c.print(f"[cyan]prompt:[/] {prompt}")
     if t.get("changes"):
         c.print(f"[blue]changes:[/] {fmt_changes(t['changes'])}")
     if t.get("error"):

@@ -53,7 +53,7 @@ def _damaged(rid: str, e: Exception) -> dict[str, Any]:
 
 def _cells(rid: str, r: Any) -> tuple[str, ...]:
     from zwarm.cli.render import fmt_tokens
-    from zwarm.orchestrator.loop import cost_text
+    from zwarm.orchestrator.progress import cost_text
 
     if isinstance(r, Exception):
         return (rid, "damaged", "", "", "", "", oneline(str(r), 80))
@@ -95,7 +95,7 @@ def _message_json(s: Any) -> dict[str, Any]:
 
 
 def _header(run: Any, compactions: int) -> None:
-    from zwarm.orchestrator.loop import cost_text
+    from zwarm.orchestrator.progress import cost_text
     from zwarm.text import plural
 
     click.echo(f"run {run.id}  {run.status}  model {oneline(run.model, 60)}")

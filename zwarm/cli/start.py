@@ -139,7 +139,7 @@ def turn_result(ctx: click.Context, api: Zwarm, sid: str, n: int, as_json: bool)
     n = resumed_as(s, n)  # a parked turn resumed, or retried: how its last run ended
     t = s.turns[n - 1]
     r = {**row(s), "turn": n, "status": t.status.value, "error": t.error}
-    r["last_message"] = t.final_message if t.final_message is not None else r["last_message"]
+    r["last_message"] = t.final_message  # this turn's, never an earlier turn's answer
     with reader_may_go():
         if as_json:
             output.emit_json(r)

@@ -7,10 +7,18 @@ before anything is signalled), and ``rerun`` (``retry`` a failed or killed turn,
 parked one). Must stay true:
 - every change happens in ``Store.transaction`` and goes through ``engine.transitions``;
 - a lost turn's orphaned agent (whatever still carries its verified marker) is stopped;
+- what carries a session's marker is stopped by ``kill`` (and ``rm``, ``zwarm.ops.removal``)
+  even when meta.json says nothing runs (``stop_strays``): a running agent that rewrote its
+  record as finished, or as zwarm 3.x's, is never out of the user's reach (an agent cannot
+  add the marker to a process it did not start, so nothing else is signalled);
 - reconciling is cheap when nothing is wrong; when it cannot be written (a full disk), the
   session is returned as it will be recorded;
 - a rerun refused by a budget (its own or an ancestor's) starts nothing.
 """
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
 
 from zwarm.engine import limits, transitions, tree
 from zwarm.engine.core import MESSAGE_KEEP_CHARS, PROMPT_MAX_BYTES, START_GRACE_S
@@ -18,6 +26,7 @@ from zwarm.engine.finishing import Finishing
 from zwarm.env import parse_iso
 from zwarm.errors import SessionStateError, WriteFailed
 from zwarm.model import ACTIVE, RUNS, Reason, Session, Status, Turn
+from zwarm.store import pins
 from zwarm.system import procs
 from zwarm.system.files import read_file
 
@@ -83,8 +92,16 @@ class Recovery(Finishing):
         return True
 
     def kill(self, sid: str) -> tuple[Session, int]:
-        """Kill the running turn (agent's whole tree) and drop the queue. Returns (s, dropped)."""
-        _, dropped, t = self.end_killed(sid)
+        """Kill the running turn (agent's whole tree) and drop the queue. Returns (s, dropped).
+        A session whose record says nothing runs is not running (``SessionStateError``),
+        but whatever still carries its marker is stopped first (``stop_strays``), and then it
+        is killed, whatever the record says."""
+        try:
+            _, dropped, t = self.end_killed(sid)
+        except SessionStateError:
+            if stop_strays(self.env.environ, self.store.root, [sid]):
+                return self.store.load(sid), 0
+            raise
         if t is not None:
             self.launcher(t).stop(sid, t)
         return self.store.load(sid), dropped
@@ -173,3 +190,16 @@ _KILLED_WHILE = {
     Status.QUEUED: "killed by user while queued (never started)",
     Status.PARKED: "killed by user while parked (waiting for a usage or rate limit to reset)",
 }
+
+
+def stop_strays(environ: Mapping[str, str], state_dir: Path, sids: list[str]) -> list[str]:
+    """Stop every process of this user that carries the marker of one of ``sids`` (and its
+    tree), whatever their records say: an agent that rewrote its meta.json as finished (or
+    as zwarm 3.x's) still carries its session's marker, which it cannot add to a process it
+    did not start. Only sessions this zwarm started in ``state_dir`` (their launch pins say
+    so): a record copied or planted here, or zwarm 3.x's, names an id that may be running
+    elsewhere, never stopped on its word. One scan of /proc for all; the ids that had any."""
+    live = procs.marked_ids() if sids else set()
+    root = Path(os.path.realpath(state_dir))
+    ours = [sid for sid in sids if sid in live and pins.read(environ, sid, root) is not None]
+    return procs.kill_sessions([(None, sid) for sid in ours]) if ours else []

@@ -112,7 +112,8 @@ def _typed(name: str, key: str, text: str, types: tuple[type, ...]) -> Any:
                 continue
     if str in types:
         return text
-    raise InvalidInput(f"launcher option {name}.{key} must be a number, not {text!r}")
+    # worded as the config's check of the same option words its bounds (``Zwarm.spawn``)
+    raise InvalidInput(f"--launcher-option: {name}.{key} must be a number, not {text!r}")
 
 
 def problems() -> dict[str, str]:

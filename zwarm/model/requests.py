@@ -36,7 +36,7 @@ def _help(text: str) -> Meta:
     return Meta(description=text)
 
 
-_TIMEOUT = "Kill the turn after this many seconds."
+_TIMEOUT = "Kill the turn after this many seconds (default: [defaults] timeout)."
 _CONTEXT = (
     "How a follow-up gets the earlier turns: summary (a fresh run with a compact summary) or "
     "native (resume the agent's own session)"
@@ -127,15 +127,24 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
         _help("Its group: [groups.NAME] caps and budgets apply."),
     ] = None
     priority: Annotated[Priority, _help("Higher starts first when queued (default 0).")] = 0
-    max_cost: Annotated[Budget | None, _help("Budget in USD: past it the session is stopped.")] = (
-        None
-    )
-    max_tokens: Annotated[
-        Tokens | None, _help("Budget in tokens: past it the session is stopped.")
+    max_cost: Annotated[
+        Budget | None,
+        _help(
+            "Budget in USD: past it the session is stopped (default: its group's, else [limits] "
+            "max_cost)."
+        ),
     ] = None
-    stall: Annotated[Seconds | None, _help("Mark it stalled after this many silent seconds.")] = (
-        None
-    )
+    max_tokens: Annotated[
+        Tokens | None,
+        _help(
+            "Budget in tokens: past it the session is stopped (default: its group's, else "
+            "[limits] max_tokens)."
+        ),
+    ] = None
+    stall: Annotated[
+        Seconds | None,
+        _help("Mark it stalled after this many silent seconds (default: [limits] stall_s)."),
+    ] = None
     source: Annotated[Source, _help("Who started it (shown by zwarm ls --source).")] = "cli"
     run: Annotated[
         Annotated[str, Meta(pattern=RUN_ID)] | None,

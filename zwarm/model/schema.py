@@ -29,6 +29,7 @@ from zwarm.model.records import Session
 
 SCHEMA_VERSION = 3
 MAX_META_BYTES = 64 * 1024 * 1024  # a larger meta.json is damaged, never loaded
+ZWARM3_SOURCE = "zwarm3:"  # what a zwarm 3.x session's source begins with (its 3.x source after)
 
 _decoder = msgspec.json.Decoder(Session)
 _encoder = msgspec.json.Encoder()
@@ -267,7 +268,7 @@ def _v0_to_v1(d: dict[str, Any]) -> dict[str, Any]:
         "created_at": created,
         "updated_at": updated,
         "model": want("model", str, optional=True),
-        "source": f"zwarm3:{source}"[:4096],
+        "source": f"{ZWARM3_SOURCE}{source}"[:4096],
         "context_mode": "native",  # a follow-up resumes the thread its turn logs name
         "imported": "zwarm3",
         "turns": turns,

@@ -12,7 +12,9 @@ the removal of one session under its lock. Must stay true:
 - whether a session runs is decided again under its lock, where it is removed: an ``inject``
   that restarted it meanwhile is never removed from under (without ``force``); a lost
   session is ended in memory only (removing frees space: a full disk must not stop it);
-- a session's worktree that holds work is kept (``WouldLoseWork``) unless ``force``.
+- a session's worktree that holds work is kept (``WouldLoseWork``) unless ``force``;
+- whatever carries a session's marker is stopped by its ``kill`` and ``rm`` and by ``kill
+  --all``, whatever its record says (``engine.recovery.stop_strays``).
 """
 
 from __future__ import annotations
@@ -54,10 +56,17 @@ def kill(api: Zwarm, refs: list[str] | None = None, all_: bool = False) -> list[
             return _each(api, refs or [], lambda sid: _kill_one(api, sid))
         finally:
             api.tick(force=True)
-    rows = [r for r in api.sessions() if r["status"] in ACTIVE]
+    every = api.sessions()
+    rows = [r for r in every if r["status"] in ACTIVE]
     _readers(api, rows)
     waiting = [r["id"] for r in rows if r["status"] not in RUNS]
-    return _kill_many(api, waiting, [r["id"] for r in rows if r["status"] in RUNS])
+    try:
+        return _kill_many(api, waiting, [r["id"] for r in rows if r["status"] in RUNS])
+    finally:  # what runs though its record says not (rewritten by its agent): stopped too
+        from zwarm.engine.recovery import stop_strays
+
+        ended = [r["id"] for r in every if r["status"] not in ACTIVE]
+        stop_strays(api.env.environ, api.store.root, ended)
 
 
 def _readers(api: Zwarm, rows: list[dict[str, Any]]) -> None:
@@ -354,8 +363,12 @@ def _release_workspace(api: Zwarm, sid: str, force: bool) -> None:
 
 
 def _remove(api: Zwarm, sid: str, name: str | None) -> None:
+    """Delete the session and its pin, once whatever still carries its marker is stopped
+    (its record may say it ended when its agent rewrote it: ``stop_strays``)."""
+    from zwarm.engine.recovery import stop_strays
     from zwarm.store import pins
 
+    stop_strays(api.env.environ, api.store.root, [sid])
     api.store.remove(sid, name)
     pins.remove(api.env.environ, sid)
 

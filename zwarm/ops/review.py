@@ -37,6 +37,13 @@ def workspace_of(api: Zwarm, s: Session) -> Workspace:
 
     ws = workspace.pinned(s, api.env.environ, api.store.root)
     if ws is None:
+        from zwarm.model.schema import ZWARM3_SOURCE
+
+        if s.imported is not None or s.source.startswith(ZWARM3_SOURCE):  # kept none
+            raise WorkspaceError(
+                f"session {s.id} was made by zwarm 3.x, which recorded no git workspace: "
+                "zwarm cannot tell what it changed"
+            )
         raise WorkspaceError(
             f"session {s.id} has no git workspace (it was not started in a git repository)"
         )

@@ -27,7 +27,7 @@ Must stay true:
   the leader, so the group id can't be reused meanwhile;
 - it builds only what it needs (store, config, the session's manager), not the API facade,
   and imports no more than a turn needs (no click, rich, psutil, hashlib/OpenSSL, shutil,
-  dataclasses: ``tests/unit/test_supervisor_lean.py`` holds the list);
+  dataclasses: ``tests/runtime/test_supervisor_lean.py`` holds the list);
 - it is the child subreaper of its agents (Linux): what leaves the agent's group (setsid, a
   double fork) is re-parented to it, so at a turn's end it finds the marked leftovers among
   its own descendants, at the cost of what the agent left, never of every process on the

@@ -9,7 +9,8 @@ Owns the routes and how a result or an error becomes a response. Must stay true:
   403 refused; anything else is a 500 with one line on the server's stderr, never a
   traceback in a response;
 - a request body is a JSON object of a fixed shape (``bodies``) of at most ``MAX_BODY``
-  bytes; nothing a request holds reaches a shell; a spawn's ``cwd`` must lie inside
+  bytes, a bad field refused in the words the orchestrator tools use for it (``_refusal``);
+  nothing a request holds reaches a shell; a spawn's ``cwd`` must lie inside
   ``[tools] allowed_roots`` (as for the orchestrator tools), and ``dangerous`` needs
   ``--allow-dangerous``;
 - ``/api/sessions/{ref}/diff`` is served only when ``Zwarm`` has ``diff``.
@@ -418,9 +419,26 @@ async def _body(request: Request, cls: type[T]) -> T:
     try:
         return msgspec.json.decode(bytes(data), type=cls)
     except msgspec.ValidationError as e:
-        raise HttpError(422, f"invalid request body: {e}") from None
+        raise HttpError(422, f"invalid request body: {_refusal(bytes(data), cls, e)}") from None
     except msgspec.DecodeError:
         raise HttpError(422, "the request body is not a valid JSON object") from None
+
+
+def _refusal(data: bytes, cls: type[Any], e: msgspec.ValidationError) -> str:
+    """Why a body of ``cls`` was refused, in the words the orchestrator tools use for the same
+    field (``delegate`` and ``converse`` take the same requests, checked against the same
+    schema: one wording for one mistake); msgspec's own when the tools' check finds nothing."""
+    from zwarm.model.requests import object_schema
+    from zwarm.orchestrator.tools import ToolError
+    from zwarm.orchestrator.tools.args import validate_args
+
+    body = msgspec.json.decode(data)
+    if isinstance(body, dict):
+        try:
+            validate_args(object_schema(cls), body)
+        except ToolError as why:
+            return str(why)
+    return str(e)
 
 
 def _int(value: str | None, name: str) -> int | None:

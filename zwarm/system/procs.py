@@ -139,6 +139,12 @@ def marked(sid: str) -> list[ProcRef]:
     return list(_MARKED.fresh().get(sid, ()))
 
 
+def marked_ids() -> set[str]:
+    """The session ids whose marker some live process of this user carries (one scan, shared
+    as ``marked``'s)."""
+    return set(_MARKED.fresh()) if _LINUX else set()
+
+
 def _scan() -> dict[str, list[ProcRef]]:
     """One pass over /proc: the live processes of this user by the session marker they carry.
     Most processes carry none and cost one read of their environment; only a marked one is

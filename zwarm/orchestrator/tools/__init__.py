@@ -24,7 +24,7 @@ Must stay true (for the whole layer):
   session the caller was already told had finished (so an LLM cannot busy-poll);
 - the layer imports only the standard library and zwarm's core (never mcp, openai or rich);
   it uses ``Zwarm``'s public methods only (never its ``store`` or ``config``), and the API
-  never imports this layer (``tests/tools/test_layering.py`` checks both).
+  never imports this layer (``tests/project/test_layering.py`` checks both).
 
 This package's own names are the ones other code imports (``from zwarm.orchestrator.tools
 import Toolbox``); its modules import each other directly, never through this package.

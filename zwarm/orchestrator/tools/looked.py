@@ -11,7 +11,10 @@ under) and the rule of what is news to a caller. Must stay true:
   cancelled or abandoned (an MCP client that gave up, or went away) marks nothing, so a
   finish stays news until a call that returned it (at least once, never lost);
 - the file is read without following a link, within ``STATE_BYTES``; the state of callers
-  gone for ``FORGET_S`` is removed when a new caller starts;
+  gone for ``FORGET_S`` is removed when a new caller starts; ``orchestrator/`` or ``seen/``
+  made a link (an agent can write the state dir) is never read, written or swept through:
+  the sweep lists and unlinks through descriptors opened without following one, so nothing
+  outside the state dir is ever deleted;
 - every update is a load-modify-write under the one flock helper (``system.files.locked``)
   and an atomic replace, so two callers marking at once lose neither's marks.
 """
@@ -23,13 +26,22 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from zwarm.api import Zwarm
 from zwarm.env import parse_iso
 from zwarm.errors import ZwarmError
 from zwarm.model import FINISHED
-from zwarm.system.files import atomic_write, locked, private_dir, read_file
+from zwarm.system.files import (
+    CLOEXEC,
+    NOFOLLOW,
+    atomic_write,
+    locked,
+    private_dir,
+    read_file,
+    real_dir,
+)
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 STATE_BYTES = 4 << 20  # one caller's state file: marks of live sessions only
@@ -56,7 +68,13 @@ class Looked:
         self.api = api
         self.told = told
 
+    def _real(self) -> bool:
+        """``orchestrator/`` and ``seen/`` are directories themselves, not links."""
+        return real_dir(self.dir.parent) and real_dir(self.dir)
+
     def load(self) -> dict[str, Any]:
+        if not self._real():
+            return {}
         try:
             data = json.loads(read_file(self.path, STATE_BYTES)[0])
         except (OSError, ValueError):
@@ -119,6 +137,8 @@ class Looked:
         that cannot be written must not make the tools themselves fail."""
         try:
             private_dir(self.dir)
+            if not self._real():
+                return  # a link planted in the state dir: never written through
             with locked(self.dir / ".lock"):
                 data = self.load()
                 fn(data)
@@ -131,12 +151,33 @@ class Looked:
         of its own, so they would pile up); never follows a link, never fails a tool."""
         old = self.api.env.clock() - FORGET_S
         try:
-            with locked(self.dir / ".lock"), os.scandir(self.dir) as entries:
+            fd = _open_dir(self.dir)
+        except OSError:
+            return
+        try:
+            with locked(self.dir / ".lock"), os.scandir(fd) as entries:
                 for e in entries:
                     if e.name.endswith(".json") and e.stat(follow_symlinks=False).st_mtime < old:
-                        os.unlink(e.path)
+                        os.unlink(e.name, dir_fd=fd)
         except OSError:
             pass
+        finally:
+            os.close(fd)
+
+
+def _open_dir(seen: Path) -> int:
+    """An fd on ``seen`` (``orchestrator/seen``), each of its two levels opened without
+    following a link (``OSError`` if one is a link or missing)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC
+    top = os.open(seen.parent.parent, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
+    try:
+        mid = os.open(seen.parent.name, flags, dir_fd=top)
+    finally:
+        os.close(top)
+    try:
+        return os.open(seen.name, flags, dir_fd=mid)
+    finally:
+        os.close(mid)
 
 
 def seen_key(r: Mapping[str, Any]) -> str:

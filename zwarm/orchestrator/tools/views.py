@@ -60,7 +60,7 @@ def session_view(s: Session, new: bool) -> Result:
         "task": short(s.task, TASK_CHARS),
         "turns": s.count,
         "current_turn": turn,
-        "last_message": short(s.last_message, MESSAGE_CHARS),
+        "last_message": short(answer(s), MESSAGE_CHARS),
         "error": s.error,
         "usage": usage_view(s.usage.to_dict()),
         "cost_usd": s.cost_usd,
@@ -120,13 +120,26 @@ def list_row(r: Mapping[str, Any], new: bool) -> Result:
     return out
 
 
+def answer(s: Session) -> str | None:
+    """What a model may read as the agent's answer: the latest turn's own final message once
+    that turn has ended (a failed or killed follow-up has none: never an earlier turn's
+    answer, which reads as a reply to the follow-up), else the latest answer so far."""
+    t = s.current
+    if t is not None and t.status.finished:
+        return t.final_message
+    return s.last_message
+
+
 def finished_view(r: Mapping[str, Any], new: bool) -> Result:
+    """A finished session in ``wait``'s answer; ``last_message`` only when its latest turn
+    completed (a row's is the latest of any turn: see ``answer``)."""
+    completed = r["status"] == Status.COMPLETED.value
     return {
         "session_id": r["id"],
         "name": r.get("name"),
         "status": r["status"],
         "new": new,
         "turns": r.get("turns"),
-        "last_message": short(r.get("last_message"), TASK_CHARS),
+        "last_message": short(r.get("last_message"), TASK_CHARS) if completed else None,
         "error": r.get("error"),
     }

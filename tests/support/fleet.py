@@ -1,0 +1,93 @@
+"""Helpers for the fleet-control suite: a configured world, an agent wrapper that counts how
+many agents run at once, the scheduler lock held from a test, fake agent output made to order.
+
+Every wait is on a condition with a generous deadline (``wait_until``), never on elapsed time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.support import FAKE_BIN, ZW
+
+
+def configure(zw: ZW, text: str) -> None:
+    """Create the state dir and write (and trust) its config.toml."""
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config(text)
+
+
+_TALLY = """#!{python}
+import fcntl, json, os, subprocess, sys
+state = {state!r}
+def change(by):
+    fd = os.open(state + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        try:
+            d = json.load(open(state))
+        except (OSError, ValueError):
+            d = {{"now": 0, "most": 0, "runs": 0}}
+        d["now"] += by
+        d["most"] = max(d["most"], d["now"])
+        d["runs"] += by > 0
+        json.dump(d, open(state, "w"))
+    finally:
+        os.close(fd)
+change(1)
+try:
+    rc = subprocess.call([{fake!r}, *sys.argv[1:]])
+finally:
+    change(-1)
+sys.exit(rc)
+"""
+
+
+def tally(zw: ZW, **extra: str) -> tuple[dict[str, str], Path]:
+    """``env_extra`` whose agents (codex and claude) count themselves while they run, and the
+    JSON file with the count: ``now`` running, ``most`` at once, ``runs`` started."""
+    bindir = zw.tmp / "tallybin"
+    state = zw.tmp / "tally.json"
+    if not bindir.is_dir():
+        bindir.mkdir()
+        for name in ("codex", "claude"):
+            script = bindir / name
+            text = _TALLY.format(python=sys.executable, state=str(state), fake=str(FAKE_BIN / name))
+            script.write_text(text)
+            script.chmod(0o755)
+    path = os.pathsep.join([str(bindir), zw.env["PATH"]])
+    return {"PATH": path, **extra}, state
+
+
+def counts(state: Path) -> dict[str, int]:
+    try:
+        got: dict[str, int] = json.loads(state.read_text())
+        return got
+    except (OSError, ValueError):
+        return {"now": 0, "most": 0, "runs": 0}
+
+
+@contextlib.contextmanager
+def held_scheduler_lock(zw: ZW) -> Iterator[None]:
+    """Hold the state dir's scheduler lock, as a pass does (``engine.scheduler``)."""
+    d = zw.state_dir / "scheduler"
+    d.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(d / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def jsonl(path: Path, *events: dict[str, Any]) -> str:
+    """Write ``events`` as a JSONL file for the fake agent to replay; returns its path."""
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return str(path)

@@ -1,0 +1,180 @@
+"""Starting a session: what ``spawn`` settles before the engine makes it.
+
+Owns choosing the agent and model (``route``: explicit > implied by the model > configured
+defaults), checking the agent can run (``check_agent``: trusted, its limits not loosened, its
+command found), the launcher and its per-session options (``launcher_for``,
+``launcher_options``), its sandbox (``sandbox_for``: refused where the preflight fails), the new
+session's place in a delegation tree (``lineage``), its fleet options (``fleet``: ``after``
+resolved, budgets checked) and its workspace (``workspace_for``).
+Must stay true: everything here refuses before anything is created (a one-line
+``ZwarmError``); a parent is believed only as ``engine.tree.lineage`` verifies it; a table the
+supervisor will use (the agent's, the launcher's, ``[workspace]``) must be trusted now, not
+found untrusted there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zwarm import agents
+from zwarm.agents import agent_for_model
+from zwarm.errors import AgentNotFound, InvalidInput
+from zwarm.model.records import RUN_ID
+
+if TYPE_CHECKING:
+    from zwarm.api import Zwarm
+    from zwarm.engine import limits, tree
+    from zwarm.engine.manager import BaseSessionManager
+    from zwarm.model.requests import SpawnRequest
+
+_RUN_ID = re.compile(RUN_ID)
+
+
+def launcher_options(api: Zwarm, name: str, pairs: Sequence[str]) -> dict[str, Any]:
+    """``spawn --launcher-option KEY=VALUE`` for launcher ``name``, typed and checked as
+    its config table's values are (``InvalidInput``)."""
+    if not pairs:
+        return {}
+    from zwarm import config as config_mod
+    from zwarm.errors import ConfigError
+    from zwarm.launchers import parse_options
+
+    opts = parse_options(name, pairs)
+    try:
+        config_mod.validate({name: opts}, "--launcher-option")
+    except ConfigError as e:
+        raise InvalidInput(str(e)) from None
+    return opts
+
+
+def launcher_for(api: Zwarm, name: str | None) -> str:
+    """The launcher a new session's turns run on: ``name`` (spawn --launcher), else
+    ``[launcher] default``; ``InvalidInput`` naming the installed ones if it is none of
+    them, ``UntrustedConfig`` now if its table (``[slurm]``) is not trusted yet."""
+    cfg = api.config
+    name = name or cfg.get("launcher", "default")
+    api._launcher(name)
+    if name in cfg.data:
+        cfg.require(name)  # used by whoever starts its turns: refuse now, not there
+    return name
+
+
+def sandbox_for(api: Zwarm, asked: str | None, adapter: str) -> Any:
+    """The sandbox mode of a new session of ``adapter`` (``zwarm.sandbox.mode_for``); with
+    one on, the preflight runs first (``sandbox.check``): ``SandboxUnavailable`` if it does
+    not hold here, rather than a session that would run unsandboxed."""
+    from zwarm import sandbox
+
+    mode = sandbox.mode_for(asked, adapter, api.config)
+    if mode != sandbox.OFF:
+        from zwarm.errors import SandboxUnavailable
+        from zwarm.sandbox import check
+
+        report = check.run()
+        if not report.holds:
+            raise SandboxUnavailable(
+                f"sandbox {mode} cannot hold on this machine: {check.refusal(report)}; "
+                "nothing started (see zwarm sandbox check)"
+            )
+    return mode
+
+
+def lineage(api: Zwarm, run: str | None, detached: bool) -> tree.Lineage:
+    """The new session's parent (verified) and depth, or ``InvalidInput`` (too deep, a
+    parent that is not a running session here, a parent's subtree past its budget)."""
+    from zwarm.engine import tree
+
+    if run is not None and not _RUN_ID.match(run):
+        raise InvalidInput(f"invalid orchestrator run id {run!r}")
+    most = api.config.get("limits", "max_spawn_depth")
+    lineage = tree.lineage(api.store, api.env.environ, most, run, detached)
+    if lineage.parent_session_id is not None:
+        parent = api.store.load(lineage.parent_session_id)
+        over = tree.over_budget(api.store, parent)
+        if over is not None:
+            raise InvalidInput(f"spawn refused: parent session {parent.id}: {over}")
+    return lineage
+
+
+def fleet(api: Zwarm, req: SpawnRequest) -> limits.Fleet:
+    """Spawn's fleet options, checked; ``after`` resolved to session ids."""
+    from zwarm.engine import limits
+
+    after: Sequence[str] | str = req.after
+    refs = [after] if isinstance(after, str) else list(after or [])
+    refs = [r.strip() for ref in refs for r in ref.split(",")]
+    if "" in refs:  # --after '' or ',': a mistake, never "no dependency"
+        raise InvalidInput(
+            "--after names an empty session (an empty value or a stray comma): "
+            "name the sessions to wait for, or leave --after out"
+        )
+    if len(refs) > 100:
+        raise InvalidInput("--after names more than 100 sessions")
+    ids = tuple(api.store.resolve(r) for r in refs)
+    f = limits.Fleet(
+        ids, req.after_any, req.group, req.priority, req.max_cost, req.max_tokens, req.stall
+    )
+    return limits.check(f)
+
+
+def workspace_for(
+    api: Zwarm, workdir: Path, worktree: bool | None, branch: str | None, base: str | None
+) -> Any:
+    """The workspace a spawn in ``workdir`` gets (``engine.workspace.choose``)."""
+    from zwarm.engine import workspace
+
+    cfg = api.config
+    mode = cfg.get("defaults", "workspace") if worktree is None else "shared"
+    mode = "worktree" if worktree else mode
+    if mode == "worktree":
+        cfg.require("workspace")  # its setup runs in the supervisor: refuse now, not there
+    root = workspace.root_of(cfg.get("workspace", "root"), api.env.environ)
+
+    def others() -> list[str]:
+        rows = api.sessions() if api.store.exists() else []
+        return [r["cwd"] for r in rows if r.get("cwd")]
+
+    return workspace.choose(workdir, api.env.environ, mode=mode, branch=branch, base=base,
+                            root=root, state_dir=api.store.root, others=others)  # fmt: skip
+
+
+def route(api: Zwarm, adapter: str | None, model: str | None) -> tuple[str, str | None]:
+    """Pick (adapter, model): explicit > implied by the model > configured defaults."""
+    cfg = api.config
+    model = model or None
+    default_model = cfg.get("defaults", "model") or None
+    if adapter is None:
+        implied = agent_for_model(model) if model else agent_for_model(default_model)
+        adapter = implied or cfg.get("defaults", "adapter")
+    agents.get(adapter)  # UnknownAgent (InvalidInput) names the installed ones
+    other = agent_for_model(model) if model else None
+    if other not in (None, adapter):
+        api.warn(
+            f"model {model!r} names a {other} model, but the session runs the {adapter} "
+            "agent, which may not know it"
+        )
+    if model is None:
+        model = cfg.get(adapter, "model") or None
+    if model is None and default_model and agent_for_model(default_model) in (None, adapter):
+        model = default_model
+    return adapter, model
+
+
+def check_agent(api: Zwarm, mgr: BaseSessionManager) -> None:
+    api.config.require(mgr.name)  # its supervisor will use every key: refuse now, not there
+    api.config.require_limits()  # a loosened limit is never used: say so, and refuse
+    cmd = api.config.command(mgr.name)[0]
+    path_var = mgr.agent_env().get("PATH", os.defpath)
+    import shutil
+
+    found = shutil.which(cmd, path=path_var)
+    if found is None:
+        if os.path.exists(cmd) or (os.sep in cmd and Path(cmd).exists()):
+            raise AgentNotFound(mgr.name, cmd, "is not executable")
+        if os.sep in cmd:  # a path is not looked up on PATH: say what is wrong with it
+            raise AgentNotFound(mgr.name, cmd, "does not exist")
+        raise AgentNotFound(mgr.name, cmd)
