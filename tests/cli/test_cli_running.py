@@ -205,7 +205,7 @@ def test_wait_exit_codes(zw) -> None:
     assert zw.run("wait", hang, "--timeout", "0").returncode == 124  # a look, no waiting
     for bad in ("nan", "-1"):  # never a wait that cannot end, never a traceback
         res = zw.run("wait", hang, "--timeout", bad)
-        assert res.returncode == 1 and res.stderr.startswith("Error: timeout must be"), res
+        assert res.returncode == 1 and res.stderr.startswith("Error: --timeout must be"), res
 
 
 def test_rm_running_needs_force_and_finished_keeps_running(zw) -> None:
