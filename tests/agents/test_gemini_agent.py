@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from zwarm.agents import gemini
 from zwarm.agents.base import AgentOptions, AgentSetupError, TurnFiles
 from zwarm.agents.gemini import GeminiAgent, events, home, tools
 from zwarm.model import Reason, Status, Usage
@@ -46,13 +47,17 @@ def opts(dangerous: bool = False, **over: Any) -> AgentOptions:
 
 
 def test_argv_safe_by_default_and_yolo_only_when_dangerous() -> None:
+    policies = Path(gemini.__file__).resolve().parent / "policies"
     assert AGENT.argv(opts()) == [
         "gemini", "--output-format", "stream-json", "--model", "gemini-2.5-pro",
-        "--approval-mode", "auto_edit",
+        "--approval-mode", "auto_edit", "--policy", str(policies / "auto_edit.toml"),
     ]  # fmt: skip
-    assert AGENT.argv(opts(dangerous=True), "c6421904-1c34-44af-a8c6-12337b83ec6a")[-3:] == [
-        "--yolo", "--resume", "c6421904-1c34-44af-a8c6-12337b83ec6a",
+    assert AGENT.argv(opts(dangerous=True), "c6421904-1c34-44af-a8c6-12337b83ec6a")[-5:] == [
+        "--yolo", "--policy", str(policies / "yolo.toml"),
+        "--resume", "c6421904-1c34-44af-a8c6-12337b83ec6a",
     ]  # fmt: skip
+    assert AGENT.argv(opts(approval_mode="plan"))[-2:] == ["--approval-mode", "plan"]
+    assert (policies / "auto_edit.toml").is_file() and (policies / "yolo.toml").is_file()
     assert "--yolo" not in AGENT.argv(opts(approval_mode="yolo"))  # never both: rc 1
     assert AGENT.permissions(table(), False) == ("--approval-mode auto_edit", False)
     assert AGENT.permissions(table(approval_mode="yolo"), False) == ("--approval-mode yolo", True)
@@ -293,6 +298,7 @@ def test_the_turn_hooks_make_the_home_keep_the_facts_and_read_them(tmp_path: Pat
         "GEMINI_API_KEY": "k",
         "ZWARM_SESSION_ID": "s",
         "GEMINI_CLI_HOME": str(d / home.HOME_DIR),
+        "GEMINI_CLI_TRUST_WORKSPACE": "false",
     }
     assert (d / home.HOME_DIR / ".gemini" / "settings.json").is_file()
     with pytest.raises(AgentSetupError, match="no Gemini credentials"):  # the turn is refused
@@ -402,7 +408,7 @@ def test_user_settings_with_comments_and_bad_ones(tmp_path: Path) -> None:
         home.read_user_settings(path)
 
 
-def test_prepare_replaces_a_planted_link_and_trusts_only_the_cwd(tmp_path: Path) -> None:
+def test_prepare_replaces_a_planted_link_and_trusts_no_folder(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     where = tmp_path / "gemini-home"
@@ -410,15 +416,26 @@ def test_prepare_replaces_a_planted_link_and_trusts_only_the_cwd(tmp_path: Path)
     os.symlink(victim, where / ".gemini")  # an agent pointing the home elsewhere
     import datetime
 
-    home.prepare(where, "/w/proj", {"a": 1, "d": datetime.date(2026, 1, 2)})  # TOML has dates
+    home.prepare(where, {"a": 1, "d": datetime.date(2026, 1, 2)})  # TOML has dates
     assert not (where / ".gemini").is_symlink() and list(victim.iterdir()) == []
     written = json.loads((where / ".gemini" / "settings.json").read_text())
     assert written == {"a": 1, "d": "2026-01-02"}
     trusted = json.loads((where / ".gemini" / "trustedFolders.json").read_text())
-    assert trusted == {"/w/proj": "TRUST_FOLDER"}
+    assert trusted == {}  # the working folder is never trusted
     assert (where / ".gemini" / "settings.json").stat().st_mode & 0o777 == 0o600
-    env = home.environment({"GEMINI_CLI_TRUSTED_FOLDERS_PATH": "/x", "A": "1"}, where)
-    assert env == {"A": "1", "GEMINI_CLI_HOME": str(where)}
+    env = home.environment(
+        {"GEMINI_CLI_TRUSTED_FOLDERS_PATH": "/x", "GEMINI_CLI_TRUST_WORKSPACE": "true", "A": "1"},
+        where,
+    )
+    assert env == {"A": "1", "GEMINI_CLI_HOME": str(where), "GEMINI_CLI_TRUST_WORKSPACE": "false"}
+
+
+def test_the_working_folder_stays_untrusted_whatever_the_settings_say() -> None:
+    over = {"security": {"folderTrust": {"enabled": True}}, "advanced": {"ignoreLocalEnv": False}}
+    user = {"security": {"folderTrust": {"enabled": True}}}
+    merged = home.settings(table(settings=over), {"GEMINI_API_KEY": "k"}, user)
+    assert merged["security"]["folderTrust"] == {"enabled": False}
+    assert merged["advanced"] == {"ignoreLocalEnv": True}
 
 
 def test_a_failed_auto_run_records_the_routed_model_not_the_routers() -> None:

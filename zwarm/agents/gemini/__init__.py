@@ -8,8 +8,11 @@ turn the facts its stream leaves out kept in the turn's sidecar (``after_turn``)
 its steps when the turn is read (``reader``). Must stay true: the prompt is never in
 argv (gemini reads it from stdin when no ``-p`` is given); ``--yolo`` appears only when the
 session is explicitly dangerous, otherwise ``--approval-mode`` (default ``auto_edit``: file
-edits, no shell; ``yolo`` in the config counts as dangerous); usage is per run, also over
-``--resume`` (not cumulative); gemini reports no cost, so it is estimated from
+edits, no shell; ``yolo`` in the config counts as dangerous); as gemini forces the mode to
+``default`` in the working folder zwarm never trusts (``home``), ``auto_edit`` and yolo are
+carried by ``--policy`` files of zwarm's own (``policies/``: read from the installed package,
+never from a folder an agent writes; ``plan`` then runs as ``default``, read-only); usage
+is per run, also over ``--resume`` (not cumulative); gemini reports no cost, so it is estimated from
 ``DEFAULT_PRICES`` or ``[gemini.prices]``.
 """
 
@@ -37,6 +40,8 @@ APPROVAL_MODES = ("auto_edit", "default", "plan", "yolo")
 # the same, tightest first: plan reads only; default asks (headless: denies) for each tool;
 # auto_edit approves edits; yolo approves everything
 APPROVAL_ORDER = ("plan", "default", "auto_edit", "yolo")
+# the modes a policy file of zwarm's carries (gemini runs them in its "default" mode)
+POLICIES = ("auto_edit", "yolo")
 
 # USD per 1M tokens, prompts up to 200K tokens (longer ones cost more on the Pro models).
 # Google's list prices (ai.google.dev/gemini-api/docs/pricing) as quoted by the gemini-cost
@@ -69,10 +74,13 @@ def gemini_argv(opts: AgentOptions, resume_id: str | None = None) -> list[str]:
     argv = [*opts.command, "--output-format", "stream-json"]
     if opts.model:
         argv += ["--model", opts.model]
+    mode = "yolo" if opts.dangerous else opts.settings.get("approval_mode", "auto_edit")
     if opts.dangerous:
         argv.append("--yolo")
     else:
-        argv += ["--approval-mode", opts.settings.get("approval_mode", "auto_edit")]
+        argv += ["--approval-mode", mode]
+    if mode in POLICIES:
+        argv += ["--policy", str(Path(__file__).resolve().parent / "policies" / f"{mode}.toml")]
     if resume_id:
         argv += ["--resume", resume_id]
     argv += list(opts.extra_args)

@@ -3,13 +3,21 @@ what ``GeminiAgent.launch_env`` does before each turn (``launch_env``).
 
 Gemini reads its settings from ``$GEMINI_CLI_HOME/.gemini/settings.json`` and keeps all its
 state there (projects, session records, trusted folders). Headless it needs an auth type in
-that file (environment variables alone fail in 0.61.0), a trusted working directory (else
-every run exits 55), and telemetry off: usage statistics go to Google unless the settings file
-says no, and no environment variable stops them. ``prepare`` writes, before every turn, into
-``sessions/<id>/gemini-home``: ``settings.json`` = the user's own settings (if any, and
-``user_settings``) + what zwarm needs + ``[gemini] settings`` overrides, and
-``trustedFolders.json`` trusting the session's working directory only. The same home serves
-every turn, so ``--resume`` finds the session (it also needs the same absolute cwd: the pin's).
+that file (environment variables alone fail in 0.61.0), and telemetry off: usage statistics go
+to Google unless the settings file says no, and no environment variable stops them. It also
+applies a *trusted* working folder's ``.gemini/settings.json`` (MCP server commands, hooks,
+tool discovery/call commands, policies, sandbox) and ``.env``, which an agent's file edit or
+a cloned repository writes: so the working folder is never trusted. gemini's folder-trust
+check is off in the settings (headless it would exit 55 on an untrusted folder) and
+``GEMINI_CLI_TRUST_WORKSPACE=false`` marks the folder untrusted: gemini 0.61.0 then ignores
+its settings, its ``.env`` (``advanced.ignoreLocalEnv`` too), its hooks and policies, MCP
+servers and extensions. It also forces ``--approval-mode`` to ``default``: the approval mode
+is carried by zwarm's own policy files instead (``GeminiAgent``, ``policies/``).
+``prepare`` writes, before every turn, into ``sessions/<id>/gemini-home``: ``settings.json`` =
+the user's own settings (if any, and ``user_settings``) + what zwarm needs + ``[gemini]
+settings`` overrides + the untrusted-folder pins, and an empty ``trustedFolders.json``. The
+same home serves every turn, so ``--resume`` finds the session (it also needs the same
+absolute cwd: the pin's).
 
 Must stay true:
 - no secret is ever written: credentials reach gemini only through its environment. The auth
@@ -21,6 +29,9 @@ Must stay true:
   are ``$VARIABLE`` references, which gemini expands from the environment;
 - usage statistics, telemetry and update checks are off unless ``[gemini] settings`` turns them
   back on explicitly; ``general.maxAttempts`` is ``max_attempts`` when set (> 0);
+- the working folder is never trusted, whatever the user's settings, ``[gemini] settings`` or
+  environment say: ``security.folderTrust.enabled`` false, ``advanced.ignoreLocalEnv`` true,
+  ``GEMINI_CLI_TRUST_WORKSPACE=false`` (``UNTRUSTED``, ``environment``);
 - the session marker (``ZWARM_SESSION_ID``) is in ``security.environmentVariableRedaction.
   allowed``, whatever the overrides say: gemini strips every variable not allowed from its
   shell commands' environment under strict sanitization (``GITHUB_SHA`` set, as in GitHub
@@ -59,6 +70,13 @@ _NEEDS: dict[str, Any] = {
     "privacy": {"usageStatisticsEnabled": False},
     "telemetry": {"enabled": False},
     "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+}
+# merged last: with folder trust off and GEMINI_CLI_TRUST_WORKSPACE=false the working folder
+# is untrusted without the headless exit 55, so gemini ignores its .gemini/settings.json
+# (MCP servers, hooks, discovery commands, policies) and .env
+UNTRUSTED: dict[str, Any] = {
+    "security": {"folderTrust": {"enabled": False}},
+    "advanced": {"ignoreLocalEnv": True},
 }
 
 
@@ -105,6 +123,7 @@ def settings(
     if attempts > 0:
         needs["general"]["maxAttempts"] = attempts
     merged = merge(merge(without_secrets(user), needs), dict(table.get("settings") or {}))
+    merged = merge(merged, json.loads(json.dumps(UNTRUSTED)))
     redaction = merged.setdefault("security", {}).setdefault("environmentVariableRedaction", {})
     allowed = redaction.get("allowed")
     allowed = [a for a in allowed if isinstance(a, str)] if isinstance(allowed, list) else []
@@ -192,8 +211,8 @@ def strip_comments(text: str) -> str:
 # --------------------------------------------------------------------------- writing the home
 
 
-def prepare(home: Path, cwd: str, session_settings: Mapping[str, Any]) -> None:
-    """Write the session's home: settings and the one trusted folder (``cwd``)."""
+def prepare(home: Path, session_settings: Mapping[str, Any]) -> None:
+    """Write the session's home: settings, and no trusted folder (not even ``cwd``)."""
     from zwarm.system.files import write_private
 
     gemini_dir = home / ".gemini"
@@ -202,8 +221,7 @@ def prepare(home: Path, cwd: str, session_settings: Mapping[str, Any]) -> None:
     # default=str: a TOML date in [gemini.settings] becomes its text, never a crash
     text = json.dumps(session_settings, indent=2, ensure_ascii=False, default=str)
     write_private(gemini_dir / "settings.json", text.encode("utf-8"))
-    trusted = json.dumps({cwd: "TRUST_FOLDER"}, indent=2, ensure_ascii=False).encode("utf-8")
-    write_private(gemini_dir / "trustedFolders.json", trusted)
+    write_private(gemini_dir / "trustedFolders.json", b"{}")  # a stale one trusted cwd
 
 
 def _real_dir(d: Path) -> None:
@@ -223,9 +241,12 @@ def _real_dir(d: Path) -> None:
 
 def environment(env: Mapping[str, str], home: Path) -> dict[str, str]:
     """The agent's environment with its home: gemini's state, settings and trusted folders
-    there (a ``GEMINI_CLI_TRUSTED_FOLDERS_PATH`` of the user's would point elsewhere)."""
+    there (a ``GEMINI_CLI_TRUSTED_FOLDERS_PATH`` of the user's would point elsewhere), and
+    the working folder untrusted (a ``GEMINI_CLI_TRUST_WORKSPACE=true`` of the user's, or
+    ``--skip-trust``, would apply the folder's ``.gemini/settings.json``)."""
     out = {k: v for k, v in env.items() if k != "GEMINI_CLI_TRUSTED_FOLDERS_PATH"}
     out["GEMINI_CLI_HOME"] = str(home)
+    out["GEMINI_CLI_TRUST_WORKSPACE"] = "false"
     return out
 
 
@@ -246,7 +267,7 @@ def launch_env(
         user: dict[str, Any] = {}
         if table["user_settings"]:
             user = read_user_settings(user_settings_path(environ))
-        prepare(where, cwd, settings(table, env, user))
+        prepare(where, settings(table, env, user))
     except GeminiSetupError as e:
         raise AgentSetupError(str(e)) from None
     except (OSError, StoreError) as e:
