@@ -114,6 +114,9 @@ class Finishing(ManagerCore):
         gd = sandbox.git_dir(ws.repo) if ws is not None else None
         read_only += [os.path.realpath(gd)] if gd is not None else []
         read_only += [str(p) for p in table["read_only"]]
+        # files the agent's argv names (gemini's --policy files, in zwarm's package): argv is
+        # zwarm's own (the pin and the trusted config; never the prompt), read-only inside
+        read_only += [a for a in argv[1:] if os.path.isabs(a) and os.path.isfile(a)]
         home = os.path.realpath(self.env.environ.get("HOME") or "/")
         hidden = [os.path.realpath(self.store.root), *sandbox.private_dirs(self.env.environ)]
         ports = [*table["ports"]]
