@@ -534,12 +534,18 @@ def test_three_agents_run_at_once_in_one_state_dir(real: RealWorld) -> None:
 
 
 # --------------------------------------------------------------------------- network
+def _strace() -> str:
+    """strace's path; .ci/run installs it, so under CI=true its absence fails the test."""
+    strace = shutil.which("strace")
+    if strace is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("strace is not installed (.ci/run installs it)")
+        pytest.skip("strace is not installed")
+    return strace
 
 
 def test_gemini_connects_to_nothing_but_the_fake(real: RealWorld, tmp_path: Path) -> None:
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is not installed")
+    strace = _strace()
     log = tmp_path / "connects"
     script = [Reply([shell("echo hi")]), Reply([write_file("a.txt", "x\n")]), Reply([text("ok")])]
     srv = real.use(G, script, **YOLO)
@@ -561,9 +567,7 @@ def test_gemini_connects_to_nothing_but_the_fake(real: RealWorld, tmp_path: Path
 
 def test_strace_itself_sees_connections(tmp_path: Path) -> None:
     """The check above would pass vacuously if strace missed connections: it does not."""
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is not installed")
+    strace = _strace()
     log = tmp_path / "connects"
     code = (
         "import socket; s = socket.socket(); s.settimeout(0.2); s.connect_ex(('10.255.255.1', 9))"
