@@ -13,6 +13,7 @@ from typing import Any
 
 from zwarm.model import Session, Status
 from zwarm.orchestrator.tools.base import Result
+from zwarm.text import elide
 
 TASK_CHARS = 300
 MESSAGE_CHARS = 2000
@@ -20,14 +21,11 @@ LIST_TASK_CHARS = 80
 
 
 def short(text: str | None, limit: int) -> str | None:
-    """``text`` cut to ``limit`` chars, keeping its head and tail, with a note of the cut."""
-    if text is None or len(text) <= limit:
-        return text
-    head = max(limit * 2 // 3, 1)
-    tail = max(limit - head, 0)
-    cut = len(text) - head - tail
-    end = text[-tail:] if tail else ""
-    return f"{text[:head]}\n[... {cut} chars cut ...]\n{end}"
+    """``text`` cut to ``limit`` chars, keeping two thirds from its head and the rest from its
+    tail, with a note of the cut on its own line (``zwarm.text.elide``)."""
+    if text is None:
+        return None
+    return elide(text, limit, head=max(limit * 2 // 3, 1), sep="\n")
 
 
 def usage_view(u: Mapping[str, Any] | None) -> dict[str, Any] | None:
