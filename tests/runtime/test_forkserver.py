@@ -58,9 +58,10 @@ def _cmdline(pid: int) -> list[bytes]:
 
 
 def _listening(pid: int) -> bool:
-    """Whether server ``pid`` listens at the address its command line names."""
-    name = _cmdline(pid)[-2].decode()
-    return _listens(name)
+    """Whether server ``pid`` listens at the address its command line names (not if it is
+    gone by now: a server that lost the race for its address exits at once)."""
+    args = _cmdline(pid)
+    return len(args) >= 2 and _listens(args[-2].decode())
 
 
 def _listens(name: str) -> bool:
