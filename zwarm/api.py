@@ -159,7 +159,9 @@ class Zwarm:
         is the orchestrator run starting it (a root of its own). ``launcher``: what runs
         its turns (``local``, ``slurm``: each turn a Slurm job), default ``[launcher]
         default``; ``launcher_option``: ``KEY=VALUE`` settings of its table for this session
-        (the keys the launcher takes per session: ``Launcher.spawn_options``)."""
+        (the keys the launcher takes per session: ``Launcher.spawn_options``). ``host``
+        (default ``[defaults] host``): its agent runs on that host (``[hosts.NAME]``, over
+        ssh), in ``cwd`` there (default: the host's ``cwd``)."""
         from msgspec import structs
 
         from zwarm.model.requests import SpawnRequest
@@ -170,16 +172,25 @@ class Zwarm:
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
 
-        workdir = check_cwd(Path(req.cwd) if req.cwd is not None else self.env.cwd, self.state_dir)
+        site = starting.site_for(self, req)  # a host's (ssh): its cwd is there, unchecked here
+        if site is None:
+            here = Path(req.cwd) if req.cwd is not None else self.env.cwd
+            workdir = check_cwd(here, self.state_dir)
+        else:
+            workdir = Path(site.cwd)
+            opts = (*req.launcher_option, site.option)
+            req = structs.replace(req, launcher=site.launcher, launcher_option=opts)
         if req.name is not None:
             self.store.check_name(req.name)
-        starting.check_agent(self, mgr)
+        starting.check_agent(self, mgr, here=site is None)
         cfg = self.config
         fleet = starting.fleet(self, req)
         lineage = starting.lineage(self, req.run, req.detached)
         runner = starting.launcher_for(self, req.launcher)
         runner_opts = starting.launcher_options(self, runner, req.launcher_option)
-        ws = starting.workspace_for(self, workdir, req.worktree, req.branch, req.base)
+        ws = None
+        if site is None:
+            ws = starting.workspace_for(self, workdir, req.worktree, req.branch, req.base)
         settled = structs.replace(
             req,
             model=model,
@@ -189,6 +200,8 @@ class Zwarm:
             launcher=runner,
             sandbox=starting.sandbox_for(self, req.sandbox, adapter),
         )
+        if site is not None and settled.sandbox not in (None, "off"):
+            raise InvalidInput("zwarm's sandbox does not run on a host yet ([sandbox] mode)")
         return mgr.spawn(
             settled,
             cwd=workdir,

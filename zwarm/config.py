@@ -46,6 +46,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
         "context": ((str,), "summary", FREE),
         "timeout": ((int, float), 0, CAP),
         "workspace": ((str,), "shared", FREE),
+        "host": ((str,), "", EXECUTES),
     },
     "workspace": {
         "root": ((str,), "", EXECUTES),

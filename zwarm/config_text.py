@@ -31,6 +31,7 @@ DOCS: dict[str, dict[str, str]] = {
         "context": 'How inject continues: "summary" (a new run told the history) or "native".',
         "timeout": "Time limit of each turn, in seconds (follow-ups too); 0 = none.",
         "workspace": 'Where a session works: "shared" (its directory) or "worktree" (its own).',
+        "host": 'Host the sessions run on ([hosts.NAME], over ssh); "" = this machine.',
     },
     "workspace": {
         "root": 'Where worktrees are made; "" = $XDG_DATA_HOME/zwarm/worktrees.',

@@ -22,6 +22,8 @@ def _shipped(table: str) -> bool:
     plugins')."""
     if table in config.SCHEMA:
         return True
+    if table in launchers.families():
+        return False  # a family of named tables ([hosts.NAME]): shown as an example
     found = launchers.loaded().get(table) or type(agents.get(table))
     return found.__module__.startswith("zwarm.")
 
@@ -29,7 +31,7 @@ def _shipped(table: str) -> bool:
 def test_example_documents_every_key():
     doc = tomllib.loads(EXAMPLE.read_text())
     tables = {t: keys for t, keys in config.schema().items() if _shipped(t)}
-    assert set(tables) - set(config.SCHEMA) == {"codex", "claude", "gemini", "slurm"}
+    assert set(tables) - set(config.SCHEMA) == {"codex", "claude", "gemini", "slurm", "ssh"}
     missing = [
         f"{table}.{key}"
         for table, keys in tables.items()
@@ -38,6 +40,12 @@ def test_example_documents_every_key():
         and not (table == "sandbox" and key in agents.names() and not _shipped(key))
     ]
     assert missing == []
+
+
+def test_example_shows_every_family_of_named_tables():
+    text = EXAMPLE.read_text()
+    for table in launchers.families():
+        assert f"[{table}.NAME]" in text and f"# [{table}." in text, table
 
 
 def test_example_values_are_the_defaults():

@@ -95,7 +95,7 @@ def test_its_security_key_needs_trust_and_its_options_are_checked(zw: ZW) -> Non
     zw.run("init", check=True)
     text = (zw.state_dir / "config.toml").read_text()
     assert "[nice]" in text and "# The nice program its turns' supervisors run under." in text
-    assert '"local", "slurm", "nice"' in text  # [launcher] default's line
+    assert '"local", "slurm", "ssh", "nice"' in text  # [launcher] default's line
     (zw.state_dir / "config.toml").write_text('[nice]\nprogram = "/usr/bin/nice"\n')  # untrusted
     res = zw.run("spawn", "t", "--launcher", "nice", env_extra=zw.replay("codex_simple"))
     assert res.returncode != 0 and "nice.program" in res.stderr, res.stderr

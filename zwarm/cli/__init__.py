@@ -40,6 +40,8 @@ def run() -> NoReturn:
 
     output.own_process()
     code: str | int | None
+    if sys.argv[1:2] == ["_launcher"]:  # a launcher's side on another machine (ssh: a host)
+        output.leave(_launcher_side(sys.argv[2:]))
     try:
         code = 1 if not_text(sys.argv[1:]) else fast.answer(sys.argv[1:], os.environ)
         if code is None:
@@ -47,6 +49,22 @@ def run() -> NoReturn:
     except SystemExit as e:
         code = e.code
     output.leave(code)
+
+
+def _launcher_side(argv: list[str]) -> int:
+    """``zwarm _launcher NAME ARGS...``: launcher NAME's ``remote`` (hidden: what a launcher
+    runs on another machine, e.g. the host's side of an ssh turn)."""
+    from zwarm.errors import ZwarmError
+    from zwarm.launchers import get_class
+
+    if not argv:
+        sys.stderr.write("Error: zwarm _launcher NAME ARGS...\n")
+        return 2
+    try:
+        return get_class(argv[0]).remote(argv[1:])
+    except ZwarmError as e:
+        sys.stderr.write(f"Error: {e}\n")
+        return 2
 
 
 def not_text(argv: list[str]) -> bool:

@@ -46,6 +46,7 @@ SPAWN = (
     Opt("worktree", "--worktree/--shared"),
     Opt("branch", "--branch"),
     Opt("base", "--base"),
+    Opt("host", "--host"),
     Opt("launcher", "--launcher"),
     Opt("launcher_option", "--launcher-option", metavar="KEY=VALUE"),
     Opt("detached", "--detached"),

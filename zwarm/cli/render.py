@@ -222,6 +222,7 @@ _COLUMNS = (
     ("ID", None),
     ("NAME", 8),
     ("BRANCH", 1),  # shown only when a session has one (a worktree)
+    ("HOST", 9),  # shown only when a session runs on a host
     ("STATUS", None),
     ("ADAPTER", 2),
     ("MODEL", 4),
@@ -237,6 +238,7 @@ _COLUMNS = (
 # table keeps id, name, status (a long one cut), tokens, age and task (docs/sessions.md).
 _SQUEEZE = (
     ("BRANCH", 16),
+    ("HOST", 12),
     ("SOURCE", 12),
     ("MODEL", 16),
     ("NAME", 14),
@@ -273,6 +275,8 @@ def session_table(
     widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
     if not any(r.get("branch") for r in rows):
         del widths["BRANCH"]
+    if not any(r.get("host") for r in rows):
+        del widths["HOST"]
     if width is not None:  # fitted: a column with nothing in it goes first
         for i, h in enumerate(header):
             if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
@@ -347,6 +351,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         r["id"][:8],
         oneline(r.get("name") or "-", 20),
         oneline(r.get("branch") or "-", 32),
+        oneline(r.get("host") or "-", 24),
         status,
         oneline(r.get("adapter") or "-", 16),
         oneline(r.get("model") or "default", 24),

@@ -158,14 +158,16 @@ class ManagerCore(abc.ABC):
 
     def _launcher_settings(self, s: Session, runner: Launcher) -> dict[str, Any]:
         """The launcher's ``[name]`` table as trust allows it (``UntrustedConfig`` if a value
-        it uses is not trusted), with the session's spawn options from its launch pin over
-        it: checked again (a pin is read as untrusted input), and only the keys the
-        launcher takes per session."""
+        it uses is not trusted) and its families' tables (``[hosts]``), with the session's
+        spawn options from its launch pin over it: checked again (a pin is read as untrusted
+        input), and only the keys the launcher takes per session."""
         name = runner.name
+        # its families' tables ([hosts]: members read as trust allows, each when used)
+        families = {t: self.config.table(t) for t in runner.families if t in self.config.data}
         if name not in self.config.data:
-            return {}
+            return families
         table = self.config.table(name)
-        values = {k: table[k] for k in self.config.data[name]}
+        values = {**families, **{k: table[k] for k in self.config.data[name]}}
         pin = pins.read(self.env.environ, s.id, Path(os.path.realpath(self.store.root)))
         given = dict(pin.launcher_options) if pin is not None else {}
         if given:

@@ -33,6 +33,7 @@ from zwarm.engine import limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.core import MESSAGE_KEEP_CHARS, ManagerCore, in_state_dir, why
 from zwarm.env.launcher import launcher
+from zwarm.env.python import NEUTRAL_CWD
 from zwarm.errors import ZwarmError
 from zwarm.model import RUNS, Reason, Session, Status, Turn, TurnOutcome
 from zwarm.model.records import Changes, Workspace
@@ -89,6 +90,15 @@ class Finishing(ManagerCore):
             )
         except AgentSetupError as e:
             raise StartRefused(str(e)) from None
+        runner = self.launcher(t)
+        prefix = runner.agent_prefix(s.id, t, self._launcher_settings(s, runner))
+        if prefix:  # the agent runs elsewhere (a host): through the launcher's program
+            if boxed:
+                raise StartRefused(
+                    f"zwarm's sandbox does not run through the {runner.name} launcher yet: "
+                    "refusing to run the turn unsandboxed"
+                )
+            return AgentLaunch([*prefix, pin.cwd, "--", *argv], NEUTRAL_CWD, env)
         if boxed:
             env = self.agent.sandboxed_env(env)
             argv = self._sandboxed(argv, pin, env)
@@ -243,7 +253,7 @@ class Finishing(ManagerCore):
         n: int,
         returncode: int,
         timed_out: bool,
-        stop: tuple[Reason, str] | None = None,
+        stop: tuple[str, str] | None = None,
         hand_off: bool = False,
     ) -> Turn | None:
         """Record turn ``n``'s end (with its after snapshot and change stats); begin the next
@@ -290,7 +300,7 @@ class Finishing(ManagerCore):
         returncode: int,
         timed_out: bool,
         stderr_tail: str,
-        stop: tuple[Reason, str] | None = None,
+        stop: tuple[str, str] | None = None,
     ) -> None:
         t.exit_code = returncode if returncode >= 0 else None
         t.signal = -returncode if 0 < -returncode <= 128 else None

@@ -168,6 +168,29 @@ class Launcher(abc.ABC):
         itself (a cluster scheduler's job dependencies); else zwarm's scheduler waits."""
         return False
 
+    def agent_prefix(self, sid: str, turn: "Turn", settings: Mapping[str, Any]) -> list[str]:
+        """The program the turn's agent is run through (none here: the supervisor runs the
+        agent itself). A launcher whose agents run elsewhere (ssh: on a host) returns a zwarm
+        program of its own; the supervisor then runs ``[*prefix, CWD, "--", *argv]`` from
+        ``/``, with the agent's environment, stdin and turn files, and records its exit as
+        the agent's. It never sees the argv, the prompt or the environment itself."""
+        return []
+
+    def ended(self, sid: str, turn: "Turn") -> tuple[str, str] | None:
+        """Why the turn ended other than by its agent's own end, as only this launcher knows
+        (the host lost it): one of its ``reasons`` and a message, or None. Asked by the
+        supervisor once the agent (or what ``agent_prefix`` ran) exited."""
+        return None
+
+    @classmethod
+    def remote(cls, argv: Sequence[str]) -> int:
+        """``zwarm _launcher NAME ARGS...``: what this launcher runs on another machine
+        (ssh: the host's side of a turn); an exit status. None here."""
+        import sys
+
+        print(f"zwarm: launcher {cls.name!r} runs nothing remotely", file=sys.stderr)
+        return 2
+
     def runs_here(self, sid: str, turn: "Turn") -> bool:
         """Whether this process is what this launcher started for ``turn`` (checked by the
         supervisor before it runs a turn it was started for)."""

@@ -97,10 +97,18 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
         Short | None, _help("The worktree's new branch (default zwarm/<name or id>).")
     ] = None
     base: Annotated[Short | None, _help("What the worktree starts from (default: HEAD).")] = None
+    host: Annotated[
+        Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_-]{0,63}\Z")] | None,
+        _help(
+            "The host its turns run on ([hosts.NAME]; the agent runs there over ssh, cwd is "
+            "on the host; default: [defaults] host)."
+        ),
+    ] = None
     launcher: Annotated[
         Short | None,
         _help(
-            "What runs its turns: local, or slurm (each turn a job; default: [launcher] default)."
+            "What runs its turns: local, slurm (each turn a job) or ssh (see host; default: "
+            "[launcher] default)."
         ),
     ] = None
     launcher_option: Annotated[

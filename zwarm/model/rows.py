@@ -100,6 +100,7 @@ class Row(Struct, forbid_unknown_fields=True):
     tree_cost_usd: Money | None
     tree_unpriced: Count
     launcher: Annotated[str, Meta(pattern=AGENT_NAME)] | None
+    host: Short | None
     launcher_state: None
     shown_status: None
     damaged: Literal[False]
@@ -227,6 +228,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "tree_cost_usd": cost,
         "tree_unpriced": 0 if s.cost_complete and cost is not None else 1,
         "launcher": cur.launcher if cur else None,
+        "host": _host(cur.handle if cur else None),
         "launcher_state": None,
         "shown_status": None,
         "damaged": False,
@@ -248,13 +250,22 @@ def _all_turn_changes(s: Session) -> list[dict[str, int] | None]:
 
 
 def _launcher_row(turns: list[Any]) -> dict[str, Any]:
-    """What runs the latest turn (``local``, ``slurm``) and, filled in by a listing while it
-    runs, what that launcher says of it (``launcher_state``, see ``_launcher_state``) and the
-    status shown for it when that is not just ``running`` (``shown_status``: ``queued (slurm:
-    Resources)`` while its job waits in the cluster's queue, ``Probe.label``)."""
+    """What runs the latest turn (``local``, ``slurm``), the host it runs on (``host``:
+    ``_host``) and, filled in by a listing while it runs, what that launcher says of it
+    (``launcher_state``, see ``_launcher_state``) and the status shown for it when that is not
+    just ``running`` (``shown_status``: ``queued (slurm: Resources)`` while its job waits in
+    the cluster's queue, ``Probe.label``)."""
     cur = turns[-1] if turns else None
     name = cur.get("launcher") if isinstance(cur, dict) else getattr(cur, "launcher", None)
-    return {"launcher": name, "launcher_state": None, "shown_status": None}
+    handle = cur.get("handle") if isinstance(cur, dict) else getattr(cur, "handle", None)
+    return {"launcher": name, "host": _host(handle), "launcher_state": None, "shown_status": None}
+
+
+def _host(handle: Any) -> str | None:
+    """The host the latest turn ran on, as its launcher's handle names it (``{"host": ...}``:
+    ssh), for the listing's HOST column; a display value only (meta.json's word)."""
+    host = handle.get("host") if isinstance(handle, dict) else None
+    return host[:200] if isinstance(host, str) and host else None
 
 
 def _tree_row(m: dict[str, Any]) -> dict[str, Any]:

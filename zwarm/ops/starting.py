@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zwarm import agents
 from zwarm.agents import agent_for_model
@@ -49,6 +49,70 @@ def launcher_options(api: Zwarm, name: str, pairs: Sequence[str]) -> dict[str, A
     except ConfigError as e:
         raise InvalidInput(str(e)) from None
     return opts
+
+
+class Site(NamedTuple):
+    """Where a session on a host runs: its launcher, the option naming the host, its
+    working directory there."""
+
+    launcher: str
+    option: str
+    cwd: str
+
+
+HOST_LAUNCHER = "ssh"  # what --host implies: the launcher that runs turns on hosts
+
+
+def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
+    """Where a spawn with ``req.host`` (else ``[defaults] host``) runs, or None: here.
+    ``InvalidInput`` for an unknown host, another launcher asked for, a working directory
+    that is not absolute (it is the host's: nothing checks it here), a worktree or zwarm's
+    sandbox (neither runs on a host yet)."""
+    name = req.host or (api.config.get("defaults", "host") if req.launcher is None else "")
+    if not name:
+        return None
+    if req.launcher not in (None, HOST_LAUNCHER):
+        raise InvalidInput(f"--host runs its turns through the {HOST_LAUNCHER} launcher, "
+                           f"not {req.launcher!r}")  # fmt: skip
+    from zwarm.launchers.ssh.hosts import TABLE
+    from zwarm.launchers.ssh.hosts import host as host_named
+
+    api._launcher(HOST_LAUNCHER)
+    if HOST_LAUNCHER in api.config.data:
+        api.config.require(HOST_LAUNCHER)
+    members = api.config.table(TABLE) if TABLE in api.config.data else {}
+    host = host_named(members, name)  # InvalidInput naming the hosts; trusted, or refused
+    cwd = req.cwd or host.cwd
+    if not cwd:
+        raise InvalidInput(f"host {name!r} has no cwd: give -C DIR (a directory on the host)")
+    home = cwd == "~" or cwd.startswith("~/")  # the host's home: expanded there
+    if not (cwd.startswith("/") or home) or "\x00" in cwd:
+        raise InvalidInput(
+            f"the working directory on host {name!r} must be absolute (or ~/...): {cwd!r}"
+        )
+    if req.worktree:
+        raise InvalidInput("--worktree on a host is not supported yet (run it --shared)")
+    if req.sandbox not in (None, "off"):
+        raise InvalidInput("zwarm's sandbox does not run on a host yet (--sandbox off)")
+    return Site(HOST_LAUNCHER, f"host={name}", _host_dir(host, cwd))
+
+
+def _host_dir(host: Any, cwd: str) -> str:
+    """``cwd`` as the host resolves it (``pwd -P`` there, over the shared connection, which
+    this warms for the turn): ``InvalidInput`` if it is no directory there, ``HostUnreachable``
+    if the host does not answer."""
+    from zwarm.launchers.ssh import connection
+    from zwarm.launchers.ssh.hosts import HomePath
+
+    done = connection(host).run(["pwd", "-P"], cwd=HomePath(cwd), timeout=30)
+    out = done.stdout[:8192].decode("utf-8", "replace").strip()
+    if done.returncode != 0 or not out.startswith("/") or "\n" in out:
+        from zwarm.text import oneline
+
+        said = oneline(done.stderr[-400:].decode("utf-8", "replace").strip(), 200)
+        where = f"no directory {cwd!r} on host {host.name!r}"
+        raise InvalidInput(where + (f": {said}" if said else ""))
+    return out
 
 
 def launcher_for(api: Zwarm, name: str | None) -> str:
@@ -164,9 +228,13 @@ def route(api: Zwarm, adapter: str | None, model: str | None) -> tuple[str, str 
     return adapter, model
 
 
-def check_agent(api: Zwarm, mgr: BaseSessionManager) -> None:
+def check_agent(api: Zwarm, mgr: BaseSessionManager, here: bool = True) -> None:
+    """``mgr``'s agent can run: its table trusted, its limits not loosened, and (``here``: it
+    runs on this machine, not on a host) its command found."""
     api.config.require(mgr.name)  # its supervisor will use every key: refuse now, not there
     api.config.require_limits()  # a loosened limit is never used: say so, and refuse
+    if not here:
+        return  # found on the host's PATH when it runs there (said on the turn if not)
     cmd = api.config.command(mgr.name)[0]
     path_var = mgr.agent_env().get("PATH", os.defpath)
     import shutil

@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     from zwarm.store import Store
     from zwarm.system.boot import ProcRef
 
-PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans below us are re-parented to us
 PARKED_POLL_S = 1.0  # a parked session's supervisor looks whether it was killed or resumed
 PASS_WAIT_S = 120.0  # longest a supervisor waits for the scheduler lock before it exits
 _SUBREAPER = False  # set by main: this process is the child subreaper of its agents
@@ -152,8 +151,21 @@ def _one_turn(manager: BaseSessionManager, sid: str, n: int, hand_off: bool = Fa
         watch.finish()
     returncode = proc.wait()
     _reap_orphans()
-    stop = watch.stopped if watch is not None else None
+    stop: tuple[str, str] | None = watch.stopped if watch is not None else None
+    if stop is None and not timed_out:  # what only its launcher knows (a host lost it)
+        stop = _launcher_says(manager, sid, n)
     return manager.finish_turn(sid, n, returncode, timed_out, stop, hand_off=hand_off)
+
+
+def _launcher_says(manager: BaseSessionManager, sid: str, n: int) -> tuple[str, str] | None:
+    """Why turn ``n`` ended, if its launcher knows better than its agent's exit
+    (``Launcher.ended``): a reason it may record, and a message."""
+    t = manager.store.load(sid, history=False).turn(n)
+    if t is None:
+        return None
+    runner = manager.launcher(t)
+    said = runner.ended(sid, t)
+    return None if said is None else (runner.recordable(said[0]), said[1])
 
 
 def _manager(store: Store, adapter: str) -> BaseSessionManager:
@@ -343,19 +355,6 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def _become_subreaper() -> bool:
-    """Have the agent's orphans re-parented to this process instead of init (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-
-
 def _reap_orphans() -> None:
     """Reap the zombies of orphans re-parented to us (once the agent itself is reaped)."""
     if not _SUBREAPER:
@@ -384,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage, file=sys.stderr)
         return 2
     global _SUBREAPER
-    _SUBREAPER = _become_subreaper()
+    _SUBREAPER = procs.become_subreaper()
     try:
         return run(Path(args[0]), args[1]) if n is None else run_turn(Path(args[0]), args[1], n)
     except Exception as e:

@@ -283,6 +283,23 @@ def _below(pid: int, kids: dict[int, list[ProcRef]]) -> list[ProcRef]:
     return out
 
 
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphans below us are re-parented to us
+
+
+def become_subreaper() -> bool:
+    """Have the orphans of this process's descendants re-parented to it instead of init
+    (Linux), so what an agent left (setsid, a double fork) stays below its keeper."""
+    if not _LINUX:
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
 def kill_session(agent: ProcRef | None, sid: str, grace: float = 3.0) -> bool:
     """Stop everything of session ``sid``: the agent's group and tree if ``agent`` is verified
     (identity and marker), and every process carrying the marker. True if anything was."""

@@ -42,8 +42,8 @@ _SESSION_ID = _s("Session id, unique id prefix (4+ chars) or session name.", min
 # field's type, bounds and help once; the fields left out, and why
 DELEGATE = (
     "task", "adapter", "model", "cwd", "name", "timeout", "context", "notify", "worktree",
-    "branch", "base", "launcher", "launcher_option", "after", "after_any", "group", "priority",
-    "max_cost", "max_tokens", "stall", "detached",
+    "branch", "base", "host", "launcher", "launcher_option", "after", "after_any", "group",
+    "priority", "max_cost", "max_tokens", "stall", "detached",
 )  # fmt: skip
 DELEGATE_LEFT_OUT = {
     "dangerous": "bypassing the agent's sandbox is the user's decision ([<agent>] dangerous, "
