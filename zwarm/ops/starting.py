@@ -66,8 +66,9 @@ HOST_LAUNCHER = "ssh"  # what --host implies: the launcher that runs turns on ho
 def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
     """Where a spawn with ``req.host`` (else ``[defaults] host``) runs, or None: here.
     ``InvalidInput`` for an unknown host, another launcher asked for, a working directory
-    that is not absolute (it is the host's: nothing checks it here), a worktree or zwarm's
-    sandbox (neither runs on a host yet)."""
+    that is no directory there (or not absolute, nor ``~/``: the host resolves it), a
+    worktree or zwarm's sandbox (neither runs on a host yet); ``ZwarmError`` for a host that
+    runs another zwarm version, ``HostUnreachable`` for one that does not answer."""
     name = req.host or (api.config.get("defaults", "host") if req.launcher is None else "")
     if not name:
         return None
@@ -98,6 +99,16 @@ def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
 
 
 def _host_dir(host: Any, cwd: str) -> str:
+    """``cwd`` as the host resolves it (``_resolved``), once the host's zwarm is checked to
+    be this version (``remote_version``: refused in one line otherwise)."""
+    from zwarm.launchers.ssh import connection
+    from zwarm.launchers.ssh.hosts import remote_version
+
+    remote_version(connection(host))
+    return _resolved(host, cwd)
+
+
+def _resolved(host: Any, cwd: str) -> str:
     """``cwd`` as the host resolves it (``pwd -P`` there, over the shared connection, which
     this warms for the turn): ``InvalidInput`` if it is no directory there, ``HostUnreachable``
     if the host does not answer."""

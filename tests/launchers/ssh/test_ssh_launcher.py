@@ -127,7 +127,7 @@ def test_turns_run_on_their_hosts_and_every_command_works_from_here(hz: Hosts) -
     shown = zw.run("show", a, check=True).stdout
     assert "ssh host a" in shown
     assert zw.meta(a)["turns"][0]["exit_code"] == 0
-    assert remote_dirs(hz, "a") == [] and remote_dirs(hz, "b") == []  # nothing left there
+    assert a not in remote_dirs(hz, "a") and b not in remote_dirs(hz, "b")  # nothing left there
 
 
 def test_kill_stops_the_whole_tree_on_the_host(hz: Hosts) -> None:
@@ -139,6 +139,7 @@ def test_kill_stops_the_whole_tree_on_the_host(hz: Hosts) -> None:
     assert zw.meta(sid)["status"] == "killed"
     wait_until(lambda: not on_host(hz.bed.user, sid), timeout=10)
     wait_until(lambda: zw.meta(sid)["turns"][0].get("ended_at") is not None, timeout=30)
+    wait_until(lambda: sid not in remote_dirs(hz, "a"), timeout=30)  # nothing left there
 
 
 def test_a_stopped_host_answers_ls_within_2s_then_the_turn_gets_its_real_outcome(
@@ -193,6 +194,7 @@ def test_a_turn_the_host_lost_is_recorded_ssh_lost(hz: Hosts) -> None:
     wait_status(zw, sid, "failed", timeout=60)
     meta = zw.meta(sid)
     assert meta["turns"][0]["reason"] == "ssh_lost"
+    assert sid not in remote_dirs(hz, "a")  # its partial output is here: nothing left there
     assert "host lost" in zw.run("ls", check=True).stdout
 
 
@@ -283,3 +285,27 @@ def test_a_spawn_on_a_host_is_refused_in_one_line_before_anything_runs(hz: Hosts
     sid = zw.spawn("--host", "b", "-C", "~", "at home", env_extra=hz.env())
     assert zw.meta(sid)["cwd"] == str(hz.bed.hosts["host-b"].home)
     wait_status(zw, sid, "completed")
+
+
+def test_a_host_with_another_zwarm_version_is_refused_at_spawn(hz: Hosts) -> None:
+    zw = hz.zw
+    other = hz.shared / "zwarm-other"  # a zwarm of another version, on host-a
+    other.write_text("#!/bin/sh\necho 'zwarm 0.0.0-other'\n")
+    other.chmod(0o755)
+    text = config(zw, hz.bed)
+    zw.write_config(text + f'\n[hosts.old]\nssh = "host-a"\nssh_config = "{hz.bed.ssh_config}"\n'
+                    f'zwarm = "{other}"\ncwd = "/"\n')  # fmt: skip
+    r = zw.run("spawn", "--host", "old", "task", env_extra=hz.env())
+    assert r.returncode != 0 and r.stderr.count("\n") == 1, r.stderr
+    assert "runs zwarm 0.0.0-other" in r.stderr and "install the same version" in r.stderr
+
+
+def test_a_turn_past_its_timeout_is_stopped_on_the_host(hz: Hosts) -> None:
+    zw = hz.zw
+    sid = zw.spawn("--host", "a", "--timeout", "3", "hang", env_extra=hz.env(FAKE_HANG="1",
+                   FAKE_CHILDREN="1"))  # fmt: skip
+    wait_until(lambda: bool(on_host(hz.bed.user, sid)), timeout=30)
+    meta = wait_status(zw, sid, "failed", timeout=60)
+    assert meta["turns"][0]["reason"] == "timeout"
+    wait_until(lambda: not on_host(hz.bed.user, sid), timeout=15)
+    assert sid not in remote_dirs(hz, "a")

@@ -87,12 +87,12 @@ def main(argv: list[str]) -> int:
     except _Failed as e:
         print(f"zwarm: {e}", file=sys.stderr)
         return LOST_EXIT
-    if code is None:
-        return LOST_EXIT
-    try:
+    try:  # the output is here now: nothing of the turn stays on the host
         conn.run([*base, "clean", sid, n], timeout=10)
     except Exception:
-        pass  # left on the host: removed by the next clean
+        pass  # the host is away: the turn's directory stays there
+    if code is None:
+        return LOST_EXIT
     if code < 0:  # the agent ended on a signal: end on the same one
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

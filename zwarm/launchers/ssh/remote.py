@@ -341,10 +341,11 @@ def _status(d: Path, sid: str, rest: list[str]) -> int:
 
 
 def _clean(d: Path, sid: str, rest: list[str]) -> int:
-    """Remove the turn's directory on the host (once its end is recorded here)."""
+    """Remove the turn's directory on the host (once its end is recorded here): one whose
+    turn ended, or was lost (its keeper gone without an end)."""
     import shutil
 
-    if (d / "exit").exists():
+    if d.is_dir() and ((d / "exit").exists() or not _keeper_alive(d, sid)):
         shutil.rmtree(d, ignore_errors=True)
         try:
             d.parent.rmdir()
