@@ -108,11 +108,15 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     },
     # zwarm's own sandbox of each turn (zwarm.sandbox): mode "off" or "bwrap"; ports: loopback
     # ports its agent may reach besides those its *_BASE_URL names; read_only: more paths it
-    # may read. [sandbox.<agent>] mode: one agent's own (a table per agent: ``schema()``)
+    # may read; hosts: more "host:port" its filtering proxy allows besides the agent's own API
+    # hosts; resolve: host name -> address, used by the proxy instead of DNS (may be a
+    # loopback or private address). [sandbox.<agent>] mode: one agent's own (``schema()``)
     "sandbox": {
         "mode": ((str,), "off", SANDBOX),
         "ports": ((list,), [], EXECUTES),
         "read_only": ((list,), [], EXECUTES),
+        "hosts": ((list,), [], EXECUTES),
+        "resolve": ((dict,), {}, EXECUTES),
     },
 }
 
@@ -143,6 +147,8 @@ CHOICES = {
 
 _PRICE_KEYS = ("input", "cached_input", "output")
 _HOOKS = ("on_finish", "on_fail")
+_HOST_NAME = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})\Z"  # [sandbox] resolve's keys
+_HOST_PORT = r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})\Z"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailing newline
 
 
@@ -635,8 +641,26 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
 
 
 def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
-    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; an agent's table
-    only ``mode``, one of the modes."""
+    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; ``hosts``
+    ``host:port`` strings; ``resolve`` host names to IP addresses; an agent's table only
+    ``mode``, one of the modes."""
+    import ipaddress
+
+    if key == "hosts":
+        for h in value:
+            m = re.match(_HOST_PORT, h) if isinstance(h, str) else None
+            if m is None or not 0 < int(m[2]) < 65536:
+                raise ConfigError(where, f"{name}: {h!r} must be host:port (api.example.com:443)")
+        return
+    if key == "resolve":
+        for host, addr in value.items():
+            try:
+                ipaddress.ip_address(addr if isinstance(addr, str) else "")
+            except ValueError:
+                raise ConfigError(where, f"{name}.{host} must be an IP address") from None
+            if not re.match(_HOST_NAME, host):
+                raise ConfigError(where, f"{name}: {host!r} is not a host name")
+        return
     if key == "ports" and not all(
         isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in value
     ):

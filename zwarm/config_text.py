@@ -90,6 +90,8 @@ DOCS: dict[str, dict[str, str]] = {
         "mode": '"bwrap": each turn in bubblewrap (its worktree writable, its endpoint only).',
         "ports": "More loopback ports its agents may reach (their *_BASE_URL ones always).",
         "read_only": "More absolute paths the agents may read inside the sandbox.",
+        "hosts": 'More "host:port" the sandbox\'s proxy lets the agents reach by name.',
+        "resolve": "Host name -> address for the sandbox's proxy, instead of DNS.",
     },
 }
 

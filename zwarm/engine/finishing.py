@@ -121,6 +121,12 @@ class Finishing(ManagerCore):
         hidden = [os.path.realpath(self.store.root), *sandbox.private_dirs(self.env.environ)]
         ports = [*table["ports"]]
         ports += [p for p in sandbox.endpoint_ports(env) if p not in ports]
+        # by name through the filtering proxy: the agent's own API hosts, its configured
+        # endpoints, [sandbox] hosts, and the bridged loopback ports (a client sending those
+        # to its proxy too)
+        hosts = [*self.agent.api_hosts(self.config.table(self.name), env)]
+        hosts += [*sandbox.endpoint_hosts(env), *(str(h) for h in table["hosts"])]
+        hosts += [f"{h}:{p}" for p in ports for h in ("127.0.0.1", "localhost")]
         policy = sandbox.Policy(
             cwd=cwd,
             tree=tree,
@@ -129,9 +135,11 @@ class Finishing(ManagerCore):
             hidden=tuple(hidden),
             ports=tuple(ports),
             home=home,
+            hosts=tuple(dict.fromkeys(hosts)),
+            pins=tuple(f"{k}={v}" for k, v in dict(table["resolve"]).items()),
         )
-        sock_dir = bwrap.bridge_dir() if ports else None
-        return bwrap.command(argv, policy, sock_dir)
+        sock_dir = bwrap.bridge_dir() if ports or policy.hosts else None
+        return bwrap.command(argv, policy, sock_dir, self.env.python)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
         """Record that turn ``t``'s agent could not be started (lock held)."""

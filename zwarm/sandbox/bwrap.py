@@ -11,16 +11,26 @@ own loopback) before the agent starts. Must stay true:
 - mounts are made in an order where a later one never reopens what an earlier one hid: the
   writable tree, then its git metadata read-only, then the hidden paths, then the login files;
 - the bridge's sockets and its forwarders end with the turn (the outer shell kills them and
-  removes the directory; a forwarder also dies with its parent: ``setpriv --pdeathsig``).
+  removes the directory; a forwarder also dies with its parent: ``setpriv --pdeathsig``);
+- with ``hosts``, the filtering proxy (``zwarm.sandbox.proxy``, started here per turn beside
+  the forwarders, with ``python -I -S``: nothing of the agent's directory or environment is
+  imported) listens on ``proxy.sock`` in the same directory, is bridged to ``PROXY_PORT`` (or
+  the next port no bridged one uses) inside, and the agent gets ``HTTPS_PROXY``,
+  ``HTTP_PROXY``, ``ALL_PROXY`` naming it and no ``NO_PROXY``: the proxy is its only route
+  out but the bridged ports.
 """
 
 import os
 import shlex
 import shutil
+import sys
 
 from zwarm.sandbox import Policy
 
 BRIDGE_DIR = "/run/zwarm"  # where the bridge's sockets are inside
+PROXY_PORT = 3128  # where the filtering proxy answers inside (the sandbox's own loopback)
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -66,35 +76,74 @@ def mounts(policy: Policy) -> list[str]:
     return args
 
 
-def command(argv: list[str], policy: Policy, sock_dir: str | None) -> list[str]:
-    """The argv that runs ``argv`` inside bubblewrap under ``policy``; with ports, through the
-    bridge whose sockets go in ``sock_dir`` (a private directory the caller made)."""
+def proxy_port(policy: Policy) -> int | None:
+    """The port the filtering proxy answers on inside (None: no proxy, no hosts allowed)."""
+    if not policy.hosts:
+        return None
+    port = PROXY_PORT
+    while port in policy.ports:
+        port += 1
+    return port
+
+
+def proxy_argv(policy: Policy, sock: str, python: str = sys.executable) -> list[str]:
+    """The filtering proxy's argv for ``policy``, listening on ``sock``: the standard library
+    only (``-I -S``: no site, no path or variable of the caller's), its allow list in argv."""
+    from zwarm.sandbox import proxy
+
+    argv = [python, "-I", "-S", os.path.abspath(proxy.__file__), "--unix", sock]
+    for h in policy.hosts:
+        argv += ["--allow", h]
+    for p in policy.pins:
+        argv += ["--pin", p]
+    return argv
+
+
+def command(
+    argv: list[str], policy: Policy, sock_dir: str | None, python: str = sys.executable
+) -> list[str]:
+    """The argv that runs ``argv`` inside bubblewrap under ``policy``; with ports or hosts,
+    through the bridge whose sockets go in ``sock_dir`` (a private directory the caller made),
+    the hosts through the filtering proxy run by ``python``."""
     t = tools()
     bwrap = t["bwrap"] or "bwrap"
     sb = [bwrap, *mounts(policy)]
     sb += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     sb += ["--chdir", policy.cwd, "--setenv", "TMPDIR", "/tmp"]
-    if not policy.ports or sock_dir is None:
+    pport = proxy_port(policy)
+    if (not policy.ports and pport is None) or sock_dir is None:
         return [*sb, "--", *argv]
     socat = t["socat"] or "socat"
     sb += ["--ro-bind", sock_dir, BRIDGE_DIR]
+    # (inside port, socket name) of each forwarder
+    bridges = [(port, f"{port}.sock") for port in policy.ports]
+    if pport is not None:
+        bridges.append((pport, "proxy.sock"))
+        for var in PROXY_VARS:
+            sb += ["--setenv", var, f"http://127.0.0.1:{pport}"]
+        for var in NO_PROXY_VARS:
+            sb += ["--unsetenv", var]
     # whether 127.0.0.1:PORT listens, with shell builtins only (no process per check)
     inner = [
         "_listening() { while read -r _ a _ st _; do "
         '[ "$a" = "$1" ] && [ "$st" = 0A ] && return 0; done < /proc/net/tcp; return 1; }'
     ]
-    for port in policy.ports:
+    for port, name in bridges:
         inner.append(
             f"{socat} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr "
-            f"UNIX-CONNECT:{BRIDGE_DIR}/{port}.sock &"
+            f"UNIX-CONNECT:{BRIDGE_DIR}/{name} &"
         )
         inner.append(_wait(f"! _listening 0100007F:{port:04X}"))
-        inner.append(_wait(f"[ ! -S {BRIDGE_DIR}/{port}.sock ]"))  # the outside end, started
-        # alongside the sandbox: waited for here, so neither waits for the other
+    for _, name in bridges:  # the outside ends, started alongside the sandbox: waited for
+        inner.append(_wait(f"[ ! -S {BRIDGE_DIR}/{name} ]"))  # here, so neither waits for
+        # the other
     inner.append('exec "$@"')
     sb += ["--", "/bin/sh", "-c", "\n".join(inner), "zwarm-sandbox", *argv]
     outer = [f"d={shlex.quote(sock_dir)}", "pids="]
     pdeath = f"{t['setpriv']} --pdeathsig TERM " if t["setpriv"] else ""
+    if pport is not None:
+        proxy = shlex.join(proxy_argv(policy, os.path.join(sock_dir, "proxy.sock"), python))
+        outer.append(f'{pdeath}{proxy} & pids="$pids $!"')
     for port in policy.ports:
         outer.append(
             f"{pdeath}{socat} UNIX-LISTEN:$d/{port}.sock,fork,mode=600 "

@@ -1,12 +1,22 @@
-"""The real ``codex`` and ``claude`` in zwarm's own sandbox (``zwarm.sandbox``, issue 34),
-against the fake LLMs: a normal turn works (a shell command, a file written in its working
-directory), reaching the fake only through the port bridge, with the agent's own sandbox
-standing down inside zwarm's (claude told so by IS_SANDBOX)."""
+"""The real ``codex``, ``claude`` and ``gemini`` in zwarm's own sandbox (``zwarm.sandbox``,
+issue 34), against the fake LLMs: a normal turn works (a shell command, a file written in its
+working directory), reaching the fake through the port bridge, with the agent's own sandbox
+standing down inside zwarm's (claude told so by IS_SANDBOX); and each reaches an endpoint
+configured BY NAME (``http://fake-llm.test:PORT``, pinned to the fake by the trusted
+``[sandbox] resolve``: no port is bridged, the sandbox has no DNS) only through zwarm's
+filtering proxy, which the CLI finds in ``HTTPS_PROXY``/``HTTP_PROXY`` as it would a real API's
+``https://`` host (TLS itself is not exercised offline)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tests.fakes.llm import Reply, shell, text, write_file
 from tests.support.real import RealWorld, shell_args
+
+FAKE_HOST = "fake-llm.test"
 
 
 def test_a_sandboxed_turn_works_with_the_real_cli(real: RealWorld, adapter: str) -> None:
@@ -50,3 +60,34 @@ def test_a_sandboxed_gemini_turn_works_and_resumes(real: RealWorld) -> None:
     real.api().inject(sid, "Again.", context="native")
     d = real.wait(sid)
     assert (d["status"], d["last_message"]) == ("completed", "Second."), d
+
+
+def _by_name(value: Any) -> Any:
+    """``value`` (an agent's config table) with the fake's 127.0.0.1 named ``FAKE_HOST``."""
+    if isinstance(value, dict):
+        return {k: _by_name(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_by_name(v) for v in value]
+    if isinstance(value, str) and value.startswith("http://127.0.0.1:"):
+        return value.replace("127.0.0.1", FAKE_HOST, 1)
+    return value
+
+
+@pytest.mark.parametrize("name", ["codex", "claude", "gemini"])
+def test_a_sandboxed_cli_reaches_its_endpoint_by_name_only_through_the_proxy(
+    real: RealWorld, name: str
+) -> None:
+    path = "p.txt" if name == "codex" else str(real.work / "p.txt")
+    script = [Reply([write_file(path, "through the proxy\n")]), Reply([text("Proxied.")])]
+    srv = real.use(name, script, **(shell_args(name) if name != "gemini" else {}))
+    setup = real.agents[name]
+    setup.table = _by_name(setup.table)
+    real.tables["sandbox"] = {"resolve": {FAKE_HOST: "127.0.0.1"}}
+    real.write_config()
+    assert FAKE_HOST in str(setup.table) and "//127.0.0.1" not in str(setup.table), setup.table
+    sid = real.spawn("Write it.", name, sandbox="bwrap")
+    d = real.wait(sid)
+    assert (d["status"], d["last_message"]) == ("completed", "Proxied."), (d, real.stderr(sid))
+    assert (real.work / "p.txt").read_text() == "through the proxy\n"
+    assert len(srv.requests) >= 2
+    assert "zwarm proxy: refused" not in real.stderr(sid)
