@@ -17,6 +17,7 @@ import pytest
 
 from tests.support import SAMPLES, ZW
 from tests.support.workspace import make_repo
+from zwarm.sandbox import bwrap
 
 
 class _Ok(BaseHTTPRequestHandler):
@@ -126,3 +127,24 @@ def test_a_bad_hosts_or_resolve_setting_is_one_error_line(zw: ZW) -> None:
             text,
             res.stderr,
         )
+
+
+def test_zwarm_inside_the_sandbox_says_in_one_line_it_cannot_delegate(zw: ZW) -> None:
+    """zwarm's state dir, pins and trust store are hidden inside (by design): the ``zwarm``
+    a sandboxed agent finds, as ``$ZWARM`` or on its PATH, says so and exits 2; nothing is
+    spawned."""
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config(f'[sandbox]\nread_only = ["{SAMPLES}"]\n')
+    shell = (
+        '"$ZWARM" spawn "a child" > out1.txt 2> err1.txt; echo $? > rc1.txt; '
+        "zwarm spawn --json child > out2.txt 2> err2.txt; echo $? > rc2.txt"
+    )
+    env = {"FAKE_RECORD": "", "FAKE_SHELL": shell, **zw.replay("codex_simple")}
+    sid = zw.spawn("--shared", "--sandbox", "bwrap", "-C", str(repo.path), "try", env_extra=env)
+    assert zw.wait(sid).returncode == 0
+    for n in (1, 2):
+        assert (repo.path / f"rc{n}.txt").read_text() == "2\n"
+        assert (repo.path / f"out{n}.txt").read_text() == ""
+        assert (repo.path / f"err{n}.txt").read_text() == bwrap.NO_DELEGATION + "\n"
+    assert [r["id"] for r in zw.json("ls")] == [sid]

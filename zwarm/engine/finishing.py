@@ -13,7 +13,9 @@ Must stay true:
   at all (``StartRefused``), never unsandboxed; the supervisor stays outside it;
 - every agent runs with its session's id as ``ZWARM_PARENT_SESSION``, the state dir as
   ``ZWARM_DIR`` and ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory
-  first on ``PATH``), so what it spawns becomes its child (``engine.tree``);
+  first on ``PATH``), so what it spawns becomes its child (``engine.tree``); in zwarm's
+  sandbox, where zwarm cannot run (its state dir is hidden), ``ZWARM`` and ``PATH`` name the
+  stub that says so instead (``sandbox.bwrap.STUB``);
 - per-turn usage and cost are deltas; a turn that used no tokens costs 0 whatever the model's
   price, and any other turn without a known cost stays unknown (``_apply_outcome``);
 - a turn that ends past the session's budget (or an ancestor's) ends ``budget_exceeded`` and
@@ -108,7 +110,7 @@ class Finishing(ManagerCore):
             )
         cwd = os.path.realpath(pin.cwd)
         ws = pin.workspace
-        tree = os.path.realpath(ws.tree) if ws is not None and not ws.removed else cwd
+        top = os.path.realpath(ws.tree) if ws is not None and not ws.removed else cwd
         table = self.config.table("sandbox")
         read_only = sandbox.program_dirs(argv[0], env.get("PATH") or os.defpath)
         gd = sandbox.git_dir(ws.repo) if ws is not None else None
@@ -129,7 +131,7 @@ class Finishing(ManagerCore):
         hosts += [f"{h}:{p}" for p in ports for h in ("127.0.0.1", "localhost")]
         policy = sandbox.Policy(
             cwd=cwd,
-            tree=tree,
+            tree=top,
             login=(*_made(self.agent.login_paths(env)), *self.agent.login_files(env)),
             read_only=tuple(read_only),
             hidden=tuple(hidden),
@@ -138,8 +140,12 @@ class Finishing(ManagerCore):
             hosts=tuple(dict.fromkeys(hosts)),
             pins=tuple(f"{k}={v}" for k, v in dict(table["resolve"]).items()),
         )
-        sock_dir = bwrap.bridge_dir() if ports or policy.hosts else None
-        return bwrap.command(argv, policy, sock_dir, self.env.python)
+        # zwarm itself cannot run inside (the state dir is hidden): the zwarm the agent finds
+        # there is the stub saying so (``bwrap.STUB``), first on its PATH and as $ZWARM
+        env[tree.ZWARM_VAR] = bwrap.STUB
+        path = [p for p in (env.get("PATH") or os.defpath).split(os.pathsep) if p]
+        env["PATH"] = os.pathsep.join([os.path.dirname(bwrap.STUB), *path])
+        return bwrap.command(argv, policy, bwrap.bridge_dir(), self.env.python)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
         """Record that turn ``t``'s agent could not be started (lock held)."""

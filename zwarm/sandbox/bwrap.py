@@ -17,7 +17,10 @@ own loopback) before the agent starts. Must stay true:
   imported) listens on ``proxy.sock`` in the same directory, is bridged to ``PROXY_PORT`` (or
   the next port no bridged one uses) inside, and the agent gets ``HTTPS_PROXY``,
   ``HTTP_PROXY``, ``ALL_PROXY`` naming it and no ``NO_PROXY``: the proxy is its only route
-  out but the bridged ports.
+  out but the bridged ports;
+- zwarm cannot be run inside (its state dir, pins and trust store are hidden, by design): the
+  ``zwarm`` the agent is given there (``STUB``, in the bridge directory, first on its
+  ``PATH``) only says so, in one line, and exits 2 (``NO_DELEGATION``).
 """
 
 import os
@@ -31,6 +34,12 @@ BRIDGE_DIR = "/run/zwarm"  # where the bridge's sockets are inside
 PROXY_PORT = 3128  # where the filtering proxy answers inside (the sandbox's own loopback)
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
+STUB = f"{BRIDGE_DIR}/bin/zwarm"  # the only zwarm a sandboxed agent finds
+NO_DELEGATION = (
+    "Error: zwarm cannot run inside its sandbox: a sandboxed turn cannot spawn, inject or "
+    "read sessions (zwarm's state dir is outside it, by design; docs/security.md); ask your "
+    'user, or run this agent with [sandbox] mode = "off" to delegate'
+)
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -43,11 +52,17 @@ def tools() -> dict[str, str | None]:
 
 def bridge_dir() -> str:
     """A new private directory (0700) for a turn's bridge sockets, on a short path: a Unix
-    socket's path is limited to 107 bytes, which a deep ``$TMPDIR`` can exceed."""
+    socket's path is limited to 107 bytes, which a deep ``$TMPDIR`` can exceed; with the
+    ``zwarm`` stub (``STUB``) in it."""
     import tempfile
 
     short = "/tmp" if os.path.isdir("/tmp") else None
-    return tempfile.mkdtemp(prefix="zwarm-", dir=short)
+    d = tempfile.mkdtemp(prefix="zwarm-", dir=short)
+    os.mkdir(os.path.join(d, "bin"), 0o700)
+    fd = os.open(os.path.join(d, "bin", "zwarm"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o500)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"#!/bin/sh\necho {shlex.quote(NO_DELEGATION)} >&2\nexit 2\n")
+    return d
 
 
 def mounts(policy: Policy) -> list[str]:
@@ -111,7 +126,7 @@ def command(
     sb += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     sb += ["--chdir", policy.cwd, "--setenv", "TMPDIR", "/tmp"]
     pport = proxy_port(policy)
-    if (not policy.ports and pport is None) or sock_dir is None:
+    if sock_dir is None:
         return [*sb, "--", *argv]
     socat = t["socat"] or "socat"
     sb += ["--ro-bind", sock_dir, BRIDGE_DIR]
