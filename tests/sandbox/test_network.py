@@ -7,6 +7,7 @@ socket) has no route at all. Real programs: zwarm, bubblewrap, curl and python3 
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,7 +18,7 @@ import pytest
 
 from tests.support import SAMPLES, ZW
 from tests.support.workspace import make_repo
-from zwarm.sandbox import bwrap
+from zwarm.sandbox import Policy, bwrap
 
 
 class _Ok(BaseHTTPRequestHandler):
@@ -148,3 +149,26 @@ def test_zwarm_inside_the_sandbox_says_in_one_line_it_cannot_delegate(zw: ZW) ->
         assert (repo.path / f"out{n}.txt").read_text() == ""
         assert (repo.path / f"err{n}.txt").read_text() == bwrap.NO_DELEGATION + "\n"
     assert [r["id"] for r in zw.json("ls")] == [sid]
+
+
+def test_a_request_made_before_the_proxy_listens_waits_for_it(fake: int, tmp_path: Path) -> None:
+    """The agent starts without waiting for the proxy (a Python start): its first request,
+    made at once, waits in the forwarder until the proxy listens, and gets through."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    policy = Policy(
+        cwd=str(tree),
+        tree=str(tree),
+        home=str(tmp_path / "home"),
+        hosts=(f"fake-llm.test:{fake}",),
+        pins=("fake-llm.test=127.0.0.1",),
+    )
+    curl = ["curl", "-sS", "-m", "60", f"http://fake-llm.test:{fake}/"]
+    res = subprocess.run(
+        bwrap.command(curl, policy, bwrap.bridge_dir()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tree,
+    )
+    assert (res.returncode, res.stdout) == (0, "ok\n"), res.stderr

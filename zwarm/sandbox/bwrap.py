@@ -15,7 +15,8 @@ own loopback) before the agent starts. Must stay true:
 - with ``hosts``, the filtering proxy (``zwarm.sandbox.proxy``, started here per turn beside
   the forwarders, with ``python -I -S``: nothing of the agent's directory or environment is
   imported) listens on ``proxy.sock`` in the same directory, is bridged to ``PROXY_PORT`` (or
-  the next port no bridged one uses) inside, and the agent gets ``HTTPS_PROXY``,
+  the next port no bridged one uses) inside (the agent starts without waiting for it: an early
+  connection waits in the forwarder), and the agent gets ``HTTPS_PROXY``,
   ``HTTP_PROXY``, ``ALL_PROXY`` naming it and no ``NO_PROXY``: the proxy is its only route
   out but the bridged ports;
 - zwarm cannot be run inside (its state dir, pins and trust store are hidden, by design): the
@@ -34,6 +35,7 @@ BRIDGE_DIR = "/run/zwarm"  # where the bridge's sockets are inside
 PROXY_PORT = 3128  # where the filtering proxy answers inside (the sandbox's own loopback)
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
+PROXY_WAIT_S = 30  # how long a connection to the proxy waits for it to start listening
 STUB = f"{BRIDGE_DIR}/bin/zwarm"  # the only zwarm a sandboxed agent finds
 NO_DELEGATION = (
     "Error: zwarm cannot run inside its sandbox: a sandboxed turn cannot spawn, inject or "
@@ -130,10 +132,14 @@ def command(
         return [*sb, "--", *argv]
     socat = t["socat"] or "socat"
     sb += ["--ro-bind", sock_dir, BRIDGE_DIR]
-    # (inside port, socket name) of each forwarder
+    # (inside port, socket name and options) of each forwarder
     bridges = [(port, f"{port}.sock") for port in policy.ports]
     if pport is not None:
-        bridges.append((pport, "proxy.sock"))
+        # not waited for (a Python start, ~50 ms idle, several times that under load, would
+        # delay every turn): a connection made before the proxy listens waits for it, in
+        # the forwarder, for up to PROXY_WAIT_S (its socket appears only once it listens)
+        tries = int(PROXY_WAIT_S / 0.01)
+        bridges.append((pport, f"proxy.sock,retry={tries},interval=0.01"))
         for var in PROXY_VARS:
             sb += ["--setenv", var, f"http://127.0.0.1:{pport}"]
         for var in NO_PROXY_VARS:
@@ -149,9 +155,9 @@ def command(
             f"UNIX-CONNECT:{BRIDGE_DIR}/{name} &"
         )
         inner.append(_wait(f"! _listening 0100007F:{port:04X}"))
-    for _, name in bridges:  # the outside ends, started alongside the sandbox: waited for
-        inner.append(_wait(f"[ ! -S {BRIDGE_DIR}/{name} ]"))  # here, so neither waits for
-        # the other
+    for port in policy.ports:  # the outside ends, started alongside the sandbox: waited
+        inner.append(_wait(f"[ ! -S {BRIDGE_DIR}/{port}.sock ]"))  # for here, so neither
+        # waits for the other
     inner.append('exec "$@"')
     sb += ["--", "/bin/sh", "-c", "\n".join(inner), "zwarm-sandbox", *argv]
     outer = [f"d={shlex.quote(sock_dir)}", "pids="]
