@@ -106,8 +106,13 @@ def command(argv: list[str], policy: Policy, sock_dir: str | None) -> list[str]:
 
 
 def _wait(cond: str) -> str:
-    """A shell loop waiting (at most ~5 s) while ``cond`` holds."""
-    return f"i=0; while {cond} && [ $i -lt 5000 ]; do sleep 0.001; i=$((i+1)); done"
+    """A shell loop waiting (about 5 s at most) while ``cond`` holds: every 1 ms for the first
+    100 ms (the bridge is up in a few), then every 10 ms. Each ``sleep`` is a process, so a
+    loaded machine stretches the count: 590 of them, not 5,000 (which took over 20 s there)."""
+    return (
+        f"i=0; while {cond} && [ $i -lt 590 ]; do "
+        "if [ $i -lt 100 ]; then sleep 0.001; else sleep 0.01; fi; i=$((i+1)); done"
+    )
 
 
 def _visible(path: str, policy: Policy) -> bool:
