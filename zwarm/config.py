@@ -114,6 +114,11 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
         "ports": ((list,), [], EXECUTES),
         "read_only": ((list,), [], EXECUTES),
     },
+    # commands that run code the agents wrote (zwarm.sandbox.run: best-of checks, the merge
+    # queue's): in the sandbox where it holds, else only with unsandboxed = true (trusted)
+    "checks": {
+        "unsandboxed": ((bool,), False, EXECUTES),
+    },
 }
 
 

@@ -91,6 +91,10 @@ DOCS: dict[str, dict[str, str]] = {
         "ports": "More loopback ports its agents may reach (their *_BASE_URL ones always).",
         "read_only": "More absolute paths the agents may read inside the sandbox.",
     },
+    "checks": {
+        "unsandboxed": "true = run checks (code the agents wrote) unsandboxed where the "
+        "sandbox cannot.",
+    },
 }
 
 COMMON_DOCS = {

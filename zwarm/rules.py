@@ -59,5 +59,5 @@ class Setting(NamedTuple):
 # one as its name; a launcher's name is its table's, so no agent may take it either
 OWN_TABLES = frozenset(
     {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
-    | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm", "sandbox"}
+    | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm", "sandbox", "checks"}
 )

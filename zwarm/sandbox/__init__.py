@@ -5,10 +5,11 @@ the paths it may write, read, must not see, the loopback ports it may reach) and
 is chosen for a new session (``mode_for``: ``spawn --sandbox``, else ``[sandbox.<agent>]
 mode``, else ``[sandbox] mode``). ``bwrap`` builds the bubblewrap command line around an
 agent's argv; ``check`` is the preflight (``zwarm sandbox check``) that proves on this machine
-that the sandbox holds. Must stay true:
+that the sandbox holds; ``run`` runs a command zwarm does not trust (a check of an agent's
+work, in the sandbox; the orchestrator's bash tool). Must stay true:
 - a policy is built only from the session's launch pin, the trusted config and the agent's
-  environment zwarm made (``engine.finishing.agent_launch``), never from what an agent can
-  write;
+  environment zwarm made (``engine.finishing.agent_launch``), or for a check from its
+  caller's arguments and the trusted config (``run``), never from what an agent can write;
 - inside, only the working directory (or worktree) and the agent's own login files are
   writable; the repository's git metadata is read-only; the state dir, zwarm's per-user
   state (pins, trust store, serve token) and the user's home are not visible;
