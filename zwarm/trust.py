@@ -541,7 +541,8 @@ def masked(name: str, value: Any) -> Any:
 
 def _masked(v: Any, secret: bool) -> Any:
     if isinstance(v, dict):
-        return {k: _masked(x, secret or looks_secret(k)) for k, x in v.items()}
+        # an ``env`` table inside another ([accounts.<agent>.<name>] env): every value a secret
+        return {k: _masked(x, secret or looks_secret(k) or k == "env") for k, x in v.items()}
     if isinstance(v, list):
         return [_masked(x, secret) for x in v]
     if secret and isinstance(v, str) and not _VAR_REF.match(v) and len(v) > 4:
