@@ -87,13 +87,19 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
         "max_cost_per_day": ((int, float), 0, CAP),  # new sessions queue once today's spend is this
         "stall_s": ((int, float), 0, CAP),  # a turn whose agent writes nothing this long is stalled
         "on_stall": ((str,), "mark", KILL_FIRST),  # "mark": show it stalled; "kill": stop it
-        "on_usage_limit": ((str,), "fail", FREE),  # "wait": park it until the limit resets
+        # "wait": park it until the limit resets; "switch": re-run it on another account
+        "on_usage_limit": ((str,), "fail", FREE),
+        # an account's cooldown when its agent gives no reset time (engine.accounts), seconds
+        "usage_limit_fallback": ((int, float), 3600, FREE),
         "max_auto_resumes": ((int,), 3, COUNT),  # times a parked session is resumed by itself
         "resume_backoff_s": ((int, float), 60, FREE),  # first wait when no reset time is given
         "max_spawn_depth": ((int,), 3, CAP),  # delegation: deepest session (a root is 1); 0 = any
     },
     # [groups.NAME]: max_running, max_cost, max_tokens for the sessions spawned --group NAME
     "groups": {},
+    # [accounts.<agent>.<name>]: env (executes), priority (free), max_running and budget_daily
+    # (limits) of each login of an agent (zwarm.engine.accounts); ``changes`` compares them
+    "accounts": {},
     # commands run when a session ends (zwarm.runtime.hooks): "" = none; a string runs with
     # /bin/sh -c, a list is an argv
     "hooks": {
@@ -136,6 +142,7 @@ def _stored() -> dict[tuple[str, str], Any]:
         ("limits", "stall_s"): Seconds,
         ("groups", "max_cost"): Money,
         ("groups", "max_tokens"): Count,
+        ("accounts", "budget_daily"): Money,
     }
 
 
@@ -146,7 +153,7 @@ CHOICES = {
     ("defaults", "context"): ("summary", "native"),
     ("defaults", "workspace"): ("shared", "worktree"),
     ("limits", "on_stall"): ("mark", "kill"),
-    ("limits", "on_usage_limit"): ("fail", "wait"),
+    ("limits", "on_usage_limit"): ("fail", "wait", "switch"),
     ("sandbox", "mode"): ("off", "bwrap"),  # records.SandboxMode
 }
 
@@ -189,6 +196,19 @@ class Config(msgspec.Struct, frozen=True):
         """``[groups.NAME]`` caps as they may be used: never looser than trusted (a group the
         trusted file had is there even if the file no longer has it)."""
         return self.data["groups"] if self.source is None else self.source.groups()
+
+    def accounts(self, agent: str) -> dict[str, dict[str, Any]]:
+        """``[accounts.<agent>.*]`` as they may be used (in the file's order): limits never
+        looser than trusted; read an account's ``env`` with ``account_env``."""
+        got = self.data["accounts"] if self.source is None else self.source.accounts()
+        return dict(got.get(agent, {}))
+
+    def account_env(self, agent: str, name: str) -> dict[str, str]:
+        """Account ``name`` of ``agent``'s ``env`` as written (``${VAR}`` references left
+        for ``engine.accounts`` to fill in): ``UntrustedConfig`` if it needs trust."""
+        if self.source is not None:
+            return self.source.account_env(agent, name)
+        return dict(self.data["accounts"].get(agent, {}).get(name, {}).get("env", {}))
 
     def command(self, adapter: str) -> list[str]:
         cmd = self.get(adapter, "command")
@@ -269,6 +289,8 @@ def rule(table: str, key: str, tables: dict[str, dict[str, Spec]] | None = None)
     declared executes (default-deny)."""
     if table == "groups":
         return CAP
+    if table == "accounts":
+        return EXECUTES  # its env does; its limits are compared one by one (``changes``)
     spec = (schema() if tables is None else tables).get(table, {}).get(key)
     return EXECUTES if spec is None else spec[2]
 
@@ -328,6 +350,8 @@ def changes(
     trusted one; [] if it may be used."""
     if table == "groups":
         return [Change(f"groups.{g}.{k}", was, now, CAP) for g, k, was, now in _groups(new, old)]
+    if table == "accounts":
+        return _account_changes(new, old)
     r = rule(table, key, tables)
     now, was = new[table][key], old[table][key]
     if r.kind == FREE.kind:
@@ -354,7 +378,7 @@ def all_changes(
     tables: dict[str, dict[str, Spec]],
 ) -> list[Change]:
     """Every departure of ``new`` from the trusted ``old`` (see ``changes``)."""
-    out = changes("groups", "", new, old, tables)
+    out = changes("groups", "", new, old, tables) + changes("accounts", "", new, old, tables)
     for table, keys in tables.items():
         out += [c for key in keys for c in changes(table, key, new, old, tables)]
     return out
@@ -368,6 +392,42 @@ def clamped_groups(
     out = {name: dict(caps) for name, caps in new["groups"].items()}
     for name, key, was, _ in _groups(new, old):
         out.setdefault(name, {})[key] = was
+    return out
+
+
+def _account_changes(
+    new: Mapping[str, Mapping[str, Any]], old: Mapping[str, Mapping[str, Any]]
+) -> list[Change]:
+    """How ``new``'s ``[accounts.<agent>.<name>]`` depart from the trusted ``old``: an ``env``
+    that is neither empty nor the trusted one (it executes: it chooses a login, and a secret
+    goes with it), a limit (``ACCOUNT_LIMITS``) looser than trusted (0 = none, the loosest;
+    an account the trusted file did not have had none). An account the file drops takes no
+    session any more: nothing is loosened. ``priority`` is free."""
+    out = []
+    now_a, was_a = new.get("accounts", {}), old.get("accounts", {})
+    for agent in sorted(now_a):
+        for name, acc in now_a[agent].items():
+            was = was_a.get(agent, {}).get(name, {})
+            env, trusted = acc.get("env", {}), was.get("env", {})
+            if env and env != trusted:
+                out.append(Change(f"accounts.{agent}.{name}.env", trusted, env, EXECUTES))
+            for key in ACCOUNT_LIMITS:
+                a, b = acc.get(key, 0), was.get(key, 0)
+                if _rank(CAP, a) > _rank(CAP, b):
+                    out.append(Change(f"accounts.{agent}.{name}.{key}", b, a, CAP))
+    return out
+
+
+def clamped_accounts(
+    new: Mapping[str, Mapping[str, Any]], old: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``new``'s accounts as they may be used: each limit looser than trusted set to the
+    trusted one, and an ``env`` that needs trust replaced by ``None`` (whoever uses it raises
+    ``UntrustedConfig``: ``Config.account_env``)."""
+    out = {a: {n: dict(acc) for n, acc in names.items()} for a, names in new["accounts"].items()}
+    for c in _account_changes(new, old):
+        _, agent, name, key = c.key.split(".", 3)
+        out[agent][name][key] = None if key == "env" else c.trusted
     return out
 
 
@@ -472,7 +532,7 @@ def trusted_data(
         if table not in out or not isinstance(keys, dict):
             continue
         for key, value in keys.items():
-            if table == "groups" or key in tables[table]:
+            if table in ("groups", "accounts") or key in tables[table]:
                 out[table][key] = _check(table, key, value, where, tables)
     return out
 
@@ -498,6 +558,9 @@ class Judge:
 
     def clamped_groups(self, new: Data, old: Data) -> dict[str, dict[str, Any]]:
         return clamped_groups(new, old)
+
+    def clamped_accounts(self, new: Data, old: Data) -> dict[str, dict[str, dict[str, Any]]]:
+        return clamped_accounts(new, old)
 
     def settings(self, data: Data) -> dict[str, Any]:
         return security_settings(data, _defaults(self.tables), self.tables)
@@ -575,6 +638,8 @@ def validate(
 def _check(table: str, key: str, value: Any, where: str, tables: dict[str, dict[str, Spec]]) -> Any:
     if table == "groups":
         return _check_group(key, value, where)
+    if table == "accounts":
+        return _check_accounts(key, value, where)
     spec = tables[table].get(key)
     if spec is None:
         raise ConfigError(where, f"unknown key {key!r} in [{table}]")
@@ -740,6 +805,56 @@ def _check_group(name: str, value: Any, where: str) -> dict[str, Any]:
             raise ConfigError(where, f"groups.{name}.{key} must be a non-negative number")
         _check_stored(f"groups.{name}.{key}", v, STORED.get(("groups", key)), where)
     return dict(value)
+
+
+# [accounts.<agent>.<name>]: each a limit (CAP): lower is tighter, 0 = none
+ACCOUNT_LIMITS = {"max_running": (int,), "budget_daily": (int, float)}
+ACCOUNT_KEYS = ("env", "priority", *ACCOUNT_LIMITS)
+
+
+def _check_accounts(agent: str, value: Any, where: str) -> dict[str, dict[str, Any]]:
+    """``[accounts.<agent>]``: an installed agent's name, then one table per account (a
+    session name's characters), each with only ``ACCOUNT_KEYS``: ``env`` a table of variables
+    (a value may be a ``${VAR}`` reference to the user's environment), ``priority`` a whole
+    number, the limits non-negative."""
+    from zwarm import agents
+    from zwarm.model.records import Priority, out_of_bounds
+
+    if agent not in agents.names():
+        known = ", ".join(agents.names())
+        raise ConfigError(where, f"[accounts.{agent}]: not an installed agent ({known})")
+    if not isinstance(value, dict):
+        raise ConfigError(where, f"accounts.{agent} must be a table")
+    out: dict[str, dict[str, Any]] = {}
+    for name, acc in value.items():
+        where_name = f"accounts.{agent}.{name}"
+        if not re.match(_GROUP_NAME, name):
+            raise ConfigError(where, f"account name {name!r}: use letters, digits, '.', '_', '-'")
+        if not isinstance(acc, dict):
+            raise ConfigError(where, f"{where_name} must be a table")
+        for key, v in acc.items():
+            if key not in ACCOUNT_KEYS:
+                keys = ", ".join(ACCOUNT_KEYS)
+                raise ConfigError(where, f"unknown key {key!r} in [{where_name}] (use {keys})")
+            if key == "env":
+                if not isinstance(v, dict):
+                    raise ConfigError(where, f"{where_name}.env must be a table")
+                for k, x in v.items():
+                    if not _ENV_NAME.match(k) or not isinstance(x, str) or "\x00" in x:
+                        raise ConfigError(
+                            where, f"{where_name}.env.{k} must be a string (valid variable name)"
+                        )
+            elif key == "priority":
+                bad = out_of_bounds(0.5, Priority)  # what any bad value is told
+                if isinstance(v, bool) or out_of_bounds(v, Priority) is not None:
+                    raise ConfigError(where, f"{where_name}.priority must be {bad}")
+            else:
+                ok = isinstance(v, ACCOUNT_LIMITS[key]) and not isinstance(v, bool)
+                if not ok or not math.isfinite(v) or v < 0:
+                    raise ConfigError(where, f"{where_name}.{key} must be a non-negative number")
+                _check_stored(f"{where_name}.{key}", v, STORED.get(("accounts", key)), where)
+        out[name] = dict(acc)
+    return out
 
 
 def _check_prices(name: str, value: dict[str, Any], where: str) -> None:

@@ -71,13 +71,16 @@ DOCS: dict[str, dict[str, str]] = {
         "max_cost_per_day": "New sessions queue once today's spend reaches this, USD. 0 = none.",
         "stall_s": "A turn whose agent writes nothing this long is shown stalled. 0 = never.",
         "on_stall": '"mark": only show it stalled; "kill": stop it, failed (reason stalled).',
-        "on_usage_limit": '"fail"; "wait": park a turn hit by a usage/rate limit, resume later.',
+        "on_usage_limit": '"fail"; "wait": park a turn hit by a usage limit; "switch": another '
+        "account.",
+        "usage_limit_fallback": "An account's cooldown when its agent gives no reset time, s.",
         "max_auto_resumes": "How many times a parked session is resumed by itself.",
         "resume_backoff_s": "Wait before resuming when the agent gives no reset time (doubles).",
         "max_spawn_depth": "Deepest delegation: a session started by an agent of depth N is "
         "N+1. 0 = any.",
     },
     "groups": {},
+    "accounts": {},
     "hooks": {
         "on_finish": 'Run when a session ends, its JSON on stdin ("" = none; str: sh -c).',
         "on_fail": "Also run when a session ends failed (not killed); as on_finish.",
