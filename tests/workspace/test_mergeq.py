@@ -4,6 +4,7 @@ comment; the user's checkout never moved under changes in the way; nothing lost.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,7 @@ def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, ste
     res = zw.run("merge", "--queue", "k1", "k2", "--no-check",
                  env_extra={"ZWARM_TEST_MERGEQ_KILL": step})  # fmt: skip
     assert res.returncode == -9, res.stderr
+    assert bool(_temp_worktrees(zw)) == (step != "prepare")  # left behind, swept below
     before = blobs(repo)
     now = repo.git("rev-parse", "main").strip()
     if now != old:  # only ever the tested commit: k1 rebased onto main
@@ -207,3 +209,138 @@ def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, ste
     assert repo.git("status", "--porcelain") == ""  # the checkout followed, nothing half-done
     assert (repo.path / "k1.txt").exists() and (repo.path / "k2.txt").exists()
     assert before <= blobs(repo)
+
+
+# ---------------------------------------------------------------------------- with checks
+CHECKED = """
+[checks]
+unsandboxed = true
+
+[merge]
+check = ["cat REASON 2>/dev/null; test ! -e BROKEN"]
+"""
+
+
+def _breaks(name: str) -> str:
+    return f"echo {name} > {name}.txt; echo '{name} broke it' > REASON; touch BROKEN"
+
+
+def _never_red(repo: Repo, old: str) -> None:
+    """No commit the queue put on the target fails the check (no BROKEN in its tree)."""
+    for c in repo.git("rev-list", f"{old}..main").split():
+        names = repo.git("ls-tree", "-r", "--name-only", c).split()
+        assert "BROKEN" not in names, c
+
+
+def test_ten_agent_branches_in_one_run_never_red_nothing_lost(zw: ZW, repo: Repo) -> None:
+    shells = {f"g{i}": _adds(f"g{i}", commit=i % 2 == 0) for i in range(1, 6)}
+    shells |= {"c1": CONFLICT.format(n=11), "c2": CONFLICT.format(n=12)}
+    shells |= {"r1": _breaks("r1"), "r2": _breaks("r2")}
+    shells |= {"c3": CONFLICT.format(n=13) + "; " + _breaks("c3")}  # conflicts and breaks
+    sids = _spawn_all(zw, repo, shells)
+    zw.write_config(CHECKED)
+    repo.write("README.md", "# demo, the user's edit in progress\n")  # dirty, not in the way
+    old = repo.git("rev-parse", "main").strip()
+    before = blobs(repo)
+    order = ["g1", "c1", "r1", "g2", "c2", "g3", "r2", "g4", "c3", "g5"]
+    res = zw.json("merge", "--queue", *order, "--send", env_extra=agent("true"))
+    states = {d["branch"].removeprefix("zwarm/"): d["state"] for d in res["run"]["done"]}
+    assert states == {n: "merged" for n in ("g1", "c1", "g2", "g3", "g4", "g5")} | {
+        n: "ejected" for n in ("r1", "c2", "r2", "c3")}  # fmt: skip
+    _never_red(repo, old)
+    main = repo.git("rev-parse", "main").strip()
+    assert repo.git("rev-list", "--count", f"{old}..main").strip() == "6"  # each green one once
+    for n in ("g1", "g2", "g3", "g4", "g5"):
+        assert repo.git("show", f"main:{n}.txt") == f"{n}\n"
+    assert "return 11" in repo.git("show", "main:src/app.py")
+    q = _by_branch(_queue(zw))
+    assert q["zwarm/g5"]["commit"] == main
+    assert q["zwarm/r1"]["why"].startswith("check failed: `cat REASON 2>/dev/null; test ! -e "
+                                           "BROKEN` exited with 1\nr1 broke it")  # fmt: skip
+    assert q["zwarm/c2"]["why"] == "conflicts with main in src/app.py"
+    for n in ("r1", "c2", "r2", "c3"):  # each ejected one has its comment, sent as its turn
+        shown = zw.json("show", sids[n])
+        (c,) = shown["comments"]
+        assert c["sent_turn"] == 2, n
+    r1 = zw.json("show", sids["r1"])["comments"][0]
+    assert r1["text"].startswith("the merge queue's check failed on your branch rebased onto "
+                                 "main: `cat REASON")  # fmt: skip
+    assert "r1 broke it" in r1["text"]
+    assert before <= blobs(repo)  # nothing lost
+    assert _temp_worktrees(zw) == []
+    assert (repo.path / "README.md").read_text() == "# demo, the user's edit in progress\n"
+    assert repo.git("status", "--porcelain") == " M README.md\n"  # the checkout followed
+
+
+def test_a_red_target_blocks_the_queue_until_it_is_green(zw: ZW, repo: Repo) -> None:
+    _spawn_all(zw, repo, {"b1": _adds("b1")})
+    zw.write_config(CHECKED)
+    repo.write("BROKEN", "")
+    repo.write("REASON", "main is broken\n")
+    repo.commit("the user broke main")
+    res = zw.json("merge", "--queue", "b1")
+    assert res["run"]["stopped"] == "blocked" and res["run"]["done"] == []
+    (q,) = zw.json("merges")
+    assert q["blocked"].startswith("main itself fails its check at ")
+    assert "main is broken" in q["blocked"]
+    assert [e["state"] for e in q["entries"]] == ["waiting"]
+    assert "blocked: main itself fails its check" in zw.run("merges", check=True).stdout
+    repo.git("rm", "-q", "BROKEN")
+    repo.commit("fixed")
+    (run,) = zw.json("merges", "run")
+    assert [d["state"] for d in run["done"]] == ["merged"]
+    assert zw.json("merges")[0]["blocked"] == ""
+
+
+def test_a_run_killed_while_checking_the_target_is_resumed(zw: ZW, repo: Repo) -> None:
+    _spawn_all(zw, repo, {"t1": _adds("t1")})
+    zw.write_config(CHECKED)
+    repo.write("user.txt", "moved outside the queue\n")
+    repo.commit("user")
+    res = zw.run("merge", "--queue", "t1", env_extra={"ZWARM_TEST_MERGEQ_KILL": "target-check"})
+    assert res.returncode == -9
+    assert _temp_worktrees(zw) != []  # the target's check worktree was left ...
+    (run,) = zw.json("merges", "run")
+    assert [d["state"] for d in run["done"]] == ["merged"]
+    assert _temp_worktrees(zw) == [] and len(repo.worktrees()) == 2  # ... and swept
+
+
+def test_two_runs_at_once_one_runner_each_entry_once(zw: ZW, repo: Repo) -> None:
+    import subprocess
+
+    from tests.support import ZWARM_BIN, wait_until
+
+    _spawn_all(zw, repo, {"w1": _adds("w1"), "w2": _adds("w2")})
+    gate = zw.tmp / "gate"
+    zw.write_config(CHECKED.replace('check = ["', f'check = ["while [ ! -e {gate} ]; do sleep '
+                                    '0.05; done; '))  # fmt: skip
+    old = repo.git("rev-parse", "main").strip()
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([str(ZWARM_BIN), *args, "--json"], env=zw.env, cwd=zw.cwd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+    first = start("merge", "--queue", "w1")
+    wait_until(lambda: _temp_worktrees(zw))  # its check is running (waiting for the gate)
+    second = start("merges", "run")
+    # a third joins while the first runs: queued, and taken by the run under way
+    third = zw.json("merge", "--queue", "w2")
+    assert third["run"]["stopped"] == "another run is processing it"
+    gate.touch()
+    out1, err1 = first.communicate(timeout=120)
+    out2, err2 = second.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, (err1, err2)
+    done1 = json.loads(out1)["run"]["done"]
+    (run2,) = json.loads(out2)
+    assert [d["branch"] for d in done1] == ["zwarm/w1", "zwarm/w2"]
+    assert run2["done"] == []  # it waited for the first, then found nothing to do
+    assert repo.git("rev-list", "--count", f"{old}..main").strip() == "2"
+
+
+def test_sandboxed_checks_do_not_see_the_state_dir(zw: ZW, repo: Repo) -> None:
+    _spawn_all(zw, repo, {"s1": _adds("s1")})
+    probe = f"test ! -e {zw.state_dir}/config.toml"  # true only where the state dir is hidden
+    zw.write_config(f'[sandbox]\nmode = "bwrap"\n\n[merge]\ncheck = ["{probe}"]\n')
+    res = zw.json("merge", "--queue", "s1")
+    assert [d["state"] for d in res["run"]["done"]] == ["merged"], res
+    assert repo.git("show", "main:s1.txt") == "s1\n"

@@ -266,6 +266,7 @@ def _check_target(ctx: Ctx, repo: str, target: str, rtree: git.Tree, old: str) -
     _journal(ctx, repo, target, 0, "target", worktree=str(tmp))
     try:
         _add_worktree(ctx, rtree, tmp, old)
+        _maybe_die(ctx, "target-check")
         failed = _run_checks(ctx, tmp)
     finally:
         _drop_worktree(ctx, rtree, tmp)

@@ -43,7 +43,9 @@ Why = Annotated[str, Meta(max_length=65536)]
 State = Literal["waiting", "testing", "merged", "ejected", "held", "removed"]
 Step = Literal["target", "prepare", "rebase", "check", "advance", "checkout"]
 # the steps, in order, at which a test may kill a run (``engine.mergeq.KILL_ENV``)
-STEPS: tuple[str, ...] = ("target", "prepare", "rebase", "check", "advance", "checkout", "done")
+STEPS: tuple[str, ...] = (
+    *("target", "target-check", "prepare", "rebase", "check", "advance", "checkout", "done"),
+)
 
 
 class Entry(msgspec.Struct, forbid_unknown_fields=True):
