@@ -198,7 +198,7 @@ def run(ctx: Ctx, repo: str, target: str, wait: bool = True) -> dict[str, Any] |
         with ctx.records.transaction(repo, target) as q:
             recover(ctx, q)
             for e in q.entries:
-                if e.state == "held":
+                if e.state in ("held", "testing"):  # (testing: no step of it under way)
                     _mark(ctx, e, "waiting", e.why)  # tried again by every run
         stop = ""
         retargets: dict[int, int] = {}
@@ -316,6 +316,18 @@ def _entry(
     _journal(ctx, repo, target, e.id, "prepare", worktree=str(tmp), old=old)
     try:
         return _build(ctx, repo, target, rtree, e, s, ws, old, tip, tmp, retargets)
+    except ZwarmError as err:  # (git failed otherwise than by a conflict ...): as after a crash
+        why = str(err)
+        ctx.say(f"entry {e.id}: {why}")
+
+        def undo(q: Queue) -> None:
+            recover(ctx, q)  # finished (the target had moved) or undone
+            for x in q.entries:
+                if x.id == e.id and x.state == "waiting":
+                    _mark(ctx, x, "held", why)
+
+        _update(ctx, repo, target, undo)
+        return ""
     finally:
         _drop_worktree(ctx, rtree, tmp)
         _update(ctx, repo, target, lambda q: setattr(q, "flight", None))
