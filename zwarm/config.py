@@ -129,6 +129,14 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     "checks": {
         "unsandboxed": ((bool,), False, EXECUTES),
     },
+    # the merge queue (zwarm.engine.mergeq): check = the commands every entry must pass
+    # (executing: they run code the agents wrote, see zwarm.sandbox.run); mode = "rebase" or
+    # "merge" (each entry onto the target); check_timeout_s = each command's time limit
+    "merge": {
+        "check": ((list,), [], EXECUTES),
+        "mode": ((str,), "rebase", FREE),
+        "check_timeout_s": ((int, float), 600, FREE),
+    },
 }
 
 
@@ -155,6 +163,7 @@ CHOICES = {
     ("limits", "on_stall"): ("mark", "kill"),
     ("limits", "on_usage_limit"): ("fail", "wait", "switch"),
     ("sandbox", "mode"): ("off", "bwrap"),  # records.SandboxMode
+    ("merge", "mode"): ("rebase", "merge"),
 }
 
 _PRICE_KEYS = ("input", "cached_input", "output")
@@ -674,6 +683,10 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
         _check_workspace(key, value, name, where)
     if table == "sandbox":
         _check_sandbox(key, value, name, where)
+    if (table, key) == ("merge", "check") and not all(isinstance(x, str) and x for x in value):
+        raise ConfigError(where, f"{name} must be a list of commands (non-empty strings)")
+    if (table, key) == ("merge", "check_timeout_s") and value <= 0:
+        raise ConfigError(where, f"{name} must be more than 0")
     if (table, key) == ("launcher", "default") and not re.match(_LAUNCHER_NAME, value):
         raise ConfigError(where, f"{name} must be a launcher name (local, slurm), not {value!r}")
     if table not in SCHEMA:

@@ -101,6 +101,11 @@ DOCS: dict[str, dict[str, str]] = {
         "unsandboxed": "true = run checks (code the agents wrote) unsandboxed where the "
         "sandbox cannot.",
     },
+    "merge": {
+        "check": 'What every merge queue entry must pass, e.g. ["pytest -q"] (each sh -c).',
+        "mode": '"rebase" (each entry rebased onto the target) or "merge" (a merge commit).',
+        "check_timeout_s": "Time limit of each check command, in seconds (then it fails).",
+    },
 }
 
 COMMON_DOCS = {
