@@ -344,3 +344,30 @@ def test_sandboxed_checks_do_not_see_the_state_dir(zw: ZW, repo: Repo) -> None:
     res = zw.json("merge", "--queue", "s1")
     assert [d["state"] for d in res["run"]["done"]] == ["merged"], res
     assert repo.git("show", "main:s1.txt") == "s1\n"
+
+
+def test_an_ignored_file_of_the_users_where_the_update_writes_holds_it(zw: ZW, repo: Repo) -> None:
+    """The merge rule: an agent that commits its own ``.env`` (ignored here) never overwrites
+    the user's: the entry is held, the target unmoved, the file intact."""
+    _spawn_all(zw, repo, {"env": f"echo AGENT=1 > .env; git add -f .env; {GIT} commit -qm env"})
+    repo.write(".env", "SECRET=mine\n")
+    old = repo.git("rev-parse", "main").strip()
+    res = zw.json("merge", "--queue", "env", "--no-check")
+    (done,) = res["run"]["done"]
+    assert done["state"] == "held" and "files git does not track where the update writes (.env)" \
+        in done["why"]  # fmt: skip
+    assert repo.git("rev-parse", "main").strip() == old
+    assert (repo.path / ".env").read_text() == "SECRET=mine\n"
+
+
+def test_a_damaged_queue_record_is_one_line_never_followed(zw: ZW, repo: Repo) -> None:
+    _spawn_all(zw, repo, {"x": _adds("x")})
+    zw.json("merge", "--queue", "x", "--no-check")
+    (record,) = (zw.tmp / "xdg-state" / "zwarm" / "merges").glob("*/*.json")
+    record.write_text('{"version": 1, "state_dir": "/elsewhere", "repo": "/", "target": "main"}')
+    res = zw.run("merges")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("Error: the merge queue ") and "refused" in res.stderr
+    record.write_text("not json")
+    res = zw.run("merges", "run", "--no-check")
+    assert res.returncode == 1 and "is damaged" in res.stderr and "Traceback" not in res.stderr
