@@ -176,6 +176,10 @@ class Zwarm:
         starting.check_agent(self, mgr)
         cfg = self.config
         fleet = starting.fleet(self, req)
+        if req.account is not None:
+            from zwarm.engine import accounts
+
+            fleet = structs.replace(fleet, account=accounts.check_pin(cfg, adapter, req.account))
         lineage = starting.lineage(self, req.run, req.detached)
         runner = starting.launcher_for(self, req.launcher)
         runner_opts = starting.launcher_options(self, runner, req.launcher_option)
@@ -467,6 +471,21 @@ class Zwarm:
     def session_ids(self) -> list[str]:
         """The ids of every session on disk (damaged ones included); reads no meta.json."""
         return self.store.list_ids()
+
+    def accounts(self) -> list[dict[str, Any]]:
+        """Every configured account (``[accounts.<agent>.<name>]``) with its state now:
+        ready, cooling (until when, why), over_budget or full; today's spend, its running
+        sessions, the last limit it hit (``engine.accounts.states``)."""
+        from zwarm.engine import accounts
+
+        return accounts.states(self.config, self.store, self.env.clock())
+
+    def usage(self, by: str = "account", since: str | None = None) -> dict[str, Any]:
+        """Tokens and cost of the recorded turns, totalled ``by`` account, agent, model, day
+        or group, from local day ``since`` (``ops.ledger``)."""
+        from zwarm.ops import ledger
+
+        return ledger.usage(self, by, since)
 
     def check_limits(self) -> None:
         """``LoosenedLimit`` if config.toml loosens a limit past its trusted value: what a

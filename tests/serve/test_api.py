@@ -52,6 +52,10 @@ def test_every_route_answers_as_the_cli_does(zw, serve) -> None:
     assert r.json()["state"] == "started" and r.json()["turn"] == 2
     wait_until(lambda: _done(zw, sid) and len(zw.meta(sid)["turns"]) == 2)
     assert srv.get(f"/api/sessions/{sid}").json()["turns"] == 2
+    assert srv.get("/api/accounts").json() == zw.json("accounts") == []
+    assert srv.get("/api/usage?by=day").json() == zw.json("usage", "--by", "day")
+    bad = srv.get("/api/usage?by=colour")
+    assert bad.status == 422 and "--by must be one of account" in bad.json()["error"], bad.body
 
     r = srv.delete(f"/api/sessions/{sid}")
     assert r.status == 200 and r.json() == {"removed": [sid]}

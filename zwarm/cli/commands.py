@@ -53,6 +53,8 @@ LAZY_COMMANDS = {
     ),
     "trust": ("zwarm.cli.trust", "trust_command", "Review and trust this state dir's config."),
     "resume": ("zwarm.cli.fleet", "resume_command", "Resume a parked session now."),
+    "accounts": ("zwarm.cli.fleet", "accounts_command", "Each agent account's state now."),
+    "usage": ("zwarm.cli.fleet", "usage_command", "Tokens and cost of the recorded turns."),
     "retry": ("zwarm.cli.fleet", "retry_command", "Run a failed or killed last turn again."),
     "top": ("zwarm.cli.live", "top_command", "A live table of sessions and what each does now."),
     "diff": ("zwarm.cli.review", "diff_command", "What a session (or one turn) changed."),

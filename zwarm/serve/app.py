@@ -124,6 +124,8 @@ class Server:
             Route("/api/sessions/{ref}/kill", h(self.kill), methods=["POST"]),
             Route("/api/sessions/{ref}/stream", h(self.stream)),
             Route("/api/events", h(self.events)),
+            Route("/api/accounts", h(self.accounts)),
+            Route("/api/usage", h(self.usage)),
             Route("/api/merges", h(self.merges), methods=["GET"]),
             Route("/api/merges", h(self.enqueue_merge), methods=["POST"]),
             Route("/api/merges/run", h(self.run_merges), methods=["POST"]),
@@ -260,6 +262,14 @@ class Server:
             return select_rows(rows, q.get("name"), q.get("adapter"), q.get("source"), limit)
 
         return _json(await run_in_threadpool(work))
+
+    async def accounts(self, request: Request) -> Response:
+        return _json(await run_in_threadpool(lambda: self.new_api().accounts()))
+
+    async def usage(self, request: Request) -> Response:
+        q = request.query_params
+        by, since = q.get("by") or "account", q.get("since")
+        return _json(await run_in_threadpool(lambda: self.new_api().usage(by, since)))
 
     async def show(self, request: Request) -> Response:
         ref = request.path_params["ref"]

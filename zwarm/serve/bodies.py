@@ -22,7 +22,7 @@ from zwarm.model.requests import MessageRequest, SpawnRequest
 SPAWN = (
     "task", "adapter", "model", "cwd", "name", "timeout", "context", "dangerous", "notify",
     "worktree", "branch", "base", "launcher", "launcher_option", "after", "after_any", "group",
-    "priority", "max_cost", "max_tokens", "stall", "source",
+    "priority", "account", "max_cost", "max_tokens", "stall", "source",
 )  # fmt: skip
 SPAWN_LEFT_OUT = {
     "detached": "a server is not a session's agent: what it starts has no parent to leave",

@@ -75,6 +75,18 @@ def spec(diff: bool, mcp: bool) -> dict[str, Any]:
         },
         "/api/sessions/{ref}/stream": {"get": _stream_op()},
         "/api/events": {"get": _events_op()},
+        "/api/accounts": {
+            "get": _op("Each agent account's state now (as `zwarm accounts --json`).")
+        },
+        "/api/usage": {
+            "get": _op(
+                "Tokens and cost of the recorded turns, totalled (as `zwarm usage --json`).",
+                params=[
+                    _q("by", "account (default), agent, model, day or group."),
+                    _q("since", "Only turns from this local day on (YYYY-MM-DD)."),
+                ],
+            )
+        },
         "/api/merges": {
             "get": _op(
                 "The merge queues: entries with state (testing, waiting, held, merged, ejected, "

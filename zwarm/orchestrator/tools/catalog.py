@@ -43,7 +43,7 @@ _SESSION_ID = _s("Session id, unique id prefix (4+ chars) or session name.", min
 DELEGATE = (
     "task", "adapter", "model", "cwd", "name", "timeout", "context", "notify", "worktree",
     "branch", "base", "launcher", "launcher_option", "after", "after_any", "group", "priority",
-    "max_cost", "max_tokens", "stall", "detached",
+    "account", "max_cost", "max_tokens", "stall", "detached",
 )  # fmt: skip
 DELEGATE_LEFT_OUT = {
     "dangerous": "bypassing the agent's sandbox is the user's decision ([<agent>] dangerous, "

@@ -519,6 +519,7 @@
       ["cwd", d.cwd],
     ];
     if (d.branch) facts.push(["branch", d.branch]);
+    if (d.account) facts.push(["account", d.account]);
     if (d.error) facts.push(["error", oneLine(d.error, 200)]);
     const dl = el("dl", "facts");
     dl.id = "s-facts";
