@@ -371,3 +371,34 @@ def test_a_damaged_queue_record_is_one_line_never_followed(zw: ZW, repo: Repo) -
     record.write_text("not json")
     res = zw.run("merges", "run", "--no-check")
     assert res.returncode == 1 and "is damaged" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_target_green_only_without_checks_is_checked_before_an_entry_is_blamed(
+    zw: ZW, repo: Repo
+) -> None:
+    """A target merged into with --no-check was never tested under the checks a later run
+    has: that run checks the target first (red: blocked), instead of ejecting the next entry
+    for a failure that is the target's own."""
+    _spawn_all(zw, repo, {"nb": "touch BROKEN", "e2": _adds("e2")})
+    zw.json("merge", "--queue", "nb", "--no-check")
+    zw.write_config(CHECKED)
+    res = zw.json("merge", "--queue", "e2")
+    assert res["run"]["stopped"] == "blocked" and res["run"]["done"] == []
+    states = {e["branch"]: e["state"] for e in _queue(zw)["entries"]}
+    assert states == {"zwarm/nb": "merged", "zwarm/e2": "waiting"}  # not blamed
+
+
+def test_merge_mode_makes_merge_commits_and_ejects_a_conflict(zw: ZW, repo: Repo) -> None:
+    sids = _spawn_all(zw, repo, {"m1": _adds("m1"), "m2": CONFLICT.format(n=5),
+                                 "m3": CONFLICT.format(n=6)})  # fmt: skip
+    zw.write_config('[merge]\nmode = "merge"\n')
+    tip = repo.git("rev-parse", "zwarm/m1").strip()
+    res = zw.json("merge", "--queue", "m1", "m2", "m3", "--no-check")
+    assert [d["state"] for d in res["run"]["done"]] == ["merged", "merged", "ejected"]
+    assert repo.git("rev-list", "--merges", "--count", "main").strip() == "2"
+    repo.git("merge-base", "--is-ancestor", tip, "main")  # in, as it is (asserts exit 0)
+    assert repo.git("log", "-1", "--format=%s", "main") == "Merge: do m2\n"
+    assert _by_branch(_queue(zw))["zwarm/m3"]["why"] == "conflicts with main in src/app.py"
+    assert zw.json("show", sids["m3"])["comments"][0]["path"] == "src/app.py"
+    assert _temp_worktrees(zw) == [] and repo.git("status", "--porcelain") == ""
+    zw.run("rm", "m1", "m2", check=True)  # merged: their tips are on main

@@ -224,13 +224,18 @@ def _next(ctx: Ctx, repo: str, target: str, retargets: dict[int, int]) -> str:
         return "empty"
     rtree = git.checked(repo, repo, ctx.environ)
     old = git.resolve_commit(f"refs/heads/{target}", rtree, ctx.environ)
-    if q.green != old and ctx.checks:
+    if ctx.checks and (q.green != old or q.green_checks != list(ctx.checks)):
         red = _check_target(ctx, repo, target, rtree, old)
         if red:
             return "blocked"
     elif q.green != old:
-        _update(ctx, repo, target, lambda q: setattr(q, "green", old))
+        _update(ctx, repo, target, lambda q: _green(ctx, q, old))
     return _entry(ctx, repo, target, rtree, waiting[0], old, retargets)
+
+
+def _green(ctx: Ctx, q: Queue, commit: str) -> None:
+    """``commit`` of the target passed this run's checks (or was made by the queue)."""
+    q.green, q.green_checks = commit, list(ctx.checks)
 
 
 def _update(ctx: Ctx, repo: str, target: str, fn: Callable[[Queue], Any]) -> Any:
@@ -281,7 +286,8 @@ def _check_target(ctx: Ctx, repo: str, target: str, rtree: git.Tree, old: str) -
         return True
 
     def green(q: Queue) -> None:
-        q.green, q.blocked, q.flight = old, "", None
+        _green(ctx, q, old)
+        q.blocked, q.flight = "", None
 
     _update(ctx, repo, target, green)
     return False
@@ -432,7 +438,7 @@ def _merged(
         with contextlib.suppress(ZwarmError), ctx.store.transaction(e.session_id) as s:
             if s.workspace is not None and workspace.same(s.workspace, ws):
                 s.workspace.squashed_tip = e.tip
-    _update(ctx, repo, target, lambda q: setattr(q, "green", new))
+    _update(ctx, repo, target, lambda q: _green(ctx, q, new))
     return _finish(ctx, repo, target, e, "merged", "", commit=new)
 
 
@@ -494,7 +500,7 @@ def recover(ctx: Ctx, q: Queue) -> None:
                 why = _finish_checkout(ctx, rtree, q.repo, f.checkout, q.target, f.old, f.new)
             state, commit = ("held", None) if why else ("merged", f.new)
             if not why:
-                q.green = f.new
+                _green(ctx, q, f.new)
         elif now != f.old and _is_ancestor(f.new, now, rtree, env):
             state, commit = "merged", f.new
     if e.state in _OPEN:
