@@ -209,6 +209,7 @@ def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, ste
     assert repo.git("status", "--porcelain") == ""  # the checkout followed, nothing half-done
     assert (repo.path / "k1.txt").exists() and (repo.path / "k2.txt").exists()
     assert before <= blobs(repo)
+    zw.run("rm", "k1", "k2", check=True)  # merged, however the run went: removable as such
 
 
 # ---------------------------------------------------------------------------- with checks

@@ -434,12 +434,21 @@ def _merged(
     if now != new and not _is_ancestor(new, now, rtree, ctx.environ):
         why = f"{target} is at {now[:12]}, not the tested {new[:12]}: it was moved meanwhile"
         return _finish(ctx, repo, target, e, "held", why)
-    if e.tip is not None and ctx.mode == "rebase":
-        with contextlib.suppress(ZwarmError), ctx.store.transaction(e.session_id) as s:
-            if s.workspace is not None and workspace.same(s.workspace, ws):
-                s.workspace.squashed_tip = e.tip
+    _brought_in(ctx, rtree, e.session_id, e.tip, new)
     _update(ctx, repo, target, lambda q: _green(ctx, q, new))
     return _finish(ctx, repo, target, e, "merged", "", commit=new)
+
+
+def _brought_in(ctx: Ctx, rtree: git.Tree, sid: str, tip: str | None, new: str) -> None:
+    """Record on session ``sid`` that its branch's ``tip`` is in the target at ``new`` when
+    the target does not hold that commit itself (a rebase made new commits of it), as a
+    squash merge is recorded: ``rm`` then knows its branch is merged. Never raises."""
+    if tip is None or _is_ancestor(tip, new, rtree, ctx.environ):
+        return
+    with contextlib.suppress(ZwarmError), ctx.store.transaction(sid) as s:
+        ws = workspace.pinned(s, ctx.environ, ctx.store.root)
+        if ws is not None and ws.mode == "worktree" and s.workspace is not None:
+            s.workspace.squashed_tip = tip
 
 
 def _finish(
@@ -501,8 +510,10 @@ def recover(ctx: Ctx, q: Queue) -> None:
             state, commit = ("held", None) if why else ("merged", f.new)
             if not why:
                 _green(ctx, q, f.new)
+                _brought_in(ctx, rtree, e.session_id, e.tip, f.new)
         elif now != f.old and _is_ancestor(f.new, now, rtree, env):
             state, commit = "merged", f.new
+            _brought_in(ctx, rtree, e.session_id, e.tip, f.new)
     if e.state in _OPEN:
         _mark(ctx, e, state, why)
         e.commit = commit or e.commit
