@@ -177,8 +177,14 @@ def test_pause_resume_remove_and_priorities(zw: ZW, repo: Repo) -> None:
 
 
 # ---------------------------------------------------------------------------- crash safety
-@pytest.mark.parametrize("step", ["prepare", "rebase", "check", "advance", "checkout", "done"])
-def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, step: str) -> None:
+@pytest.mark.parametrize(
+    ("step", "depth"),
+    [(s, 1) for s in ("prepare", "rebase", "check", "advance", "checkout", "done")]
+    + [(s, 2) for s in ("rebase", "check", "advance", "checkout")],
+)
+def test_a_run_killed_at_any_step_is_resumed_by_the_next(
+    zw: ZW, repo: Repo, step: str, depth: int
+) -> None:
     """SIGKILL at each step (``ZWARM_TEST_MERGEQ_KILL``, zwarm's test hook), then a rerun:
     the target is untouched or at the tested commit, no half-rebased branch, no temporary
     worktree left, every blob still there, and the queue finishes."""
@@ -187,7 +193,7 @@ def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, ste
     repo.commit("the user moved main meanwhile")  # a real rebase
     old = repo.git("rev-parse", "main").strip()
     tip = repo.git("rev-parse", "zwarm/k1").strip()
-    res = zw.run("merge", "--queue", "k1", "k2", "--no-check",
+    res = zw.run("merge", "--queue", "k1", "k2", "--no-check", "--depth", str(depth),
                  env_extra={"ZWARM_TEST_MERGEQ_KILL": step})  # fmt: skip
     assert res.returncode == -9, res.stderr
     assert bool(_temp_worktrees(zw)) == (step != "prepare")  # left behind, swept below
@@ -233,7 +239,11 @@ def _never_red(repo: Repo, old: str) -> None:
         assert "BROKEN" not in names, c
 
 
-def test_ten_agent_branches_in_one_run_never_red_nothing_lost(zw: ZW, repo: Repo) -> None:
+@pytest.mark.parametrize("depth", [1, 3])
+def test_ten_agent_branches_in_one_run_never_red_nothing_lost(
+    zw: ZW, repo: Repo, depth: int
+) -> None:
+    """With ``--depth 3`` too: entries stacked three at a time, the same outcome."""
     shells = {f"g{i}": _adds(f"g{i}", commit=i % 2 == 0) for i in range(1, 6)}
     shells |= {"c1": CONFLICT.format(n=11), "c2": CONFLICT.format(n=12)}
     shells |= {"r1": _breaks("r1"), "r2": _breaks("r2")}
@@ -244,7 +254,8 @@ def test_ten_agent_branches_in_one_run_never_red_nothing_lost(zw: ZW, repo: Repo
     old = repo.git("rev-parse", "main").strip()
     before = blobs(repo)
     order = ["g1", "c1", "r1", "g2", "c2", "g3", "r2", "g4", "c3", "g5"]
-    res = zw.json("merge", "--queue", *order, "--send", env_extra=agent("true"))
+    res = zw.json("merge", "--queue", *order, "--send", "--depth", str(depth),
+                  env_extra=agent("true"))  # fmt: skip
     states = {d["branch"].removeprefix("zwarm/"): d["state"] for d in res["run"]["done"]}
     assert states == {n: "merged" for n in ("g1", "c1", "g2", "g3", "g4", "g5")} | {
         n: "ejected" for n in ("r1", "c2", "r2", "c3")}  # fmt: skip

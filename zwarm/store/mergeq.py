@@ -79,6 +79,8 @@ class Flight(msgspec.Struct, forbid_unknown_fields=True):
     old: Sha | None = None
     new: Sha | None = None
     checkout: AbsPath | None = None  # the user's checkout of the target being updated
+    # more temporary worktrees of the same run (``--depth``: entries stacked on this one)
+    more: Annotated[list[AbsPath], Meta(max_length=64)] = msgspec.field(default_factory=list)
 
 
 class Queue(msgspec.Struct, forbid_unknown_fields=True):
