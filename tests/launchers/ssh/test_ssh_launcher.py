@@ -309,3 +309,20 @@ def test_a_turn_past_its_timeout_is_stopped_on_the_host(hz: Hosts) -> None:
     assert meta["turns"][0]["reason"] == "timeout"
     wait_until(lambda: not on_host(hz.bed.user, sid), timeout=15)
     assert sid not in remote_dirs(hz, "a")
+
+
+def test_a_turn_whose_local_supervisor_died_is_reconciled_and_stopped_on_the_host(
+    hz: Hosts,
+) -> None:
+    zw = hz.zw
+    sid = zw.spawn("--host", "a", "hang", env_extra=hz.env(FAKE_HANG="1"))
+    wait_until(lambda: bool(on_host(hz.bed.user, sid)), timeout=30)
+    turn = wait_until(lambda: (lambda t: t if t.get("agent") else None)(zw.meta(sid)["turns"][0]))
+    for ref in (turn["agent"], turn["supervisor"]):  # this machine "restarts": relay, supervisor
+        os.kill(ref["pid"], signal.SIGKILL)
+    wait_until(lambda: zw.json("ls")[-1]["status"] == "failed", timeout=30)
+    meta = zw.meta(sid)
+    assert meta["turns"][0]["reason"] == "supervisor_lost"
+    assert "its agent on host a stopped" in meta["turns"][0]["error"]
+    wait_until(lambda: not on_host(hz.bed.user, sid), timeout=15)
+    assert sid not in remote_dirs(hz, "a")

@@ -16,8 +16,9 @@ The host is pinned per turn (``start``: the launch pin's handle record), ``surve
 ``unknown (host NAME unreachable)`` for a running turn whose relay has not heard its host
 within ``LIVE_S`` (the stream says it lives every half second) and whose host does not answer
 a probe within ``PROBE_S`` (``ls`` never waits longer; all hosts probed at once), ``stop``
-has the host stop the agent's whole tree before the local side is stopped, and a turn the
-host lost (its keeper gone: a reboot) is recorded ``ssh_lost`` (``ended``).
+has the host stop the agent's whole tree before the local side is stopped (a reconcile of a
+turn whose local supervisor died stops it there too: ``lost``), and a turn the host lost
+(its keeper gone: a reboot) is recorded ``ssh_lost`` (``ended``).
 Must stay true:
 - the host a turn runs on, and how to reach it, come from the trusted config when the turn
   starts and are then read only from the launch pin's handle record (where the agent cannot
@@ -71,6 +72,7 @@ LOST_FILE = "ssh.json"  # turns/turn_N.ssh.json: what the relay says of a turn t
 LIVE_FILE = "ssh.live"  # turns/turn_N.ssh.live: touched while the host's stream speaks
 LIVE_S = 2.0  # a live file touched this recently: the host answers, no probe needed
 PROBE_S = 1.0  # a listing's probe of a host: longer means "unreachable"
+LOST_STOP_S = 5.0  # a reconcile's stop of a lost turn's agent on its host
 STOP_S = 20.0  # a kill on the host (it waits for the agent's tree to go)
 START_PROBE_S = 10.0
 _HANDLE_KEYS = ("host", "ssh", "port", "identity", "ssh_config", "zwarm")
@@ -132,6 +134,25 @@ class SshLauncher(LocalLauncher):
                 out[sid] = Probe(True, "unknown", f"host {h.name} unreachable", "unreachable")
         return out
 
+    def lost(self, sid: str, turn: Turn) -> tuple[str, str]:
+        """The local supervisor is gone (this machine restarted, it was killed): nobody
+        streams the turn any more, so its agent on the host is stopped too (``LOST_STOP_S``,
+        best effort: a host that does not answer is said)."""
+        reason, what = super().lost(sid, turn)
+        h = pinned_host(self.env.environ, self._root(), sid, turn.n)
+        if h is None:
+            return reason, what
+        try:
+            r = connection(h).run(remote_argv(h, "kill", sid, turn.n), timeout=LOST_STOP_S)
+            said = "stopped" if r.returncode == 0 else "not stopped (the host refused)"
+        except Exception:
+            said = "not stopped (the host did not answer)"
+        try:  # its output stays on the host no longer: nobody will fetch it
+            connection(h).run(remote_argv(h, "clean", sid, turn.n), timeout=LOST_STOP_S)
+        except Exception:
+            pass
+        return reason, f"{what}; its agent on host {h.name} {said}"
+
     def _live(self, sid: str, turn: Turn) -> bool:
         """Whether the turn's relay heard its host within ``LIVE_S`` (``relay``: its live
         file's time; a display hint only, worth a probe saved)."""
@@ -164,7 +185,8 @@ class SshLauncher(LocalLauncher):
     def stop_many(self, items: Sequence[tuple[str, Turn]]) -> dict[str, ZwarmError]:
         """Have each turn's host stop its agent's whole tree (all hosts at once), then stop
         the local side (``LocalLauncher``: the relay and the supervisor, which records the
-        end). A host that does not answer is said: its agent may run on until it returns."""
+        end), then remove the turn's directory on the host. A host that does not answer is
+        said: its agent may run on until it returns."""
         from concurrent.futures import ThreadPoolExecutor
 
         from zwarm.errors import SessionStateError, ZwarmError
@@ -190,7 +212,19 @@ class SshLauncher(LocalLauncher):
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
             errors = list(pool.map(one, items))
         out = {sid: e for (sid, _), e in zip(items, errors, strict=True) if e is not None}
-        out.update(super().stop_many(items))
+        out.update(super().stop_many(items))  # the relays and supervisors: the ends recorded
+
+        def clean(item: tuple[str, Turn]) -> None:  # what the relay did not fetch: no one will
+            sid, t = item
+            h = pinned_host(env, self._root(), sid, t.n)
+            if h is not None and sid not in out:
+                try:
+                    connection(h).run(remote_argv(h, "clean", sid, t.n), timeout=LOST_STOP_S)
+                except ZwarmError:
+                    pass
+
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
+            list(pool.map(clean, items))
         return out
 
     # ------------------------------------------------------------------ the host's side
