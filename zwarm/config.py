@@ -29,7 +29,7 @@ import msgspec
 
 from zwarm.agents import DEFAULT_AGENT
 from zwarm.errors import ConfigError
-from zwarm.rules import CAP, COUNT, EXECUTES, FREE, KILL_FIRST, PRICES, SANDBOX, Rule
+from zwarm.rules import CAP, COUNT, EACH, EXECUTES, FREE, KILL_FIRST, PRICES, SANDBOX, SIZE, Rule
 
 if TYPE_CHECKING:
     from zwarm.rules import Setting
@@ -114,11 +114,20 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     },
     # zwarm's own sandbox of each turn (zwarm.sandbox): mode "off" or "bwrap"; ports: loopback
     # ports its agent may reach besides those its *_BASE_URL names; read_only: more paths it
-    # may read. [sandbox.<agent>] mode: one agent's own (a table per agent: ``schema()``)
+    # may read; memory, cpus, pids: the turn's limits (zwarm.sandbox.limits; "" or 0 = none).
+    # [sandbox.<agent>]: one agent's own mode and limits (a table per agent: ``schema()``)
     "sandbox": {
         "mode": ((str,), "off", SANDBOX),
         "ports": ((list,), [], EXECUTES),
         "read_only": ((list,), [], EXECUTES),
+        "memory": ((str,), "", SIZE),
+        "cpus": ((int, float), 0, CAP),
+        "pids": ((int,), 0, CAP),
+    },
+    # commands that run code the agents wrote (zwarm.sandbox.run: best-of checks, the merge
+    # queue's): in the sandbox where it holds, else only with unsandboxed = true (trusted)
+    "checks": {
+        "unsandboxed": ((bool,), False, EXECUTES),
     },
 }
 
@@ -232,7 +241,7 @@ def schema() -> dict[str, dict[str, Spec]]:
     for name in agents.names():
         keys = agents.get(name).config_schema()
         out[name] = {key: (s.types, s.default, s.trust) for key, s in keys.items()}
-        out["sandbox"][name] = ((dict,), {}, EXECUTES)  # [sandbox.<agent>]: its own mode
+        out["sandbox"][name] = ((dict,), {}, EACH)  # [sandbox.<agent>]: its own mode, limits
     for name, settings in launchers.tables().items():
         out[name] = {key: (s.types, s.default, s.trust) for key, s in settings.items()}
     return out
@@ -352,6 +361,8 @@ def changes(
         return [] if ok else [Change(f"{table}.{key}", was, now, r)]
     if r.kind == PRICES.kind:
         return _price_changes(table, now, was)
+    if r.kind == EACH.kind:
+        return _each_changes(table, key, new, old, tables)
     return [Change(f"{table}.{key}", was, now, r)] if _rank(r, now) > _rank(r, was) else []
 
 
@@ -426,7 +437,41 @@ def _rank(r: Rule, v: Any) -> float:
         return r.order.index(v) if v in r.order else math.inf
     if r.none is not None and v == r.none:
         return math.inf
-    return float(v)
+    return float(size_bytes(v) if isinstance(v, str) else v)
+
+
+def _each_changes(
+    table: str,
+    key: str,
+    new: Mapping[str, Mapping[str, Any]],
+    old: Mapping[str, Mapping[str, Any]],
+    tables: dict[str, dict[str, Spec]],
+) -> list[Change]:
+    """How a table of limits (``EACH``: ``[sandbox.<agent>]``) loosens the trusted one: each
+    key it or the trusted one sets, compared as used (its own value, else ``table``'s own:
+    that key's own change, if any, is counted there)."""
+    mine, was_mine = new[table][key] or {}, old[table][key] or {}
+    out = []
+    for k in sorted(set(mine) | set(was_mine)):
+        r = rule(table, k, tables)
+        now, was = mine.get(k, new[table][k]), was_mine.get(k, old[table][k])
+        if _rank(r, now) > _rank(r, was):
+            out.append(Change(f"{table}.{key}.{k}", was, now, r))
+    return out
+
+
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGT]?)\Z", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MIN_MEMORY = 1 << 20  # a memory limit below this would kill any agent at its start
+
+
+def size_bytes(text: str) -> int:
+    """A size as config.toml writes it ("512M", "2G", "1.5G", "1048576": bytes; K, M, G, T
+    are powers of 1024) in bytes; ``ValueError`` if it is not one."""
+    m = _SIZE.match(text.strip())
+    if m is None:
+        raise ValueError(f"not a size: {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 def _price_changes(table: str, now: Mapping[str, Any], was: Mapping[str, Any]) -> list[Change]:
@@ -700,8 +745,9 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
 
 
 def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
-    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; an agent's table
-    only ``mode``, one of the modes."""
+    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; ``memory`` a size
+    of at least 1M ("" = none); an agent's table only ``OWN_SANDBOX_KEYS``, each checked as
+    its [sandbox] namesake."""
     if key == "ports" and not all(
         isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in value
     ):
@@ -710,13 +756,32 @@ def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
         isinstance(p, str) and p.startswith("/") and "\x00" not in p for p in value
     ):
         raise ConfigError(where, f"{name} must be a list of absolute paths")
+    if key == "memory" and value:
+        try:
+            small = size_bytes(value) < MIN_MEMORY
+        except ValueError:
+            raise ConfigError(where, f'{name} must be a size ("512M", "2G") or "" (none)') from None
+        if small:
+            raise ConfigError(where, f"{name} must be at least 1M, not {value!r}")
     if isinstance(value, dict):
-        modes = CHOICES[("sandbox", "mode")]
         for k, v in value.items():
-            if k != "mode":
-                raise ConfigError(where, f"unknown key {k!r} in [{name}] (use mode)")
-            if v not in modes:
+            if k not in OWN_SANDBOX_KEYS:
+                keys = ", ".join(OWN_SANDBOX_KEYS)
+                raise ConfigError(where, f"unknown key {k!r} in [{name}] (use {keys})")
+            types, _, _ = SCHEMA["sandbox"][k]
+            if not isinstance(v, types) or isinstance(v, bool):
+                kinds = " or ".join(_type_name(t) for t in types)
+                raise ConfigError(where, f"{name}.{k} must be {kinds}")
+            modes = CHOICES[("sandbox", "mode")]
+            if k == "mode" and v not in modes:
                 raise ConfigError(where, f"{name}.mode must be one of {', '.join(modes)}")
+            if isinstance(v, (int, float)) and not (math.isfinite(v) and v >= 0):
+                raise ConfigError(where, f"{name}.{k} must be a non-negative number")
+            _check_sandbox(k, v, f"{name}.{k}", where)
+
+
+# the keys of an agent's own [sandbox.<agent>]: its mode and limits
+OWN_SANDBOX_KEYS = ("mode", "memory", "cpus", "pids")
 
 
 # each a limit (CAP): lower is tighter, 0 = none (a budget: [limits]'s)

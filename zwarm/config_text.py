@@ -93,6 +93,13 @@ DOCS: dict[str, dict[str, str]] = {
         "mode": '"bwrap": each turn in bubblewrap (its worktree writable, its endpoint only).',
         "ports": "More loopback ports its agents may reach (their *_BASE_URL ones always).",
         "read_only": "More absolute paths the agents may read inside the sandbox.",
+        "memory": 'Each sandboxed turn\'s memory limit, e.g. "2G" ("" = none).',
+        "cpus": "Each sandboxed turn's CPU limit, in CPUs (e.g. 1.5; 0 = none).",
+        "pids": "Each sandboxed turn's limit on processes and threads (0 = none).",
+    },
+    "checks": {
+        "unsandboxed": "true = run checks (code the agents wrote) unsandboxed where the "
+        "sandbox cannot.",
     },
 }
 
@@ -117,7 +124,7 @@ def describe(table: str, key: str) -> str:
         text = DOCS[table][key] + ", ".join(f'"{n}"' for n in launchers.loaded()) + "."
         return text if len(text) <= 96 else text[:92] + ", ..."
     if table == "sandbox" and key not in DOCS[table]:
-        return f'The {key} agent\'s own sandbox mode, e.g. {{ mode = "off" }} ([sandbox.{key}]).'
+        return f'The {key} agent\'s own sandbox mode and limits, e.g. {{ memory = "1G" }}.'
     if table in DOCS:
         return DOCS[table].get(key, key)
     if table in launchers.names():

@@ -194,6 +194,7 @@ _REASONS = {  # zwarm's own reasons; a launcher's are labelled by the launcher
     "budget_exceeded": "budget",
     "stalled": "stalled",
     "dependency_failed": "dependency",
+    "out_of_memory": "memory",
 }
 
 
@@ -454,6 +455,8 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         c.print("[bold red]DANGEROUS: the agent runs without its sandbox/permission checks[/]")
     if d.get("permissions"):
         c.print(f"permissions {esc(d['permissions'], False)}")
+    if d.get("sandbox") not in (None, "off"):  # zwarm's own (its limits: each turn's)
+        c.print(f"sandbox {esc(d['sandbox'], False)}")
     if d.get("agent_session_id"):
         c.print(f"agent session {esc(d['agent_session_id'], False)}")
     _workspace(c, d)
@@ -549,6 +552,8 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
     # a turn zwarm ran always has one; zwarm 3.x kept only the first turn's (the task)
     prompt = esc(oneline(t.get("message"), 300)) if t.get("message") else "[dim](not recorded)[/]"
     c.print(f"[cyan]prompt:[/] {prompt}")
+    if t.get("limits"):  # how its sandbox's limits held, each one that did not saying why
+        c.print(f"[dim]limits: {esc(oneline(t['limits'], 300))}[/]")
     if t.get("changes"):
         c.print(f"[blue]changes:[/] {fmt_changes(t['changes'])}")
     if t.get("error"):

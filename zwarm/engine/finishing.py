@@ -101,14 +101,20 @@ class Finishing(ManagerCore):
             raise StartRefused(str(e)) from None
         if boxed:
             env = self.agent.sandboxed_env(env)
-            argv = self._sandboxed(argv, pin, env)
+            return self._sandboxed(argv, pin, env, t)
+        limited = any(self.config.data["sandbox"][k] for k in ("memory", "cpus", "pids"))
+        t.limits = "none applied: the sandbox is off (they hold in it only)" if limited else None
         return AgentLaunch(argv, pin.cwd, env)
 
-    def _sandboxed(self, argv: list[str], pin: pins.Pin, env: dict[str, str]) -> list[str]:
+    def _sandboxed(
+        self, argv: list[str], pin: pins.Pin, env: dict[str, str], t: Turn
+    ) -> "AgentLaunch":
         """``argv`` inside zwarm's sandbox (``zwarm.sandbox``), its policy made from the pin,
-        the trusted config and the environment made here; ``StartRefused`` if it cannot run."""
+        the trusted config and the environment made here, under the turn's limits (made here,
+        said on ``t``: ``sandbox.limits``); ``StartRefused`` if it cannot run."""
         from zwarm import sandbox
         from zwarm.sandbox import bwrap
+        from zwarm.sandbox import limits as limits_mod
 
         missing = [k for k, v in bwrap.tools().items() if v is None and k != "setpriv"]
         if missing:
@@ -140,8 +146,20 @@ class Finishing(ManagerCore):
             ports=tuple(ports),
             home=home,
         )
+        try:
+            applied = limits_mod.make(sandbox.limits_for(self.name, self.config))
+        except OSError as e:
+            raise StartRefused(
+                f"could not make the turn's cgroup for its limits: {e.strerror or e}; "
+                "refusing to run the turn without them"
+            ) from None
+        t.limits = applied.line or None
+        bwrap.sweep_bridges()  # those a SIGKILLed supervisor left
         sock_dir = bwrap.bridge_dir() if ports else None
-        return bwrap.command(argv, policy, sock_dir)
+        wrapped = bwrap.command(argv, policy, sock_dir, limits_mod.shell(applied))
+        g = applied.group
+        made = (g.dirs, g.oom_file) if g is not None else ((), "")
+        return AgentLaunch(wrapped, pin.cwd, env, *made, sock_dir)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
         """Record that turn ``t``'s agent could not be started (lock held)."""
@@ -419,11 +437,32 @@ class StartRefused(Exception):
 
 
 class AgentLaunch(msgspec.Struct, frozen=True):
-    """How to run one turn's agent: its argv, working directory and environment."""
+    """How to run one turn's agent: its argv, working directory and environment; in zwarm's
+    sandbox, the cgroup of its limits and its port bridge's directory, which its supervisor
+    removes when the turn ends (``end_launch``)."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    cgroup: tuple[str, ...] = ()  # its limits' cgroup (``limits.Group``): its directories
+    oom_file: str = ""  # ... and the file counting its out-of-memory kills
+    bridge: str | None = None
+
+
+def end_launch(launch: "AgentLaunch") -> int:
+    """After a turn's agent and all it left are gone: remove its cgroup (killing what is
+    still in it) and its bridge directory. The processes the kernel killed in it for want of
+    memory."""
+    if not launch.cgroup and launch.bridge is None:
+        return 0  # imports nothing: an unsandboxed turn's supervisor stays lean
+    from zwarm.sandbox import bwrap
+    from zwarm.sandbox import limits as limits_mod
+
+    group = limits_mod.Group(launch.cgroup, launch.oom_file) if launch.cgroup else None
+    ooms = limits_mod.release(group)
+    if launch.bridge is not None:
+        bwrap.remove_bridge(launch.bridge)
+    return ooms
 
 
 def _made(dirs: tuple[str, ...]) -> list[str]:

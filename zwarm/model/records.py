@@ -275,6 +275,9 @@ class Turn(Struct):
     # and, for a turn re-run on another account after a usage limit, the account it left
     account: Annotated[str, Meta(pattern=NAME)] | None = None
     switched_from: Annotated[str, Meta(pattern=NAME)] | None = None
+    # how its sandbox's limits held (zwarm.sandbox.limits: "memory 2G via cgroup v1, ..."),
+    # each one that did not saying why; None: no limit was set
+    limits: Short | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]

@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from zwarm.orchestrator.tools.base import Result
+from zwarm.text import elide
 
 if TYPE_CHECKING:
     from zwarm.orchestrator.tools.toolbox import Toolbox
@@ -54,7 +55,7 @@ def _bounded_diff(text: str, budget: int) -> tuple[str, list[str]]:
             kept.append(block)
             used += len(block)
         elif not kept:
-            kept.append(block[:budget] + f"\n[... {len(block) - budget} chars cut ...]\n")
+            kept.append(elide(block, budget, head=budget, sep="\n") + "\n")
             used = budget
         else:
             cut.append(block.split("\n", 1)[0].removeprefix("diff --git "))
