@@ -142,6 +142,13 @@ def test_twenty_spawns_at_once_never_exceed_either_accounts_cap(zw: ZW) -> None:
     assert not any("ACCT_KEY" in e for e in envs if e["ACCT"] == "B")
     shown = zw.run("show", sids[0], env_extra=extra, check=True).stdout
     assert f"account {rows[sids[0]]['account']}" in shown
+    ledger = {r["key"]: r for r in zw.json("usage", "--by", "account")["rows"]}
+    assert ledger["A"]["turns"] == a["runs"] and ledger["B"]["turns"] == b["runs"]
+    costs = [rows[s]["cost_usd"] for s in sids]
+    total = zw.json("usage")["total"]
+    assert total["cost_usd"] == round(sum(c or 0 for c in costs), 8)
+    estimated = sum(rows[s]["cost_source"] == "estimated" for s in sids)  # codex: by prices
+    assert total["estimated_turns"] == estimated and total["unpriced_turns"] == costs.count(None)
 
 
 def test_spawn_account_pins_it_and_an_unknown_account_is_one_error_line(zw: ZW) -> None:
