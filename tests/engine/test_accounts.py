@@ -330,3 +330,32 @@ def test_a_planted_cooldown_only_holds_an_account_back(zw: ZW) -> None:
     m = wait_status(zw, sid, "failed")
     assert "disagrees with the session's launch record about its account" in m["turns"][-1]["error"]
     assert zw.calls() == calls
+
+
+def test_a_summary_follow_up_moves_off_a_cooling_account_a_native_one_waits(zw: ZW) -> None:
+    """Both sessions ran on A, which then cools down: a native follow-up (its agent's own
+    session lives with A's login) waits for A, said; a summary one (a new agent session
+    anyway) runs now on B, and the session stays on B."""
+    from zwarm.engine import accounts
+
+    configure(
+        zw,
+        '[accounts.claude.A]\nenv = { ACCT = "A" }\npriority = 1\n'
+        '[accounts.claude.B]\nenv = { ACCT = "B" }\n',
+    )
+    env = zw.replay("claude_simple")
+    one, two = (zw.spawn(t, "--adapter", "claude", env_extra=env) for t in ("one", "two"))
+    for sid in (one, two):
+        assert wait_status(zw, sid, "completed")["account"] == "A"
+    now = time.time()
+    accounts.cool(zw.api().store, "claude", "A", now + 3600, "usage_limit", "used up", now)
+    zw.run("inject", one, "more", "--context", "native", env_extra=env, check=True)
+    m = zw.meta(one)
+    assert m["status"] == "queued" and "account A cooling down until" in m["turns"][1]["wait"]
+    zw.run("inject", two, "more", env_extra=env, check=True)
+    m = wait_status(zw, two, "completed")
+    assert [t["account"] for t in m["turns"]] == ["A", "B"] and m["account"] == "B"
+    argv, prompt = zw.recorded()
+    assert "--resume" not in argv["argv"] and b"more" in prompt
+    assert json.loads((zw.record / f"env{zw.calls()}.json").read_text())["ACCT"] == "B"
+    assert zw.meta(one)["status"] == "queued"
