@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zwarm.config import Config, schema
+from zwarm.config import FAMILY, Config, schema
 
 HEAD = """\
 # .zwarm/config.toml, written by `zwarm init`: every key zwarm reads, each with what it does.
@@ -101,6 +101,11 @@ DOCS: dict[str, dict[str, str]] = {
         "unsandboxed": "true = run checks (code the agents wrote) unsandboxed where the "
         "sandbox cannot.",
     },
+    "merge": {
+        "check": 'What every merge queue entry must pass, e.g. ["pytest -q"] (each sh -c).',
+        "mode": '"rebase" (each entry rebased onto the target) or "merge" (a merge commit).',
+        "check_timeout_s": "Time limit of each check command, in seconds (then it fails).",
+    },
 }
 
 COMMON_DOCS = {
@@ -135,14 +140,31 @@ def describe(table: str, key: str) -> str:
     return doc or COMMON_DOCS.get(key) or f"The {table} agent's {key!r} setting."
 
 
-def commented(config: Config) -> str:
-    """``config`` as TOML, each key under a comment saying what it does."""
+def commented(config: Config, tables: dict[str, dict[str, Any]] | None = None) -> str:
+    """``config`` as TOML, each key under a comment saying what it does (``tables``: the
+    schema, default ``schema()``)."""
     parts = [HEAD]
-    for table, keys in schema().items():
+    for table, keys in (schema() if tables is None else tables).items():
         parts.append(f"\n[{table}]\n")
+        if FAMILY in keys:  # a launcher's family of named tables: an example, then the members
+            parts.append(_family(table, keys[FAMILY][1], config.data[table]))
+            continue
         for key in keys or config.data[table]:  # [groups]: the configured groups
             parts.append(f"# {describe(table, key)}\n{key} = {value(config.data[table][key])}\n")
     return "".join(parts)
+
+
+def _family(table: str, family: Any, members: dict[str, Any]) -> str:
+    """A family's table (``[hosts]``): its doc and a commented-out example member with each
+    key's doc, then the configured members, one inline table each."""
+    lines = [f"# {family.doc}\n"] if family.doc else []
+    lines.append(f"# [{table}.NAME] (for example [{table}.a]):\n")
+    for key, setting in family.settings.items():
+        shown = family.example.get(key)
+        text = f"{key} = {value(shown)}" if shown is not None else f"{key} = ...  (unset)"
+        lines.append(f"#   {text:<42} # {setting.doc}\n")
+    lines += [f"{_key(name)} = {value(member)}\n" for name, member in members.items()]
+    return "".join(lines)
 
 
 def value(v: Any) -> str:

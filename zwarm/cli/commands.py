@@ -61,6 +61,11 @@ LAZY_COMMANDS = {
     "comment": ("zwarm.cli.review", "comment_command", "Review comments for a session's agent."),
     "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
+    "merges": (
+        "zwarm.cli.mergeq",
+        "merges_group",
+        "The merge queue: list, run, remove, pause, resume.",
+    ),
     "sandbox": (
         "zwarm.cli.sandbox",
         "sandbox_group",

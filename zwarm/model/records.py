@@ -271,13 +271,13 @@ class Turn(Struct):
     parked_until: When | None = None  # a parked turn is resumed after this
     quiet_since: When | None = None  # a stalled turn's agent has written nothing since
     retry_of: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None  # re-runs that turn
+    # how its sandbox's limits held (zwarm.sandbox.limits: "memory 2G via cgroup v1, ..."),
+    # each one that did not saying why; None: no limit was set
+    limits: Short | None = None
     # the account of its agent it ran on ([accounts.<agent>.<name>]: zwarm.engine.accounts),
     # and, for a turn re-run on another account after a usage limit, the account it left
     account: Annotated[str, Meta(pattern=NAME)] | None = None
     switched_from: Annotated[str, Meta(pattern=NAME)] | None = None
-    # how its sandbox's limits held (zwarm.sandbox.limits: "memory 2G via cgroup v1, ..."),
-    # each one that did not saying why; None: no limit was set
-    limits: Short | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
