@@ -208,7 +208,7 @@ def test_every_account_cooling_parks_until_the_first_reset_and_resumes_once(zw: 
     """A then B hit their usage limits (A resets in seconds, B in an hour): the session parks
     until A's reset and resumes exactly once, on A, while two zwarm processes list (and so
     reconcile and schedule) over and over at the same time."""
-    soon = time.time() + 6
+    soon = time.time() + 15
     fa = _usage_limited(zw, soon, "a.jsonl")
     fb = _usage_limited(zw, time.time() + 3600, "b.jsonl")
     configure(
@@ -359,3 +359,23 @@ def test_a_summary_follow_up_moves_off_a_cooling_account_a_native_one_waits(zw: 
     assert "--resume" not in argv["argv"] and b"more" in prompt
     assert json.loads((zw.record / f"env{zw.calls()}.json").read_text())["ACCT"] == "B"
     assert zw.meta(one)["status"] == "queued"
+
+
+def test_a_second_limit_with_an_account_still_ready_resumes_there_at_once(zw: ZW) -> None:
+    """A and B hit their limits one after the other, C is ready: the session is not parked
+    for an hour until the first reset, it resumes at once on C (each move a turn of its own,
+    within max_auto_resumes)."""
+    hour = time.time() + 3600
+    fa, fb = _usage_limited(zw, hour, "a.jsonl"), _usage_limited(zw, hour, "b.jsonl")
+    configure(
+        zw,
+        '[limits]\non_usage_limit = "switch"\n'
+        f'[accounts.claude.A]\nenv = {{ FAKE_REPLAY = "{fa}" }}\npriority = 3\n'
+        f'[accounts.claude.B]\nenv = {{ FAKE_REPLAY = "{fb}" }}\npriority = 2\n'
+        f'[accounts.claude.C]\nenv = {{ FAKE_REPLAY = "{zw.sample("claude_simple")}" }}\n',
+    )
+    sid = zw.spawn("the task", "--adapter", "claude")
+    m = wait_status(zw, sid, "completed")
+    assert [t["account"] for t in m["turns"]] == ["A", "B", "C"]
+    assert "resumed on an account ready again" in m["turns"][1]["error"]
+    assert m["auto_resumes"] == 2 and zw.calls() == 3

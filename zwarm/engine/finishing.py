@@ -400,10 +400,14 @@ class Finishing(ManagerCore):
         if other is not None:
             s.account = None  # the pass that resumes it routes it
             return now + limits.MIN_PARK_S, f"{why}; re-run on another account ({other})"
-        earliest = accounts.earliest_reset(self.config, self.store, self.name, now) or reset
+        earliest = accounts.earliest_reset(self.config, self.store, self.name, now)
+        if earliest is None:  # another account is ready again already (its reset passed)
+            earliest = now
         if earliest < reset:
             s.account = None  # another account resets first: the pass routes it then
         until = max(min(earliest, reset), now + limits.MIN_PARK_S)
+        if earliest <= now:
+            return until, f"{why}; resumed on an account ready again"
         return until, f"{why}; every {self.name} account is cooling down"
 
     def _apply_outcome(self, s: Session, t: Turn, o: TurnOutcome) -> None:
