@@ -377,7 +377,8 @@ class Finishing(ManagerCore):
         "switch": a turn not re-run on another account already, of a session not pinned to
         its account, is resumed at once on another account, ready now (its account cleared:
         the pass routes it; ``_begin_rerun`` makes it a new native session with the
-        summarized context), else parked until the earliest reset of its agent's accounts;
+        summarized context), else parked until the earliest reset of its agent's accounts (at
+        once when one is ready again);
         "wait": parked until its own account's reset. Lock held."""
         lim = self.config.table("limits")
         reset = o.reset_at if o.reset_at is not None and o.reset_at > now else None
