@@ -31,8 +31,6 @@ A process started on the command's behalf by a daemon that was already running (
 server) is not found; an unsandboxed check can do whatever the user can.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import secrets
@@ -94,7 +92,7 @@ class CheckResult(msgspec.Struct, frozen=True):
         return self.exit_code == 0 and not self.timed_out
 
 
-def check_plan(config: Config, repo: Path) -> bool:
+def check_plan(config: "Config", repo: Path) -> bool:
     """How checks run for ``repo`` here: True in zwarm's sandbox (``[sandbox] mode`` is
     ``bwrap`` and the preflight holds), False unsandboxed by the user's opt-in (the trusted
     ``[checks] unsandboxed = true``); ``ChecksRefused`` when neither, saying how to opt in."""
@@ -130,7 +128,7 @@ def run_checks(
     commands: Sequence[str],
     cwd: Path,
     *,
-    config: Config,
+    config: "Config",
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     repo: Path | None = None,
@@ -148,7 +146,7 @@ def run_checks(
 
 
 def _check(
-    command: str, cwd: Path, policy: Policy | None, env: dict[str, str], timeout_s: float
+    command: str, cwd: Path, policy: "Policy | None", env: dict[str, str], timeout_s: float
 ) -> CheckResult:
     from zwarm import text
 
@@ -181,7 +179,7 @@ def _check(
     )
 
 
-def _policy(cwd: Path, repo: Path, config: Config, env: Mapping[str, str]) -> Policy:
+def _policy(cwd: Path, repo: Path, config: "Config", env: Mapping[str, str]) -> "Policy":
     """What a check may do: write ``cwd``, read the repository's git metadata, the ``PATH``
     directories outside the home and ``[sandbox] read_only``; see nothing of the state dir,
     zwarm's per-user files and the home (a private one)."""
