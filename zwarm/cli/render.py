@@ -222,6 +222,7 @@ _COLUMNS = (
     ("ID", None),
     ("NAME", 8),
     ("BRANCH", 1),  # shown only when a session has one (a worktree)
+    ("SET", 2),  # shown only when a session is an attempt of a best-of set: "set-3f2a9b1c #2"
     ("STATUS", None),
     ("ADAPTER", 2),
     ("MODEL", 4),
@@ -237,6 +238,7 @@ _COLUMNS = (
 # table keeps id, name, status (a long one cut), tokens, age and task (docs/sessions.md).
 _SQUEEZE = (
     ("BRANCH", 16),
+    ("SET", 0),
     ("SOURCE", 12),
     ("MODEL", 16),
     ("NAME", 14),
@@ -273,6 +275,8 @@ def session_table(
     widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
     if not any(r.get("branch") for r in rows):
         del widths["BRANCH"]
+    if not any(r.get("set") for r in rows):
+        del widths["SET"]
     if width is not None:  # fitted: a column with nothing in it goes first
         for i, h in enumerate(header):
             if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
@@ -347,6 +351,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         r["id"][:8],
         oneline(r.get("name") or "-", 20),
         oneline(r.get("branch") or "-", 32),
+        f"{r['set']} #{r.get('attempt')}" if r.get("set") else "-",
         status,
         oneline(r.get("adapter") or "-", 16),
         oneline(r.get("model") or "default", 24),

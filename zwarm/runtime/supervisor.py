@@ -81,6 +81,10 @@ def run(state_dir: Path, sid: str) -> int:
     n = turn.n if turn is not None and mine and turn.status in RUNS else None
     while n is not None:
         nxt = _one_turn(manager, sid, n)
+        if s.attempt is not None:  # a best-of attempt: zwarm's checks, before the next turn
+            from zwarm.engine import bestof
+
+            bestof.after_turn(store, manager.config, manager.env.environ, sid, n)
         n = nxt.n if nxt is not None else None
     if mine:  # a parked turn: wait for its time; then let the scheduler start what may start
         _afterwards(manager, sid, me)

@@ -26,6 +26,10 @@ SPAWN_LEFT_OUT = {
     "run": "set by zwarm orchestrate for its own sessions, never by a client",
     "sandbox": "zwarm's sandbox is the trusted config's ([sandbox] mode) or the user's at the "
     "command line (spawn --sandbox), never a client's to turn off",
+    **dict.fromkeys(
+        ("best_of", "agents", "models", "check", "check_timeout", "protect", "set_budget"),
+        "a best-of set's: a set is started by its own call (Zwarm.best_of), not a session's",
+    ),
 }
 MESSAGE = ("message", "context", "timeout")
 MESSAGE_LEFT_OUT: dict[str, str] = {}

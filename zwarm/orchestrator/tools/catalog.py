@@ -52,6 +52,10 @@ DELEGATE_LEFT_OUT = {
     "run": "the orchestrator run calling: the toolbox's, not the model's to say",
     "sandbox": "zwarm's sandbox is the trusted config's ([sandbox] mode) or the user's "
     "(zwarm spawn --sandbox), never a model's to turn off",
+    **dict.fromkeys(
+        ("best_of", "agents", "models", "check", "check_timeout", "protect", "set_budget"),
+        "a best-of set's: a set is started by its own call (Zwarm.best_of), not a session's",
+    ),
 }
 CONVERSE = ("message", "context", "timeout")
 CONVERSE_LEFT_OUT: dict[str, str] = {}

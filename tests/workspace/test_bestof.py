@@ -1,0 +1,133 @@
+"""Best-of sets (``spawn --best-of``, ``compare``, ``pick``): N attempts of one task in N
+worktrees from one base, decided by zwarm's evidence, never by an agent's word.
+
+The attempts differ through one fake-agent setting: ``{MODEL}`` in ``FAKE_SHELL`` and
+``FAKE_REPLAY`` is the model the attempt runs (``--models``), so ``shell_for`` gives each
+model its own change and ``replays`` its own answer and usage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import SAMPLES, ZW, wait_until
+from tests.support.workspace import Repo
+
+BUG = "def add(a, b):\n    return a - b\n"
+TEST = (
+    "import sys\nsys.path.insert(0, 'src')\nfrom calc import add\n"
+    "assert add(2, 3) == 5, 'add is wrong'\nprint('ok')\n"
+)
+CHECK = "python3 tests/test_calc.py"
+FIX = "sed -i 's/a - b/a + b/' src/calc.py"
+SHELLS = {
+    "correct": FIX,
+    "breaks": "sed -i 's/a - b/a * b/' src/calc.py",
+    "bigger": FIX + '; for i in $(seq 1 30); do echo "# note $i" >> src/calc.py; done',
+    "budget": FIX,
+    "cheat": "rm tests/test_calc.py; echo 'assert True' > tests/conftest.py",
+    "hang": FIX,
+}
+
+
+def shell_for(models: list[str]) -> str:
+    """One FAKE_SHELL for every attempt: each model's change."""
+    cases = " ".join(f"{m}) {SHELLS[m]} ;;" for m in models)
+    return f"case '{{MODEL}}' in {cases} esac"
+
+
+def replays(tmp: Path, models: list[str]) -> str:
+    """A codex replay per model: the 'cheat' claims its tests pass, 'budget' used many tokens."""
+    for m in models:
+        lines = (SAMPLES / "codex_simple.jsonl").read_text().splitlines()
+        if m == "cheat":
+            lines[2] = lines[2].replace("Hi there! This is the fake server.", "All tests pass.")
+        if m == "budget":
+            lines[3] = lines[3].replace('"input_tokens":100', '"input_tokens":900000')
+        (tmp / f"replay-{m}.jsonl").write_text("\n".join(lines) + "\n")
+    return str(tmp / "replay-{MODEL}.jsonl")
+
+
+@pytest.fixture
+def calc(repo: Repo) -> Repo:
+    repo.write("src/calc.py", BUG)
+    repo.write("tests/test_calc.py", TEST)
+    repo.commit("calc with a bug")
+    return repo
+
+
+def start(zw: ZW, repo: Repo, models: list[str], *args: str, **extra: str) -> str:
+    env = {"FAKE_SHELL": shell_for(models), "FAKE_REPLAY": replays(zw.tmp, models), **extra}
+    res = zw.run(
+        "spawn", "fix add", "-C", str(repo.path), "--best-of", str(len(models)),
+        "--models", ",".join(models), *args, env_extra=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    set_id = res.stdout.strip()
+    assert set_id.startswith("set-"), res.stdout
+    return set_id
+
+
+def settled(zw: ZW, set_id: str) -> dict[str, object]:
+    """The set's view once no attempt runs (compare settles what the supervisors did not)."""
+    wait_until(lambda: not any(a["pending"] for a in zw.json("compare", set_id)["attempts"]))
+    view: dict[str, object] = zw.json("compare", set_id)
+    return view
+
+
+def by_attempt(view: dict[str, object]) -> dict[int, dict[str, object]]:
+    return {a["attempt"]: a for a in view["attempts"]}  # type: ignore[index,union-attr]
+
+
+# ---------------------------------------------------------------------------- spawn
+def test_mismatched_agents_and_models_are_one_line_and_start_nothing(zw: ZW, calc: Repo) -> None:
+    res = zw.run("spawn", "t", "-C", str(calc.path), "--best-of", "3", "--agents",
+                 "codex,claude", "--models", "a,b,c")  # fmt: skip
+    assert res.returncode == 1
+    assert res.stderr.startswith("Error: --agents names 2 and --models 3")
+    assert res.stderr.count("\n") == 1
+    assert not (zw.state_dir / "sessions").exists() or not list(
+        (zw.state_dir / "sessions").iterdir()
+    )
+    res = zw.run("spawn", "t", "-C", str(calc.path), "--check", "true")
+    assert res.returncode == 1 and "--check belongs to a best-of set" in res.stderr
+
+
+def test_attempts_run_round_robin_in_their_own_worktrees_from_one_base(zw: ZW, calc: Repo) -> None:
+    set_id = start(zw, calc, ["correct", "breaks", "bigger"], "--agents", "codex,claude,codex")
+    rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
+    assert sorted(rows) == [1, 2, 3]
+    assert [rows[k]["adapter"] for k in (1, 2, 3)] == ["codex", "claude", "codex"]
+    assert [rows[k]["model"] for k in (1, 2, 3)] == ["correct", "breaks", "bigger"]
+    trees = {rows[k]["worktree"] for k in rows}
+    assert len(trees) == 3 and None not in trees
+    assert all(r["group"] is None for r in rows.values())  # the set is not a [groups] group
+    base = calc.git("rev-parse", "HEAD").strip()
+    assert zw.json("compare", set_id)["base"] == base
+    assert set_id in zw.run("ls", check=True).stdout  # ls shows the set
+
+
+def test_protect_restores_the_base_and_flags_the_attempt_that_changed_it(
+    zw: ZW, calc: Repo
+) -> None:
+    set_id = start(zw, calc, ["correct", "cheat"], "--protect", "tests")
+    view = settled(zw, set_id)
+    att = by_attempt(view)
+    assert att[1]["protect_changed"] == [] and att[1]["flags"] == []
+    assert att[2]["protect_changed"] == ["tests/conftest.py", "tests/test_calc.py"]
+    assert "changed protected paths" in att[2]["flags"][0]
+    assert att[2]["claim"] == "All tests pass."  # its word, kept, believed for nothing
+    cheat = next(r for r in zw.json("ls") if r["set"] == set_id and r["attempt"] == 2)
+    tree = Path(cheat["worktree"])
+    assert (tree / "tests" / "test_calc.py").read_text() == TEST  # back from the base
+    assert not (tree / "tests" / "conftest.py").exists()
+    assert [a["attempt"] for a in view["attempts"]] == [1, 2]  # type: ignore[index,union-attr]
+    before = (zw.state_dir / "sets" / set_id).iterdir()
+    names = sorted(p.name for p in before if p.suffix == ".json")
+    zw.json("compare", set_id)  # settled once: never again
+    after = sorted(
+        p.name for p in (zw.state_dir / "sets" / set_id).iterdir() if p.suffix == ".json"
+    )
+    assert names == after and len(names) == 2
