@@ -131,3 +131,66 @@ def test_protect_restores_the_base_and_flags_the_attempt_that_changed_it(
         p.name for p in (zw.state_dir / "sets" / set_id).iterdir() if p.suffix == ".json"
     )
     assert names == after and len(names) == 2
+
+
+def test_a_set_under_max_running_queues_its_attempts(zw: ZW, calc: Repo) -> None:
+    from tests.support.fleet import configure
+
+    configure(zw, "[limits]\nmax_running = 2\n")
+    hold = zw.tmp / "hold"
+    hold.touch()
+    models = ["correct", "bigger", "correct", "bigger"]
+    gate = zw.gated(hold)
+    set_id = start(zw, calc, models, **gate)
+    rows = [r for r in zw.json("ls", env_extra=gate) if r["set"] == set_id]
+    assert sorted(r["status"] for r in rows) == ["queued", "queued", "running", "running"]
+    assert all("max_running = 2" in r["wait"] for r in rows if r["status"] == "queued")
+    hold.unlink()
+    view = settled(zw, set_id)
+    assert [a["status"] for a in view["attempts"]] == ["completed"] * 4  # type: ignore[index,union-attr]
+
+
+# ---------------------------------------------------------------------------- pick
+def test_pick_merges_the_smallest_passing_attempt_and_keeps_the_others_branches(
+    zw: ZW, calc: Repo
+) -> None:
+    set_id = start(zw, calc, ["bigger", "correct", "budget"], "--max-tokens", "5000")
+    view = settled(zw, set_id)
+    att = by_attempt(view)
+    assert att[3]["status"] == "failed" and "budget_exceeded" in att[3]["flags"][0]
+    assert [a["attempt"] for a in view["attempts"]] == [2, 1, 3]  # type: ignore[index,union-attr]
+    calc.write("src/calc.py", "local edit\n")  # every rule of merge holds: a dirty target
+    res = zw.run("pick", set_id)
+    assert res.returncode == 1 and "uncommitted" in res.stderr, res.stderr
+    assert len(calc.worktrees()) == 4  # nothing removed
+    calc.git("checkout", "--", "src/calc.py")
+    res = zw.json("pick", set_id)
+    assert (res["picked"], res["worktrees_removed"]) == (2, [1, 3])
+    assert (calc.path / "src" / "calc.py").read_text() == BUG.replace("a - b", "a + b")
+    assert len(calc.worktrees()) == 2  # the main one and the winner's
+    rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
+    assert all(rows[k]["branch"] in calc.branches() for k in (1, 3))  # kept until rm
+    assert "was picked already" in zw.run("pick", set_id).stderr
+    assert "+# note 1" in zw.run("compare", set_id, "--diff", "2", "1", check=True).stdout
+    zw.run("rm", "--force", rows[1]["id"], check=True)
+    assert rows[1]["branch"] not in calc.branches()
+
+
+def test_pick_refuses_when_no_attempt_passes_unless_one_is_named(zw: ZW, calc: Repo) -> None:
+    set_id = start(zw, calc, ["budget", "budget"], "--max-tokens", "5000")
+    settled(zw, set_id)
+    res = zw.run("pick", set_id)
+    assert res.returncode == 1
+    assert res.stderr.startswith(f"Error: set {set_id}: no attempt passes its checks")
+    assert zw.json("pick", set_id, "2")["picked"] == 2
+
+
+def test_inject_to_a_set_reaches_every_attempt_still_in_the_running(zw: ZW, calc: Repo) -> None:
+    set_id = start(zw, calc, ["correct", "budget", "bigger"], "--max-tokens", "5000")
+    settled(zw, set_id)
+    out = zw.run("inject", set_id, "also add a docstring", check=True).stdout.splitlines()
+    assert [line.rsplit("(", 1)[1] for line in out] == ["attempt 1)", "attempt 3)"]
+    view = settled(zw, set_id)
+    rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
+    assert [rows[k]["turns"] for k in (1, 2, 3)] == [2, 1, 2]
+    assert len(view["attempts"]) == 3  # type: ignore[arg-type]
