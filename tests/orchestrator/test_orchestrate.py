@@ -73,6 +73,9 @@ def test_delegate_two_wait_read_converse_verify_finish(zw) -> None:
         "get_diff",
         "comment",
         "merge",
+        "best_of",
+        "compare",
+        "pick",
         "bash",
     ]
     system = first.messages[0]

@@ -8,6 +8,7 @@ model its own change and ``replays`` its own answer and usage.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,23 @@ def test_inject_to_a_set_reaches_every_attempt_still_in_the_running(zw: ZW, calc
     rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
     assert [rows[k]["turns"] for k in (1, 2, 3)] == [2, 1, 2]
     assert len(view["attempts"]) == 3  # type: ignore[arg-type]
+
+
+def test_the_tools_start_compare_and_pick_a_set(zw: ZW, calc: Repo) -> None:
+    from zwarm.orchestrator.tools import Toolbox
+
+    models = ["bigger", "correct"]
+    env = {"FAKE_SHELL": shell_for(models), "FAKE_REPLAY": replays(zw.tmp, models)}
+    tb = Toolbox(zw.api(env), source="bot")
+    args = {"task": "fix add", "cwd": str(calc.path), "best_of": 2, "models": models}
+    started = tb.dispatch("best_of", {**args, "protect": ["tests"]})
+    assert started["ok"] and len(started["attempts"]) == 2, started
+    set_id = started["set_id"]
+    settled(zw, set_id)
+    seen = tb.dispatch("compare", {"set_id": set_id})
+    assert [a["model"] for a in seen["attempts"]] == ["correct", "bigger"], seen
+    assert "worktree" not in json.dumps(seen)
+    picked = tb.dispatch("pick", {"set_id": set_id})
+    assert picked["ok"] and picked["picked"] == 2, picked
+    bad = tb.dispatch("compare", {"set_id": "set-zz"})
+    assert not bad["ok"] and "not a set id" in bad["error"]
