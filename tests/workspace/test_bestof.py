@@ -125,13 +125,14 @@ def test_protect_restores_the_base_and_flags_the_attempt_that_changed_it(
     assert (tree / "tests" / "test_calc.py").read_text() == TEST  # back from the base
     assert not (tree / "tests" / "conftest.py").exists()
     assert [a["attempt"] for a in view["attempts"]] == [1, 2]  # type: ignore[index,union-attr]
-    before = (zw.state_dir / "sets" / set_id).iterdir()
-    names = sorted(p.name for p in before if p.suffix == ".json")
+    folder = zw.tmp / "xdg-state" / "zwarm" / "sets" / set_id  # beside the launch pins
+
+    def evidence() -> list[str]:
+        return sorted(p.name for p in folder.iterdir() if p.name.endswith(("-1.json", "-2.json")))
+
+    names = evidence()
     zw.json("compare", set_id)  # settled once: never again
-    after = sorted(
-        p.name for p in (zw.state_dir / "sets" / set_id).iterdir() if p.suffix == ".json"
-    )
-    assert names == after and len(names) == 2
+    assert names == evidence() and len(names) == 2
 
 
 def test_a_set_under_max_running_queues_its_attempts(zw: ZW, calc: Repo) -> None:
@@ -149,6 +150,23 @@ def test_a_set_under_max_running_queues_its_attempts(zw: ZW, calc: Repo) -> None
     hold.unlink()
     view = settled(zw, set_id)
     assert [a["status"] for a in view["attempts"]] == ["completed"] * 4  # type: ignore[index,union-attr]
+
+
+def test_the_state_dirs_copy_of_a_set_decides_nothing(zw: ZW, calc: Repo) -> None:
+    """An agent that can write the state dir (a shared session's) rewrites the set's index
+    copy to run its own command as a check: zwarm runs the private record's, or nothing."""
+    set_id = start(zw, calc, ["correct"], "--protect", "tests")
+    settled(zw, set_id)
+    index = zw.state_dir / "sets" / f"{set_id}.json"
+    forged = json.loads(index.read_text())
+    forged["checks"], forged["protect"] = ["touch /tmp/pwned-by-agent"], []
+    index.write_text(json.dumps(forged))
+    assert zw.json("compare", set_id)["checks"] == []  # the private record's
+    private = zw.tmp / "xdg-state" / "zwarm" / "sets" / set_id / "set.json"
+    private.write_text(json.dumps({**forged, "state_dir": "/elsewhere"}))
+    res = zw.run("compare", set_id)
+    assert res.returncode == 1 and "is another state dir's or set's" in res.stderr
+    assert res.stderr.count("\n") == 1
 
 
 # ---------------------------------------------------------------------------- pick

@@ -33,7 +33,7 @@ from zwarm.engine import workspace as ws_mod
 from zwarm.errors import ZwarmError
 from zwarm.model import ACTIVE, Session, Status
 from zwarm.model.sets import TAIL_CHARS, BestOf, CheckRun, Evidence
-from zwarm.store import sets as set_store
+from zwarm.store.sets import Sets
 
 if TYPE_CHECKING:
     from zwarm.config import Config
@@ -45,12 +45,12 @@ DEFAULT_RANK = RANK_KEYS
 LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}  # a protected path is a path, never pathspec magic
 
 
-def member_of(store: Store, s: Session) -> BestOf | None:
+def member_of(sets: Sets, s: Session) -> BestOf | None:
     """The set ``s`` is an attempt of, if both its meta.json and the set's record say so."""
     if s.attempt is None:
         return None
     try:
-        bo = set_store.read(store.root, s.attempt.set)
+        bo = sets.read(s.attempt.set)
     except ZwarmError:
         return None
     ok = any(m.session == s.id and m.n == s.attempt.n for m in bo.attempts)
@@ -69,11 +69,12 @@ def settle(
 ) -> Evidence | None:
     """Attempt ``s``'s evidence for its turn ``n``: the recorded one, else made now (protected
     paths restored, checks run, written); None when there is no worktree to check any more."""
-    found = set_store.read_evidence(store.root, bo.id, s.id, n)
+    sets = Sets(store.root, environ)
+    found = sets.read_evidence(bo.id, s.id, n)
     if found is not None:
         return found
-    with set_store.settling(store.root, bo.id, s.id):
-        found = set_store.read_evidence(store.root, bo.id, s.id, n)
+    with sets.settling(bo.id, s.id):
+        found = sets.read_evidence(bo.id, s.id, n)
         if found is not None:
             return found
         start = time.monotonic()
@@ -94,7 +95,7 @@ def settle(
             changes=s.changes,
             overhead_s=max(0.0, time.monotonic() - start - spent),
         )
-        set_store.write_evidence(store.root, bo.id, ev)
+        sets.write_evidence(bo.id, ev)
         return ev
 
 
@@ -266,7 +267,7 @@ def after_turn(store: Store, config: Config, environ: Mapping[str, str], sid: st
     line on the supervisor's log, and ``compare`` settles it again."""
     try:
         s = store.load(sid, history=False)
-        bo = member_of(store, s)
+        bo = member_of(Sets(store.root, environ), s)
         t = s.turn(n)
         if bo is None or t is None or t.status in ACTIVE or bo.picked is not None:
             return

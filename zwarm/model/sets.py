@@ -1,6 +1,6 @@
-"""A best-of set's records: ``BestOf`` (``.zwarm/sets/<id>.json``: the task, the base, the
-checks, the protected paths and the attempts) and ``Evidence`` (one per attempt's turn: what
-zwarm's checks found, ``.zwarm/sets/<id>/<session>-<turn>.json``), with
+"""A best-of set's records: ``BestOf`` (the task, the base, the checks, the protected paths and
+the attempts) and ``Evidence`` (one per attempt's turn: what zwarm's checks found), both kept
+where agents cannot write (``zwarm.store.sets``), with
 ``Attempt`` (a session's place in a set, ``Session.attempt``) declared in ``records``.
 
 Owns the schema of both files and their bounds; every reader decodes through it, so a file
@@ -55,6 +55,7 @@ class BestOf(Struct, forbid_unknown_fields=True):
 
     schema_version: Literal[1]
     id: SetId
+    state_dir: AbsPath  # the state dir it belongs to (its real path)
     task: Annotated[str, Meta(max_length=4 * 1024 * 1024)]
     created_at: When
     repo: AbsPath  # the repository every attempt's worktree belongs to

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from zwarm.engine.bestof import Standing
     from zwarm.model.requests import MessageRequest, SpawnRequest
     from zwarm.model.sets import BestOf, Member
+    from zwarm.store.sets import Sets
 
 SET_FIELDS = ("agents", "models", "check", "check_timeout", "protect", "set_budget")
 
@@ -75,6 +76,7 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
     from zwarm.ops import checks, starting
     from zwarm.store import sets as set_store
 
+    sets = set_store.Sets(api.store.root, api.env.environ)
     n = req.best_of
     assert n is not None
     checks.request(req)
@@ -104,6 +106,7 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
     bo = BestOf(
         schema_version=1,
         id=set_store.new_id(),
+        state_dir=os.path.realpath(api.store.root),
         task=req.task,
         created_at=api.env.now_iso(),
         repo=str(found.repo),
@@ -118,7 +121,7 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
         picked=None,
         picked_at=None,
     )
-    set_store.create(api.store.root, bo)
+    sets.create(bo)
     clear = {f: () for f in ("agents", "models", "check", "protect")}
     for k, (adapter, model) in enumerate(routes, 1):
         sub = structs.replace(
@@ -130,7 +133,7 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
         except ZwarmError as e:
             raise type(e)(f"set {bo.id}: attempt {k} did not start: {e}") from None
         member = Member(n=k, session=s.id, adapter=s.adapter, model=s.model)
-        set_store.update(api.store.root, bo.id, _add(member))
+        sets.update(bo.id, _add(member))
     return view(api, bo.id, settle=False)
 
 
@@ -149,18 +152,23 @@ def _check_plan(api: Zwarm, repo: Path) -> bool:
     return bool(sbx.check_plan(api.config, repo))
 
 
-def load(api: Zwarm, ref: str) -> BestOf:
-    from zwarm.store import sets as set_store
+def _sets(api: Zwarm) -> Sets:
+    from zwarm.store.sets import Sets
 
-    return set_store.read(api.store.root, set_store.resolve(api.store.root, ref))
+    return Sets(api.store.root, api.env.environ)
+
+
+def load(api: Zwarm, ref: str) -> BestOf:
+    sets = _sets(api)
+    return sets.read(sets.resolve(ref))
 
 
 def standings(api: Zwarm, bo: BestOf, settle: bool = True) -> list[Standing]:
     """Each attempt's standing; with ``settle``, an ended attempt's missing evidence is made
     now (its supervisor died before, or was interrupted)."""
     from zwarm.engine import bestof
-    from zwarm.store import sets as set_store
 
+    sets = _sets(api)
     out = []
     for m in bo.attempts:
         try:
@@ -171,7 +179,7 @@ def standings(api: Zwarm, bo: BestOf, settle: bool = True) -> list[Standing]:
         if s is not None and s.id == m.session:
             n = bestof.last_turn(s)
             if n is not None:
-                ev = set_store.read_evidence(api.store.root, bo.id, s.id, n)
+                ev = sets.read_evidence(bo.id, s.id, n)
                 if ev is None and settle and bo.picked is None:
                     ev = bestof.settle(api.store, api.config, api.env.environ, bo, s, n)
         out.append(bestof.standing(bo, m.n, s, ev))
@@ -249,8 +257,6 @@ def pick(
 ) -> dict[str, Any]:
     """Merge the top-ranked attempt (or ``attempt``) like ``zwarm merge``; then remove the
     other attempts' worktrees (their branches and snapshots stay until ``rm``)."""
-    from zwarm.store import sets as set_store
-
     v = view(api, ref)
     if v["picked"] is not None:
         raise InvalidInput(f"set {v['set']}: attempt {v['picked']} was picked already")
@@ -274,7 +280,7 @@ def pick(
         if chosen is None:
             raise InvalidInput(f"set {v['set']} has no attempt {attempt} (1 to {len(rows)})")
     merged = api.merge(chosen["session"], into=into, squash=squash, message=message)
-    set_store.update(api.store.root, v["set"], lambda b: _picked(b, chosen["attempt"], api))
+    _sets(api).update(v["set"], lambda b: _picked(b, chosen["attempt"], api))
     removed, kept = [], []
     for r in rows:
         if r["attempt"] == chosen["attempt"]:
