@@ -137,7 +137,6 @@ def run_checks(config: Config, bo: BestOf, cwd: Path, environ: Mapping[str, str]
     refusal (the sandbox gone and no opt-in) is a failed check saying why."""
     if not bo.checks:
         return []
-    from zwarm.env.children import for_children
     from zwarm.sandbox import run as sbx  # type: ignore[attr-defined,unused-ignore]
 
     try:
@@ -146,7 +145,8 @@ def run_checks(config: Config, bo: BestOf, cwd: Path, environ: Mapping[str, str]
             cwd,
             config=config,
             timeout_s=bo.check_timeout_s,
-            env=for_children(environ),
+            env=sbx.allowed_env(environ),
+            repo=Path(bo.repo),
         )
     except ZwarmError as e:
         return [CheckRun(c, None, 0.0, False, f"not run: {e}", False) for c in bo.checks]
