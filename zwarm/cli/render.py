@@ -475,6 +475,8 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
 def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
     """Its group, priority, budget and what it runs after; why it waits, if it does."""
     parts = []
+    if d.get("set"):
+        parts.append(f"attempt {d.get('attempt')} of best-of {esc(d['set'], False)}")
     if d.get("group"):
         parts.append(f"group {esc(d['group'], False)}")
     if d.get("priority"):
