@@ -3,8 +3,8 @@
 A facade: it holds the state dir (``store``), the config and the session managers, and hands
 each operation to its module in ``zwarm.ops``: starting (what ``spawn`` settles before the
 engine makes the session), checks (what a new turn is refused for), listing, reading,
-following, waiting, removal, review; each is given this ``Zwarm``. The session row contract
-is ``zwarm.model.rows``'s (``row``, re-exported here).
+following, waiting, removal, review, bestof (best-of sets); each is given this ``Zwarm``.
+The session row contract is ``zwarm.model.rows``'s (``row``, re-exported here).
 Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per

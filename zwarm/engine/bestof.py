@@ -24,9 +24,10 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from zwarm.engine import git
 from zwarm.engine import workspace as ws_mod
@@ -170,8 +171,7 @@ def _now() -> str:
 
 
 # ---------------------------------------------------------------------------- ranking
-@dataclass
-class Standing:
+class Standing(msgspec.Struct):
     """One attempt as the ranking sees it."""
 
     n: int
@@ -182,7 +182,7 @@ class Standing:
     evidence: Evidence | None
     pending: bool  # its turn still runs (or waits): no evidence yet
     passed: bool
-    flags: list[str] = field(default_factory=list)
+    flags: list[str] = msgspec.field(default_factory=list)
     files: int = 0
     lines: int = 0
     cost_usd: float | None = None

@@ -12,11 +12,13 @@ lost if this process dies), waits for it (enforcing the turn's timeout), kills w
 agent left behind, then records the outcome and starts the next queued message. Around each
 agent run the engine prepares the session's workspace (``manager.prepare_turn``: a new
 worktree's setup, the snapshot before) and records the snapshot after
-(``manager.finish_turn``). When the session has ended, its hooks are started detached
-(``runtime.hooks``), never waited for. While an agent runs, a watch (``runtime.watch``) marks
-the turn stalled and enforces the session's budget. A turn parked on a usage or rate limit
-keeps its supervisor, which waits for the turn's time; at the end a scheduler pass
-(``engine.scheduler``) starts what may start.
+(``manager.finish_turn``). A best-of attempt's turn, once recorded, is settled before the next
+queued turn's agent starts (``engine.bestof.after_turn``: its protected paths restored, zwarm's
+checks run in its worktree, the evidence written once). When the session has ended, its hooks
+are started detached (``runtime.hooks``), never waited for. While an agent runs, a watch
+(``runtime.watch``) marks the turn stalled and enforces the session's budget. A turn parked on
+a usage or rate limit keeps its supervisor, which waits for the turn's time; at the end a
+scheduler pass (``engine.scheduler``) starts what may start.
 Must stay true:
 - it reads its turn under the session lock (its starter holds the lock until that turn is
   saved) and runs it only if the turn names it as supervisor and is running (a turn still
