@@ -31,6 +31,7 @@ NAMES = {
     "best_of",
     "compare",
     "pick",
+    "merge_queue",
 }
 
 

@@ -53,6 +53,8 @@ LAZY_COMMANDS = {
     ),
     "trust": ("zwarm.cli.trust", "trust_command", "Review and trust this state dir's config."),
     "resume": ("zwarm.cli.fleet", "resume_command", "Resume a parked session now."),
+    "accounts": ("zwarm.cli.fleet", "accounts_command", "Each agent account's state now."),
+    "usage": ("zwarm.cli.fleet", "usage_command", "Tokens and cost of the recorded turns."),
     "retry": ("zwarm.cli.fleet", "retry_command", "Run a failed or killed last turn again."),
     "top": ("zwarm.cli.live", "top_command", "A live table of sessions and what each does now."),
     "diff": ("zwarm.cli.review", "diff_command", "What a session (or one turn) changed."),
@@ -61,6 +63,11 @@ LAZY_COMMANDS = {
     "compare": ("zwarm.cli.bestof", "compare_command", "A best-of set's attempts, ranked."),
     "pick": ("zwarm.cli.bestof", "pick_command", "Merge the winner of a best-of set."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
+    "merges": (
+        "zwarm.cli.mergeq",
+        "merges_group",
+        "The merge queue: list, run, remove, pause, resume.",
+    ),
     "sandbox": (
         "zwarm.cli.sandbox",
         "sandbox_group",

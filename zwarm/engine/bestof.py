@@ -14,10 +14,9 @@ Owns what an attempt's evidence is made of and the ranking's order. Must stay tr
   ends, else ``compare``/``pick``), never recorded twice;
 - the ranking is a pure function of the records (documented in docs/workspaces.md): all
   checks pass, then not flagged, then fewer changed lines, then lower cost, then shorter
-  time; attempts still running come last.
+  time; attempts still running come last;
+- like every module that defines a Struct, no postponed annotations (``Standing``).
 """
-
-from __future__ import annotations
 
 import math
 import os
@@ -66,7 +65,7 @@ def last_turn(s: Session) -> int | None:
 
 
 def settle(
-    store: Store, config: Config, environ: Mapping[str, str], bo: BestOf, s: Session, n: int
+    store: "Store", config: "Config", environ: Mapping[str, str], bo: BestOf, s: Session, n: int
 ) -> Evidence | None:
     """Attempt ``s``'s evidence for its turn ``n``: the recorded one, else made now (protected
     paths restored, checks run, written); None when there is no worktree to check any more."""
@@ -133,12 +132,14 @@ def restore(
     return changed
 
 
-def run_checks(config: Config, bo: BestOf, cwd: Path, environ: Mapping[str, str]) -> list[CheckRun]:
+def run_checks(
+    config: "Config", bo: BestOf, cwd: Path, environ: Mapping[str, str]
+) -> list[CheckRun]:
     """The set's checks run at the top of the attempt's worktree (``zwarm.sandbox.run``); a
     refusal (the sandbox gone and no opt-in) is a failed check saying why."""
     if not bo.checks:
         return []
-    from zwarm.sandbox import run as sbx  # type: ignore[attr-defined,unused-ignore]
+    from zwarm.sandbox import run as sbx
 
     try:
         results = sbx.run_checks(
@@ -261,7 +262,9 @@ def _wall(s: Session) -> float:
     return total
 
 
-def after_turn(store: Store, config: Config, environ: Mapping[str, str], sid: str, n: int) -> None:
+def after_turn(
+    store: "Store", config: "Config", environ: Mapping[str, str], sid: str, n: int
+) -> None:
     """The supervisor's side: once turn ``n`` of ``sid`` is recorded (before a queued turn's
     agent starts), settle it if ``sid`` is an attempt of a set. Best effort: a failure is one
     line on the supervisor's log, and ``compare`` settles it again."""

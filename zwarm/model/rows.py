@@ -84,6 +84,7 @@ class Row(Struct, forbid_unknown_fields=True):
     priority: Priority
     set: Annotated[str, Meta(pattern=SET_ID)] | None
     attempt: AttemptNo | None
+    account: _Name | None
     after: Annotated[list[SessionId], Meta(max_length=100)]
     max_cost_usd: Money | None
     max_tokens: Count | None
@@ -213,6 +214,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "priority": s.priority,
         "set": s.attempt.set if s.attempt else None,
         "attempt": s.attempt.n if s.attempt else None,
+        "account": s.account,
         "after": list(s.after),
         "max_cost_usd": s.max_cost_usd,
         "max_tokens": s.max_tokens,
@@ -297,6 +299,7 @@ def _fleet_row(m: dict[str, Any], turns: list[Any]) -> dict[str, Any]:
         "priority": m.get("priority") or 0,
         "set": (m.get("attempt") or {}).get("set"),
         "attempt": (m.get("attempt") or {}).get("n"),
+        "account": m.get("account"),
         "after": list(m.get("after") or []),
         "max_cost_usd": m.get("max_cost_usd"),
         "max_tokens": m.get("max_tokens"),

@@ -147,7 +147,7 @@ def _add(member: Member) -> Callable[[BestOf], None]:
 def _check_plan(api: Zwarm, repo: Path) -> bool:
     """Where the checks will run: True sandboxed, False unsandboxed as the user opted in;
     ``ChecksRefused`` (one line, how to opt in) otherwise."""
-    from zwarm.sandbox import run as sbx  # type: ignore[attr-defined,unused-ignore]
+    from zwarm.sandbox import run as sbx
 
     return bool(sbx.check_plan(api.config, repo))
 

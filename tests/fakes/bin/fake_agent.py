@@ -21,6 +21,8 @@ Installed on PATH as ``codex`` and ``claude`` (symlinks to this file). Controlle
   FAKE_RECORD directory, if set.
 - {MODEL} in FAKE_SHELL(_N) and FAKE_REPLAY is replaced by the model its argv names
   (``--model M``; empty if none): how one setting makes attempts of a best-of set differ.
+- FAKE_ALLOC_MB: after FAKE_SHELL, the agent itself allocates (and touches) this many MiB;
+  it writes "allocated" to alloc.txt in its working directory if it could, else exits 4.
 """
 
 import json
@@ -74,6 +76,21 @@ def _shell(argv):
         subprocess.run(["/bin/sh", "-c", cmd], stdout=sys.stderr, check=False)
 
 
+def _alloc():
+    mib = int(os.environ.get("FAKE_ALLOC_MB") or 0)
+    if not mib:
+        return
+    try:
+        block = bytearray(mib << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+    except MemoryError:
+        sys.stderr.write("fake agent: MemoryError\n")
+        sys.exit(4)
+    with open("alloc.txt", "w") as f:
+        f.write("allocated\n")
+
+
 def main():
     argv = sys.argv
     prompt = sys.stdin.buffer.read()
@@ -93,6 +110,7 @@ def main():
     while os.environ.get("FAKE_WAIT_FILE") and not os.path.exists(os.environ["FAKE_WAIT_FILE"]):
         time.sleep(0.02)
     _shell(argv)
+    _alloc()
     children = os.environ.get("FAKE_CHILDREN")
     if children == "1":
         subprocess.Popen(["/bin/sh", "-c", trap + "sleep 300 & sleep 301 & wait"])
