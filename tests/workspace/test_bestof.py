@@ -9,6 +9,7 @@ model its own change and ``replays`` its own answer and usage.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,107 @@ def test_the_tools_start_compare_and_pick_a_set(zw: ZW, calc: Repo) -> None:
     assert picked["ok"] and picked["picked"] == 2, picked
     bad = tb.dispatch("compare", {"set_id": "set-zz"})
     assert not bad["ok"] and "not a set id" in bad["error"]
+
+
+# ---------------------------------------------------------------------------- checks
+UNSANDBOXED = "[checks]\nunsandboxed = true\n"
+
+
+def test_checks_decide_the_ranking_and_pick_keeps_the_correct_small_one(zw: ZW, calc: Repo) -> None:
+    """One correct, one breaking the test, one correct with a larger diff, one over budget,
+    one deleting the failing test and claiming success: the correct small one wins."""
+    from tests.support.fleet import configure
+
+    configure(zw, UNSANDBOXED)
+    models = ["breaks", "bigger", "cheat", "budget", "correct"]
+    set_id = start(zw, calc, models, "--check", CHECK, "--protect", "tests", "--max-tokens", "5000")
+    view = settled(zw, set_id)
+    att = by_attempt(view)
+    order = [a["model"] for a in view["attempts"]]  # type: ignore[index,union-attr]
+    assert order[:2] == ["correct", "bigger"], order
+    assert [att[k]["passed"] for k in (1, 2, 3, 4, 5)] == [False, True, False, False, True]
+    assert (
+        att[1]["checks"][0]["exit_code"] == 1
+        and "add is wrong" in att[1]["checks"][0]["output_tail"]
+    )
+    assert att[3]["claim"] == "All tests pass." and att[3]["checks"][0]["exit_code"] == 1
+    assert "changed protected paths" in att[3]["flags"][0]  # and its test came back: it fails
+    assert att[4]["status"] == "failed" and att[4]["checks"][0]["passed"]  # passes, over budget
+    assert not view["checks_sandboxed"] and not att[5]["checks"][0]["sandboxed"]
+    table = zw.run("compare", set_id, check=True).stdout
+    assert "✗" in table and "✓" in table and "unsandboxed" in table
+    res = zw.json("pick", set_id)
+    assert res["picked"] == 5
+    assert (calc.path / "src" / "calc.py").read_text() == BUG.replace("a - b", "a + b")
+    assert (calc.path / "tests" / "test_calc.py").read_text() == TEST
+
+
+def test_a_hanging_check_is_killed_at_its_timeout_and_counts_as_failed(zw: ZW, calc: Repo) -> None:
+    from tests.support.fleet import configure
+
+    configure(zw, UNSANDBOXED)
+    set_id = start(zw, calc, ["correct"], "--check", "sleep 300", "--check-timeout", "1")
+    began = time.monotonic()
+    view = settled(zw, set_id)
+    check = by_attempt(view)[1]["checks"][0]
+    assert check["timed_out"] and not check["passed"] and check["exit_code"] is None
+    assert 1 <= check["duration_s"] < 30 and time.monotonic() - began < 60
+    assert "no attempt passes" in zw.run("pick", set_id).stderr
+
+
+def test_checks_without_a_sandbox_or_an_opt_in_are_refused_before_anything_starts(
+    zw: ZW, calc: Repo
+) -> None:
+    from tests.support.fleet import configure
+
+    configure(zw, '[sandbox]\nmode = "off"\n')
+    res = zw.run("spawn", "t", "-C", str(calc.path), "--best-of", "2", "--check", CHECK)
+    assert res.returncode == 1 and res.stderr.startswith("Error: checks run code the agents")
+    assert "[checks] unsandboxed = true" in res.stderr and res.stderr.count("\n") == 1
+    sessions = zw.state_dir / "sessions"
+    assert zw.calls() == 0 and (not sessions.exists() or not list(sessions.iterdir()))
+    assert calc.worktrees() == [str(calc.path)]
+
+
+def test_checks_run_sandboxed_where_the_sandbox_holds(zw: ZW, calc: Repo) -> None:
+    from tests.support.fleet import configure
+
+    configure(zw, '[sandbox]\nmode = "bwrap"\n')
+    models = ["correct"]
+    env = {"FAKE_SHELL": shell_for(models), "FAKE_REPLAY": replays(zw.tmp, models)}
+    check = "grep -q 'a + b' src/calc.py"  # no interpreter: the sandbox hides the home
+    res = zw.run("spawn", "fix add", "-C", str(calc.path), "--best-of", "1", "--models",
+                 "correct", "--check", check, "--sandbox", "off", env_extra=env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "checks run sandboxed" in res.stderr
+    view = settled(zw, res.stdout.strip())
+    check = by_attempt(view)[1]["checks"][0]
+    assert check["sandboxed"] and check["passed"], check
+
+
+def test_a_settle_interrupted_is_run_again_and_recorded_once(zw: ZW, calc: Repo) -> None:
+    """The supervisor killed while its checks run: the evidence is not there; compare runs
+    them again, whole, and writes them once."""
+    from tests.support.fleet import configure
+
+    configure(zw, UNSANDBOXED)
+    gate = zw.tmp / "gate"
+    marks = zw.tmp / "marks"
+    marks.mkdir()
+    slow = f"touch {marks}/$$; while [ ! -e {gate} ]; do sleep 0.05; done; {CHECK}"
+    set_id = start(zw, calc, ["correct"], "--check", slow)
+    wait_until(lambda: list(marks.iterdir()))  # the supervisor's check runs
+    sid = next(r["id"] for r in zw.json("ls") if r["set"] == set_id)
+    sup = zw.meta(sid)["turns"][0]["supervisor"]["pid"]
+    import os
+    import signal
+
+    os.kill(sup, signal.SIGKILL)
+    gate.touch()
+    view = settled(zw, set_id)
+    assert by_attempt(view)[1]["passed"]
+    assert len(list(marks.iterdir())) == 2  # run again, whole
+    folder = zw.tmp / "xdg-state" / "zwarm" / "sets" / set_id
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(sid + "-")) == [
+        f"{sid}-1.json"
+    ]
