@@ -95,6 +95,8 @@ def test_mismatched_agents_and_models_are_one_line_and_start_nothing(zw: ZW, cal
     )
     res = zw.run("spawn", "t", "-C", str(calc.path), "--check", "true")
     assert res.returncode == 1 and "--check belongs to a best-of set" in res.stderr
+    res = zw.run("spawn", "t", "-C", str(calc.path), "--best-of", "2", "--protect", "./")
+    assert res.returncode == 1 and "--protect . would restore the whole tree" in res.stderr
 
 
 def test_attempts_run_round_robin_in_their_own_worktrees_from_one_base(zw: ZW, calc: Repo) -> None:

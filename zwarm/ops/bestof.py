@@ -97,7 +97,17 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
     if found is None:
         raise InvalidInput(f"--best-of needs a git repository: {workdir} is not in one")
     base = git.resolve_commit(req.base or "HEAD", found.tree, api.env.environ)
+    protect = [os.path.normpath(p) for p in req.protect]
+    if "." in protect:
+        raise InvalidInput(
+            "--protect . would restore the whole tree from the base: name paths in it"
+        )
     sandboxed = _check_plan(api, found.repo) if req.check else True
+    if req.check and not protect:
+        api.warn(
+            "the checks read files the agents can change (tests, their config): name them "
+            "with --protect, or an attempt can pass by editing them"
+        )
     share = req.set_budget / n if req.set_budget is not None else None
     budget = (
         min(x for x in (share, req.max_cost) if x is not None) if share or req.max_cost else None
@@ -114,7 +124,7 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
         size=n,
         checks=list(req.check),
         check_timeout_s=req.check_timeout or DEFAULT_CHECK_TIMEOUT_S,
-        protect=[os.path.normpath(p) for p in req.protect],
+        protect=protect,
         sandboxed=sandboxed,
         budget_usd=req.set_budget,
         attempts=[],
