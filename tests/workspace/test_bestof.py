@@ -97,6 +97,8 @@ def test_mismatched_agents_and_models_are_one_line_and_start_nothing(zw: ZW, cal
     assert res.returncode == 1 and "--check belongs to a best-of set" in res.stderr
     res = zw.run("spawn", "t", "-C", str(calc.path), "--best-of", "2", "--protect", "./")
     assert res.returncode == 1 and "--protect . would restore the whole tree" in res.stderr
+    res = zw.run("spawn", "t", "-C", str(calc.path), "--name", "set-abcd")
+    assert res.returncode == 1 and "looks like a best-of set's id" in res.stderr  # inject SET
 
 
 def test_attempts_run_round_robin_in_their_own_worktrees_from_one_base(zw: ZW, calc: Repo) -> None:
