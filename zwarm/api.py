@@ -250,12 +250,17 @@ class Zwarm:
         into: str | None = None,
         squash: bool = False,
         message: str | None = None,
+        judge: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Merge a set's top-ranked attempt (or ``attempt``) as ``merge`` does; the other
-        attempts' worktrees are removed, their branches and snapshots kept until ``rm``."""
+        attempts' worktrees are removed, their branches and snapshots kept until ``rm``.
+        ``judge`` (``model``, ``attempt``, ``reason``): an LLM's tie-break, taken only among
+        the attempts tied on the evidence, and recorded (``orchestrator.judge``)."""
         from zwarm.ops import bestof
 
-        return bestof.pick(self, ref, attempt, into=into, squash=squash, message=message)
+        return bestof.pick(
+            self, ref, attempt, into=into, squash=squash, message=message, judge=judge
+        )
 
     def inject_set(
         self, ref: str, request: MessageRequest | str, /, **options: Any

@@ -31,6 +31,7 @@ SHELLS = {
     "budget": FIX,
     "cheat": "rm tests/test_calc.py; echo 'assert True' > tests/conftest.py",
     "hang": FIX,
+    "swapped": "sed -i 's/a - b/b + a/' src/calc.py",
 }
 
 
@@ -342,3 +343,34 @@ def test_a_settle_interrupted_is_run_again_and_recorded_once(zw: ZW, calc: Repo)
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(sid + "-")) == [
         f"{sid}-1.json"
     ]
+
+
+def test_a_judge_breaks_a_tie_on_the_evidence_and_never_overrides_it(zw: ZW, calc: Repo) -> None:
+    """Two attempts pass and change as many lines: --judge asks the orchestrator's endpoint,
+    which sees both diffs, and its choice is merged and recorded; a choice outside the tie
+    (here the failing attempt) is refused and nothing is merged."""
+    from tests.fakes.chat_server import ChatReply, FakeChatServer
+    from tests.support.fleet import configure
+
+    configure(zw, UNSANDBOXED)
+    models = ["correct", "swapped", "breaks"]
+    set_id = start(zw, calc, models, "--check", CHECK, "--protect", "tests")
+    view = settled(zw, set_id)
+    assert sorted(view["ties"]) == [1, 2]  # type: ignore[call-overload]
+    judged = '{"attempt": 3, "reason": "it is shortest"}'
+    chosen = 'Here: {"attempt": 2, "reason": "b + a reads as the spec"}'
+    with FakeChatServer([ChatReply(content=judged), ChatReply(content=chosen)]) as srv:
+        env = {"ZWARM_ORCH_BASE_URL": srv.base_url, "OPENAI_API_KEY": "sk-fake-judge-key",
+               "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}  # fmt: skip
+        res = zw.run("pick", set_id, "--judge", "judge-model", env_extra=env)
+        assert res.returncode == 1 and "named no tied attempt" in res.stderr, res.stderr
+        assert (calc.path / "src" / "calc.py").read_text() == BUG  # nothing merged
+        res = zw.run("pick", set_id, "--judge", "judge-model", "--json", env_extra=env)
+        assert res.returncode == 0, res.stderr
+        sent = json.dumps(srv.requests[-1].body["messages"])
+    assert json.loads(res.stdout)["picked"] == 2
+    assert "+    return b + a" in sent and "+    return a + b" in sent and "a * b" not in sent
+    assert (calc.path / "src" / "calc.py").read_text() == BUG.replace("a - b", "b + a")
+    judge = zw.json("compare", set_id)["judge"]
+    assert (judge["model"], judge["attempt"], sorted(judge["among"])) == ("judge-model", 2, [1, 2])
+    assert judge["reason"] == "b + a reads as the spec"

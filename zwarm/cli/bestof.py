@@ -102,11 +102,12 @@ def _table(v: dict[str, Any]) -> None:
 )
 @click.option("--squash", is_flag=True, help="Squash the attempt's branch into one commit.")
 @click.option("--message", "-m", metavar="M", help="The merge (or squash) commit's message.")
+@click.option("--judge", metavar="MODEL", help="Break a tie on the evidence with this model.")
 @json_option
 @click.pass_context
 def pick_command(
     ctx: click.Context, set_ref: str, attempt: int | None, into: str | None, squash: bool,
-    message: str | None, as_json: bool,
+    message: str | None, judge: str | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Merge the winner of best-of SET: the top-ranked attempt, or ATTEMPT.
 
@@ -116,11 +117,29 @@ def pick_command(
     their branches and snapshots stay (zwarm diff works) until zwarm rm.
 
     \b
+    With --judge MODEL, when attempts tie on the evidence (all pass, none flagged, changed
+    lines within 10% of the best's), MODEL reads their diffs and chooses among them, through
+    the orchestrator's endpoint ([orchestrator] base_url and key); its reason is recorded
+    with the set (compare --json: judge). It never overrides the evidence.
+
+    \b
     Examples:
       zwarm pick set-3f2a9b1c
       zwarm pick set-3f2a 2 --squash -m "Add rate limiting"
+      zwarm pick set-3f2a --judge gpt-5
     """
-    res = get_api(ctx).pick(set_ref, attempt, into=into, squash=squash, message=message)
+    api = get_api(ctx)
+    verdict = None
+    if judge is not None:
+        if attempt is not None:
+            raise click.UsageError("--judge chooses the attempt: do not name one")
+        from zwarm.orchestrator.judge import decide
+
+        verdict = decide(api, set_ref, judge)
+        if verdict is not None and not as_json:
+            click.echo(f"judge {judge} chose attempt {verdict['attempt']} among "
+                       f"{', '.join(map(str, verdict['among']))}: {verdict['reason']}")  # fmt: skip
+    res = api.pick(set_ref, attempt, into=into, squash=squash, message=message, judge=verdict)
     if as_json:
         from zwarm.cli.output import emit_json
 

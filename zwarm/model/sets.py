@@ -50,6 +50,17 @@ class Member(Struct, forbid_unknown_fields=True):
     model: _Short | None
 
 
+class Judgement(Struct, forbid_unknown_fields=True):
+    """An LLM's tie-break among attempts whose evidence was equal within the tolerance
+    (``pick --judge``): which model, among which attempts, whom it chose and why."""
+
+    model: _Short
+    among: Annotated[list[AttemptNo], Meta(max_length=MAX_ATTEMPTS)]
+    attempt: AttemptNo
+    reason: Annotated[str, Meta(max_length=8000)]
+    at: When
+
+
 class BestOf(Struct, forbid_unknown_fields=True):
     """A best-of set (``zwarm spawn --best-of N``)."""
 
@@ -69,6 +80,7 @@ class BestOf(Struct, forbid_unknown_fields=True):
     attempts: Annotated[list[Member], Meta(max_length=MAX_ATTEMPTS)]
     picked: AttemptNo | None
     picked_at: When | None
+    judge: Judgement | None  # the tie-break that chose the picked attempt, if one did
 
 
 class CheckRun(Struct, forbid_unknown_fields=True):

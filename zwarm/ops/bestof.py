@@ -17,10 +17,11 @@ show. Must stay true:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from msgspec import structs
 
 from zwarm.errors import InvalidInput, ZwarmError
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from zwarm.api import Zwarm
     from zwarm.engine.bestof import Standing
     from zwarm.model.requests import MessageRequest, SpawnRequest
-    from zwarm.model.sets import BestOf, Member
+    from zwarm.model.sets import BestOf, Judgement, Member
     from zwarm.store.sets import Sets
 
 SET_FIELDS = ("agents", "models", "check", "check_timeout", "protect", "set_budget")
@@ -130,6 +131,7 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
         attempts=[],
         picked=None,
         picked_at=None,
+        judge=None,
     )
     sets.create(bo)
     clear = {f: () for f in ("agents", "models", "check", "protect")}
@@ -217,8 +219,28 @@ def view(api: Zwarm, ref: str, rank: str | None = None, settle: bool = True) -> 
         "budget_usd": bo.budget_usd,
         "rank": list(order),
         "picked": bo.picked,
+        "judge": msgspec.to_builtins(bo.judge) if bo.judge is not None else None,
+        "ties": ties(ranked),
         "attempts": [_attempt(st, place) for place, st in enumerate(ranked, 1)],
     }
+
+
+TIE_LINES = 0.10  # attempts whose changed lines are within 10% of the best's tie with it
+
+
+def ties(ranked: Sequence[Standing]) -> list[int]:
+    """The attempts whose evidence equals the top-ranked one's within the tolerance: all
+    passed (the same checks pass), none flagged, changed lines within ``TIE_LINES`` of the
+    top's; empty unless there are two or more (a judge has nothing to break otherwise)."""
+    if not ranked or not ranked[0].passed or ranked[0].flags:
+        return []
+    top = ranked[0].lines
+    tied = [
+        st.n
+        for st in ranked
+        if st.passed and not st.flags and abs(st.lines - top) <= TIE_LINES * max(top, 1)
+    ]
+    return tied if len(tied) > 1 else []
 
 
 def _attempt(st: Standing, place: int) -> dict[str, Any]:
@@ -264,10 +286,17 @@ def pick(
     into: str | None = None,
     squash: bool = False,
     message: str | None = None,
+    judge: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Merge the top-ranked attempt (or ``attempt``) like ``zwarm merge``; then remove the
-    other attempts' worktrees (their branches and snapshots stay until ``rm``)."""
+    other attempts' worktrees (their branches and snapshots stay until ``rm``). ``judge``
+    (``model``, ``attempt``, ``reason``): an LLM's tie-break, taken only for an attempt tied
+    with the best on the evidence, and recorded with the set."""
     v = view(api, ref)
+    verdict = None
+    if judge is not None:
+        verdict = _verdict(api, v, judge)
+        attempt = verdict.attempt
     if v["picked"] is not None:
         raise InvalidInput(f"set {v['set']}: attempt {v['picked']} was picked already")
     rows = v["attempts"]
@@ -290,7 +319,7 @@ def pick(
         if chosen is None:
             raise InvalidInput(f"set {v['set']} has no attempt {attempt} (1 to {len(rows)})")
     merged = api.merge(chosen["session"], into=into, squash=squash, message=message)
-    _sets(api).update(v["set"], lambda b: _picked(b, chosen["attempt"], api))
+    _sets(api).update(v["set"], lambda b: _picked(b, chosen["attempt"], api, verdict))
     removed, kept = [], []
     for r in rows:
         if r["attempt"] == chosen["attempt"]:
@@ -312,8 +341,28 @@ def pick(
     }
 
 
-def _picked(b: BestOf, n: int, api: Zwarm) -> None:
-    b.picked, b.picked_at = n, api.env.now_iso()
+def _picked(b: BestOf, n: int, api: Zwarm, verdict: Judgement | None) -> None:
+    b.picked, b.picked_at, b.judge = n, api.env.now_iso(), verdict
+
+
+def _verdict(api: Zwarm, v: dict[str, Any], judge: dict[str, Any]) -> Judgement:
+    """The judge's choice, if it names an attempt tied with the best (it never overrides the
+    evidence: a failing check, a flag, a larger change)."""
+    from zwarm.model.sets import Judgement
+
+    tied = v["ties"]
+    n = judge.get("attempt")
+    if not tied:
+        raise InvalidInput(
+            f"set {v['set']}: no attempts are tied on the evidence: nothing to judge"
+        )
+    if not isinstance(n, int) or isinstance(n, bool) or n not in tied:
+        raise InvalidInput(
+            f"set {v['set']}: the judge chose attempt {n!r}, which is not among the tied "
+            f"attempts ({_few(tied)}): nothing merged"
+        )
+    reason = str(judge.get("reason") or "")[:8000]
+    return Judgement(str(judge["model"])[:200], list(tied), n, reason, api.env.now_iso())
 
 
 def _drop_worktree(api: Zwarm, sid: str) -> bool:
