@@ -643,26 +643,33 @@ class Zwarm:
         no_check: bool = False,
         send: bool = False,
         run: bool = True,
+        depth: int = 1,
     ) -> dict[str, Any]:
         """Queue finished worktree sessions for merging into ``target`` (default: the main
         worktree's branch), in order, each rebased onto the latest target, checked and
         merged mechanically; then (``run``) process the queue now unless a run already does.
         The checks: ``checks``, else ``[merge] check``; none is refused unless
-        ``no_check``. ``send``: an ejected session gets its comment as its next turn. What
+        ``no_check``. ``send``: an ejected session gets its comment as its next turn; ``depth``:
+        entries tested at once, each stacked on the one before (speculative). What
         best-of's ``pick`` calls to queue its winner (``ops.mergeq``)."""
         from zwarm.ops import mergeq
 
         return mergeq.enqueue(self, refs, target=target, priority=priority, checks=checks or (),
-                              no_check=no_check, send=send, run=run)  # fmt: skip
+                              no_check=no_check, send=send, run=run, depth=depth)  # fmt: skip
 
     def run_merge_queues(
-        self, target: str | None = None, *, checks: list[str] | None = None, no_check: bool = False
+        self,
+        target: str | None = None,
+        *,
+        checks: list[str] | None = None,
+        no_check: bool = False,
+        depth: int = 1,
     ) -> list[dict[str, Any]]:
         """Process the merge queues (of ``target`` only, if given) to completion; one runner
         per queue: another run of it is waited for (``ops.mergeq``)."""
         from zwarm.ops import mergeq
 
-        return mergeq.run(self, target, checks=checks or (), no_check=no_check)
+        return mergeq.run(self, target, checks=checks or (), no_check=no_check, depth=depth)
 
     def merge_queues(self, target: str | None = None) -> list[dict[str, Any]]:
         """The merge queues of this state dir with their entries (``ops.mergeq``)."""

@@ -8,7 +8,9 @@ Must stay true:
   (``[codex]``, ...) is the agent's ``config_schema()`` (``zwarm.agents``) and each launcher's
   (``[slurm]``) the launcher's ``settings`` (``zwarm.launchers``), a key's rule its
   ``Setting.trust`` (executing unless it says otherwise) and its shape ``Setting.pattern``,
-  added by ``schema()``: nothing here names an agent or a launcher;
+  added by ``schema()``: nothing here names an agent or a launcher; a launcher's family of
+  named tables (``[hosts.NAME]``, ``zwarm.rules.Family``) is one ``FAMILY`` key in its table,
+  each member checked against the family's settings and trusted whole (it executes);
   ``.zwarm.example/config.toml`` documents every key of zwarm and of the agents and launchers
   that ship with it (a test checks they agree);
 - a limit is compared as the engine uses it: 0 = none where it means that, a group's unset
@@ -29,10 +31,22 @@ import msgspec
 
 from zwarm.agents import DEFAULT_AGENT
 from zwarm.errors import ConfigError
-from zwarm.rules import CAP, COUNT, EACH, EXECUTES, FREE, KILL_FIRST, PRICES, SANDBOX, SIZE, Rule
+from zwarm.rules import (
+    CAP,
+    COUNT,
+    EACH,
+    EXECUTES,
+    FREE,
+    KILL_FIRST,
+    PRICES,
+    SANDBOX,
+    SIZE,
+    Rule,
+    type_name,
+)
 
 if TYPE_CHECKING:
-    from zwarm.rules import Setting
+    from zwarm.rules import Family, Setting
     from zwarm.trust import ConfigSource
 
 
@@ -114,12 +128,17 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     },
     # zwarm's own sandbox of each turn (zwarm.sandbox): mode "off" or "bwrap"; ports: loopback
     # ports its agent may reach besides those its *_BASE_URL names; read_only: more paths it
-    # may read; memory, cpus, pids: the turn's limits (zwarm.sandbox.limits; "" or 0 = none).
-    # [sandbox.<agent>]: one agent's own mode and limits (a table per agent: ``schema()``)
+    # may read; hosts: more "host:port" its filtering proxy allows besides the agent's own API
+    # hosts; resolve: host name -> address, used by the proxy instead of DNS (may be a
+    # loopback or private address); memory, cpus, pids: the turn's limits
+    # (zwarm.sandbox.limits; "" or 0 = none). [sandbox.<agent>]: one agent's own mode and
+    # limits (a table per agent: ``schema()``)
     "sandbox": {
         "mode": ((str,), "off", SANDBOX),
         "ports": ((list,), [], EXECUTES),
         "read_only": ((list,), [], EXECUTES),
+        "hosts": ((list,), [], EXECUTES),
+        "resolve": ((dict,), {}, EXECUTES),
         "memory": ((str,), "", SIZE),
         "cpus": ((int, float), 0, CAP),
         "pids": ((int,), 0, CAP),
@@ -168,6 +187,8 @@ CHOICES = {
 
 _PRICE_KEYS = ("input", "cached_input", "output")
 _HOOKS = ("on_finish", "on_fail")
+_HOST_NAME = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})\Z"  # [sandbox] resolve's keys
+_HOST_PORT = r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})\Z"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailing newline
 
 
@@ -237,6 +258,9 @@ class Config(msgspec.Struct, frozen=True):
 
 
 Spec = tuple[tuple[type, ...], Any, Rule]  # (accepted types, default, trust rule)
+# the one key of a family's table ([hosts.NAME]: a launcher's ``Family``): its Spec's default
+# is the ``Family``; each NAME in the file is a member, checked against it
+FAMILY = "*"
 Data = dict[str, dict[str, Any]]  # table -> key -> value
 
 
@@ -253,7 +277,20 @@ def schema() -> dict[str, dict[str, Spec]]:
         out["sandbox"][name] = ((dict,), {}, EACH)  # [sandbox.<agent>]: its own mode, limits
     for name, settings in launchers.tables().items():
         out[name] = {key: (s.types, s.default, s.trust) for key, s in settings.items()}
+    for table, family in launchers.families().items():
+        out.setdefault(table, family_spec(family))
     return out
+
+
+def family_spec(family: "Family") -> dict[str, Spec]:
+    """A family's table in a schema (``schema()``'s value for ``[hosts]``)."""
+    return {FAMILY: ((dict,), family, EXECUTES)}
+
+
+def family(table: str, tables: dict[str, dict[str, Spec]]) -> "Family | None":
+    """The ``Family`` ``table`` is in ``tables``, or None: a table of keys (or none)."""
+    spec = tables.get(table, {}).get(FAMILY)
+    return None if spec is None else spec[1]
 
 
 def _setting(table: str, key: str) -> "Setting | None":
@@ -281,7 +318,9 @@ def defaults() -> Config:
 
 
 def _defaults(tables: dict[str, dict[str, Spec]]) -> dict[str, dict[str, Any]]:
-    return {t: {k: _copy(v[1]) for k, v in keys.items()} for t, keys in tables.items()}
+    return {
+        t: {k: _copy(v[1]) for k, v in keys.items() if k != FAMILY} for t, keys in tables.items()
+    }
 
 
 def _copy(v: Any) -> Any:
@@ -300,7 +339,8 @@ def rule(table: str, key: str, tables: dict[str, dict[str, Spec]] | None = None)
         return CAP
     if table == "accounts":
         return EXECUTES  # its env does; its limits are compared one by one (``changes``)
-    spec = (schema() if tables is None else tables).get(table, {}).get(key)
+    keys = (schema() if tables is None else tables).get(table, {})
+    spec = keys.get(key, keys.get(FAMILY))  # a family's member: the family's rule (executes)
     return EXECUTES if spec is None else spec[2]
 
 
@@ -362,6 +402,11 @@ def changes(
     if table == "accounts":
         return _account_changes(new, old)
     r = rule(table, key, tables)
+    if family(table, tables) is not None:  # a member: trusted whole; one taken out loosens nothing
+        now, was = new[table].get(key), old[table].get(key)
+        return (
+            [] if now is None or _same(key, now, was) else [Change(f"{table}.{key}", was, now, r)]
+        )
     now, was = new[table][key], old[table][key]
     if r.kind == FREE.kind:
         return []
@@ -389,7 +434,8 @@ def all_changes(
     """Every departure of ``new`` from the trusted ``old`` (see ``changes``)."""
     out = changes("groups", "", new, old, tables) + changes("accounts", "", new, old, tables)
     for table, keys in tables.items():
-        out += [c for key in keys for c in changes(table, key, new, old, tables)]
+        names = new[table] if FAMILY in keys else keys  # a family: each member in the file
+        out += [c for key in names for c in changes(table, key, new, old, tables)]
     return out
 
 
@@ -541,7 +587,7 @@ def trusted_data(
         if table not in out or not isinstance(keys, dict):
             continue
         for key, value in keys.items():
-            if table in ("groups", "accounts") or key in tables[table]:
+            if table in ("groups", "accounts") or key in tables[table] or FAMILY in tables[table]:
                 out[table][key] = _check(table, key, value, where, tables)
     return out
 
@@ -584,14 +630,19 @@ class Judge:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def load(path: Path, environ: Mapping[str, str] | None = None) -> Config:
+def load(
+    path: Path,
+    environ: Mapping[str, str] | None = None,
+    tables: dict[str, dict[str, Spec]] | None = None,
+) -> Config:
     """Load and validate ``path``; a missing file gives the defaults (checked against what was
     trusted all the same: a deleted file loosens nothing). ``environ`` locates the trust file
-    (default ``os.environ``); it is read only when a value that is not free is used."""
+    (default ``os.environ``); it is read only when a value that is not free is used.
+    ``tables``: the schema (default ``schema()``)."""
     from zwarm.system.files import read_file
     from zwarm.trust import ConfigSource
 
-    tables = schema()  # once: each agent's table is asked of the agent
+    tables = schema() if tables is None else tables  # once: each agent's table is asked of it
     try:
         raw, _ = read_file(path, MAX_CONFIG_BYTES, follow=True)  # a FIFO: refused, never a hang
     except FileNotFoundError:
@@ -649,14 +700,17 @@ def _check(table: str, key: str, value: Any, where: str, tables: dict[str, dict[
         return _check_group(key, value, where)
     if table == "accounts":
         return _check_accounts(key, value, where)
+    fam = family(table, tables)
+    if fam is not None:
+        return check_member(table, fam, key, value, where)
     spec = tables[table].get(key)
     if spec is None:
         raise ConfigError(where, f"unknown key {key!r} in [{table}]")
     types = spec[0]
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     if not ok:
-        names = " or ".join(_type_name(t) for t in types)
-        raise ConfigError(where, f"{table}.{key} must be {names}, not {_type_name(type(value))}")
+        names = " or ".join(type_name(t) for t in types)
+        raise ConfigError(where, f"{table}.{key} must be {names}, not {type_name(type(value))}")
     choices = _choices(table, key)
     if choices and value not in choices:
         raise ConfigError(where, f"{table}.{key} must be one of {', '.join(choices)}")
@@ -720,23 +774,11 @@ _LAUNCHER_NAME = r"^[a-z][a-z0-9_-]{0,31}\Z"
 
 
 def _check_declared(setting: "Setting | None", value: Any, name: str, where: str) -> None:
-    """A plugin's key with a shape (``Setting.pattern``: a launcher's values go to its
-    commands as they are): a string matches it whole, or each string of a list does; a number
-    is within ``Setting.bounds``."""
-    if setting is None:
-        return
-    if setting.bounds is not None and isinstance(value, (int, float)):
-        low, high = setting.bounds
-        if not low <= value <= high:
-            raise ConfigError(where, f"{name} must be from {low:g} to {high:g}, not {value!r}")
-    if not setting.pattern:
-        return
-    if isinstance(value, str) and not re.match(setting.pattern, value):
-        raise ConfigError(where, f"{name} must be {setting.shape}, not {value!r}")
-    if isinstance(value, list) and not all(
-        isinstance(v, str) and re.match(setting.pattern, v) for v in value
-    ):
-        raise ConfigError(where, f"{name} must be {setting.shape}")
+    """A plugin's key with a shape (``Setting.shape_problem``: a launcher's values go to its
+    commands as they are)."""
+    why = None if setting is None else setting.shape_problem(name, value)
+    if why is not None:
+        raise ConfigError(where, why)
 
 
 def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
@@ -758,9 +800,27 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
 
 
 def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
-    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; ``memory`` a size
-    of at least 1M ("" = none); an agent's table only ``OWN_SANDBOX_KEYS``, each checked as
-    its [sandbox] namesake."""
+    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; ``hosts``
+    ``host:port`` strings; ``resolve`` host names to IP addresses; ``memory`` a size of at
+    least 1M ("" = none); an agent's table only ``OWN_SANDBOX_KEYS``, each checked as its
+    [sandbox] namesake."""
+    import ipaddress
+
+    if key == "hosts":
+        for h in value:
+            m = re.match(_HOST_PORT, h) if isinstance(h, str) else None
+            if m is None or not 0 < int(m[2]) < 65536:
+                raise ConfigError(where, f"{name}: {h!r} must be host:port (api.example.com:443)")
+        return
+    if key == "resolve":
+        for host, addr in value.items():
+            try:
+                ipaddress.ip_address(addr if isinstance(addr, str) else "")
+            except ValueError:
+                raise ConfigError(where, f"{name}.{host} must be an IP address") from None
+            if not re.match(_HOST_NAME, host):
+                raise ConfigError(where, f"{name}: {host!r} is not a host name")
+        return
     if key == "ports" and not all(
         isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in value
     ):
@@ -783,7 +843,7 @@ def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
                 raise ConfigError(where, f"unknown key {k!r} in [{name}] (use {keys})")
             types, _, _ = SCHEMA["sandbox"][k]
             if not isinstance(v, types) or isinstance(v, bool):
-                kinds = " or ".join(_type_name(t) for t in types)
+                kinds = " or ".join(type_name(t) for t in types)
                 raise ConfigError(where, f"{name}.{k} must be {kinds}")
             modes = CHOICES[("sandbox", "mode")]
             if k == "mode" and v not in modes:
@@ -795,6 +855,14 @@ def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
 
 # the keys of an agent's own [sandbox.<agent>]: its mode and limits
 OWN_SANDBOX_KEYS = ("mode", "memory", "cpus", "pids")
+
+
+def check_member(table: str, fam: "Family", name: str, value: Any, where: str) -> dict[str, Any]:
+    """``[table.NAME]``, a member of a launcher's family, checked (``Family.problem``)."""
+    why = fam.problem(table, name, value)
+    if why is not None:
+        raise ConfigError(where, why)
+    return dict(value)
 
 
 # each a limit (CAP): lower is tighter, 0 = none (a budget: [limits]'s)
@@ -877,17 +945,6 @@ def _check_prices(name: str, value: dict[str, Any], where: str) -> None:
         for k in _PRICE_KEYS:
             if not isinstance(p[k], (int, float)) or isinstance(p[k], bool) or p[k] < 0:
                 raise ConfigError(where, f"{name}.{model}.{k} must be a non-negative number")
-
-
-def _type_name(t: type) -> str:
-    return {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        bool: "true/false",
-        list: "an array",
-        dict: "a table",
-    }.get(t, t.__name__)
 
 
 def dumps(config: Config) -> str:

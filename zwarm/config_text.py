@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zwarm.config import Config, schema
+from zwarm.config import FAMILY, Config, schema
 
 HEAD = """\
 # .zwarm/config.toml, written by `zwarm init`: every key zwarm reads, each with what it does.
@@ -93,6 +93,8 @@ DOCS: dict[str, dict[str, str]] = {
         "mode": '"bwrap": each turn in bubblewrap (its worktree writable, its endpoint only).',
         "ports": "More loopback ports its agents may reach (their *_BASE_URL ones always).",
         "read_only": "More absolute paths the agents may read inside the sandbox.",
+        "hosts": 'More "host:port" the sandbox\'s proxy lets the agents reach by name.',
+        "resolve": "Host name -> address for the sandbox's proxy, instead of DNS.",
         "memory": 'Each sandboxed turn\'s memory limit, e.g. "2G" ("" = none).',
         "cpus": "Each sandboxed turn's CPU limit, in CPUs (e.g. 1.5; 0 = none).",
         "pids": "Each sandboxed turn's limit on processes and threads (0 = none).",
@@ -140,14 +142,31 @@ def describe(table: str, key: str) -> str:
     return doc or COMMON_DOCS.get(key) or f"The {table} agent's {key!r} setting."
 
 
-def commented(config: Config) -> str:
-    """``config`` as TOML, each key under a comment saying what it does."""
+def commented(config: Config, tables: dict[str, dict[str, Any]] | None = None) -> str:
+    """``config`` as TOML, each key under a comment saying what it does (``tables``: the
+    schema, default ``schema()``)."""
     parts = [HEAD]
-    for table, keys in schema().items():
+    for table, keys in (schema() if tables is None else tables).items():
         parts.append(f"\n[{table}]\n")
+        if FAMILY in keys:  # a launcher's family of named tables: an example, then the members
+            parts.append(_family(table, keys[FAMILY][1], config.data[table]))
+            continue
         for key in keys or config.data[table]:  # [groups]: the configured groups
             parts.append(f"# {describe(table, key)}\n{key} = {value(config.data[table][key])}\n")
     return "".join(parts)
+
+
+def _family(table: str, family: Any, members: dict[str, Any]) -> str:
+    """A family's table (``[hosts]``): its doc and a commented-out example member with each
+    key's doc, then the configured members, one inline table each."""
+    lines = [f"# {family.doc}\n"] if family.doc else []
+    lines.append(f"# [{table}.NAME] (for example [{table}.a]):\n")
+    for key, setting in family.settings.items():
+        shown = family.example.get(key)
+        text = f"{key} = {value(shown)}" if shown is not None else f"{key} = ...  (unset)"
+        lines.append(f"#   {text:<42} # {setting.doc}\n")
+    lines += [f"{_key(name)} = {value(member)}\n" for name, member in members.items()]
+    return "".join(lines)
 
 
 def value(v: Any) -> str:

@@ -39,6 +39,7 @@ def test_the_sandbox_holds_here_and_every_probe_ran(zw: ZW) -> None:
     assert got["holds"] is True and got["reason"] is None
     assert {p["probe"] for p in got["probes"]} == {
         "write_tree", "endpoint", "write_outside", "read_state", "other_port", "see_parent",
+        "proxy", "proxy_other",
     }  # fmt: skip
     assert all(p["holds"] and p["got"] != "not run" for p in got["probes"]), got
     table = zw.run("sandbox", "check", check=True).stdout

@@ -177,8 +177,14 @@ def test_pause_resume_remove_and_priorities(zw: ZW, repo: Repo) -> None:
 
 
 # ---------------------------------------------------------------------------- crash safety
-@pytest.mark.parametrize("step", ["prepare", "rebase", "check", "advance", "checkout", "done"])
-def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, step: str) -> None:
+@pytest.mark.parametrize(
+    ("step", "depth"),
+    [(s, 1) for s in ("prepare", "rebase", "check", "advance", "checkout", "done")]
+    + [(s, 2) for s in ("rebase", "check", "advance", "checkout")],
+)
+def test_a_run_killed_at_any_step_is_resumed_by_the_next(
+    zw: ZW, repo: Repo, step: str, depth: int
+) -> None:
     """SIGKILL at each step (``ZWARM_TEST_MERGEQ_KILL``, zwarm's test hook), then a rerun:
     the target is untouched or at the tested commit, no half-rebased branch, no temporary
     worktree left, every blob still there, and the queue finishes."""
@@ -187,7 +193,7 @@ def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, ste
     repo.commit("the user moved main meanwhile")  # a real rebase
     old = repo.git("rev-parse", "main").strip()
     tip = repo.git("rev-parse", "zwarm/k1").strip()
-    res = zw.run("merge", "--queue", "k1", "k2", "--no-check",
+    res = zw.run("merge", "--queue", "k1", "k2", "--no-check", "--depth", str(depth),
                  env_extra={"ZWARM_TEST_MERGEQ_KILL": step})  # fmt: skip
     assert res.returncode == -9, res.stderr
     assert bool(_temp_worktrees(zw)) == (step != "prepare")  # left behind, swept below
@@ -209,6 +215,7 @@ def test_a_run_killed_at_any_step_is_resumed_by_the_next(zw: ZW, repo: Repo, ste
     assert repo.git("status", "--porcelain") == ""  # the checkout followed, nothing half-done
     assert (repo.path / "k1.txt").exists() and (repo.path / "k2.txt").exists()
     assert before <= blobs(repo)
+    zw.run("rm", "k1", "k2", check=True)  # merged, however the run went: removable as such
 
 
 # ---------------------------------------------------------------------------- with checks
@@ -232,7 +239,11 @@ def _never_red(repo: Repo, old: str) -> None:
         assert "BROKEN" not in names, c
 
 
-def test_ten_agent_branches_in_one_run_never_red_nothing_lost(zw: ZW, repo: Repo) -> None:
+@pytest.mark.parametrize("depth", [1, 3])
+def test_ten_agent_branches_in_one_run_never_red_nothing_lost(
+    zw: ZW, repo: Repo, depth: int
+) -> None:
+    """With ``--depth 3`` too: entries stacked three at a time, the same outcome."""
     shells = {f"g{i}": _adds(f"g{i}", commit=i % 2 == 0) for i in range(1, 6)}
     shells |= {"c1": CONFLICT.format(n=11), "c2": CONFLICT.format(n=12)}
     shells |= {"r1": _breaks("r1"), "r2": _breaks("r2")}
@@ -243,7 +254,8 @@ def test_ten_agent_branches_in_one_run_never_red_nothing_lost(zw: ZW, repo: Repo
     old = repo.git("rev-parse", "main").strip()
     before = blobs(repo)
     order = ["g1", "c1", "r1", "g2", "c2", "g3", "r2", "g4", "c3", "g5"]
-    res = zw.json("merge", "--queue", *order, "--send", env_extra=agent("true"))
+    res = zw.json("merge", "--queue", *order, "--send", "--depth", str(depth),
+                  env_extra=agent("true"))  # fmt: skip
     states = {d["branch"].removeprefix("zwarm/"): d["state"] for d in res["run"]["done"]}
     assert states == {n: "merged" for n in ("g1", "c1", "g2", "g3", "g4", "g5")} | {
         n: "ejected" for n in ("r1", "c2", "r2", "c3")}  # fmt: skip
@@ -344,3 +356,61 @@ def test_sandboxed_checks_do_not_see_the_state_dir(zw: ZW, repo: Repo) -> None:
     res = zw.json("merge", "--queue", "s1")
     assert [d["state"] for d in res["run"]["done"]] == ["merged"], res
     assert repo.git("show", "main:s1.txt") == "s1\n"
+
+
+def test_an_ignored_file_of_the_users_where_the_update_writes_holds_it(zw: ZW, repo: Repo) -> None:
+    """The merge rule: an agent that commits its own ``.env`` (ignored here) never overwrites
+    the user's: the entry is held, the target unmoved, the file intact."""
+    _spawn_all(zw, repo, {"env": f"echo AGENT=1 > .env; git add -f .env; {GIT} commit -qm env"})
+    repo.write(".env", "SECRET=mine\n")
+    old = repo.git("rev-parse", "main").strip()
+    res = zw.json("merge", "--queue", "env", "--no-check")
+    (done,) = res["run"]["done"]
+    assert done["state"] == "held" and "files git does not track where the update writes (.env)" \
+        in done["why"]  # fmt: skip
+    assert repo.git("rev-parse", "main").strip() == old
+    assert (repo.path / ".env").read_text() == "SECRET=mine\n"
+
+
+def test_a_damaged_queue_record_is_one_line_never_followed(zw: ZW, repo: Repo) -> None:
+    _spawn_all(zw, repo, {"x": _adds("x")})
+    zw.json("merge", "--queue", "x", "--no-check")
+    (record,) = (zw.tmp / "xdg-state" / "zwarm" / "merges").glob("*/*.json")
+    record.write_text('{"version": 1, "state_dir": "/elsewhere", "repo": "/", "target": "main"}')
+    res = zw.run("merges")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("Error: the merge queue ") and "refused" in res.stderr
+    record.write_text("not json")
+    res = zw.run("merges", "run", "--no-check")
+    assert res.returncode == 1 and "is damaged" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_target_green_only_without_checks_is_checked_before_an_entry_is_blamed(
+    zw: ZW, repo: Repo
+) -> None:
+    """A target merged into with --no-check was never tested under the checks a later run
+    has: that run checks the target first (red: blocked), instead of ejecting the next entry
+    for a failure that is the target's own."""
+    _spawn_all(zw, repo, {"nb": "touch BROKEN", "e2": _adds("e2")})
+    zw.json("merge", "--queue", "nb", "--no-check")
+    zw.write_config(CHECKED)
+    res = zw.json("merge", "--queue", "e2")
+    assert res["run"]["stopped"] == "blocked" and res["run"]["done"] == []
+    states = {e["branch"]: e["state"] for e in _queue(zw)["entries"]}
+    assert states == {"zwarm/nb": "merged", "zwarm/e2": "waiting"}  # not blamed
+
+
+def test_merge_mode_makes_merge_commits_and_ejects_a_conflict(zw: ZW, repo: Repo) -> None:
+    sids = _spawn_all(zw, repo, {"m1": _adds("m1"), "m2": CONFLICT.format(n=5),
+                                 "m3": CONFLICT.format(n=6)})  # fmt: skip
+    zw.write_config('[merge]\nmode = "merge"\n')
+    tip = repo.git("rev-parse", "zwarm/m1").strip()
+    res = zw.json("merge", "--queue", "m1", "m2", "m3", "--no-check")
+    assert [d["state"] for d in res["run"]["done"]] == ["merged", "merged", "ejected"]
+    assert repo.git("rev-list", "--merges", "--count", "main").strip() == "2"
+    repo.git("merge-base", "--is-ancestor", tip, "main")  # in, as it is (asserts exit 0)
+    assert repo.git("log", "-1", "--format=%s", "main") == "Merge: do m2\n"
+    assert _by_branch(_queue(zw))["zwarm/m3"]["why"] == "conflicts with main in src/app.py"
+    assert zw.json("show", sids["m3"])["comments"][0]["path"] == "src/app.py"
+    assert _temp_worktrees(zw) == [] and repo.git("status", "--porcelain") == ""
+    zw.run("rm", "m1", "m2", check=True)  # merged: their tips are on main

@@ -88,17 +88,26 @@ def merges_group(ctx: click.Context, target: str | None, as_json: bool) -> None:
 @click.option("--target", help="Only the queue of this branch.")
 @click.option("--check", "checks", multiple=True, help="A check (instead of [merge] check).")
 @click.option("--no-check", is_flag=True, help="Merge without any check.")
+@click.option("--depth", type=int, default=1, help="Entries tested at once, each on the last.")
 @json_option
 @click.pass_context
 def run_command(
-    ctx: click.Context, target: str | None, checks: tuple[str, ...], no_check: bool, as_json: bool
+    ctx: click.Context,
+    target: str | None,
+    checks: tuple[str, ...],
+    no_check: bool,
+    depth: int,
+    as_json: bool,
 ) -> None:
     """Process the queues now, to completion (a second run waits for the first).
 
     A run killed at any step is resumed by the next: the target is at its old commit or a
-    tested one, and the temporary worktree is removed.
+    tested one, and the temporary worktree is removed. --depth K tests the next K entries at
+    once, each rebased onto the one before (speculative): the target still moves one tested
+    commit at a time, and the entries after a red one are tried again.
     """
-    res = get_api(ctx).run_merge_queues(target, checks=list(checks), no_check=no_check)
+    api = get_api(ctx)
+    res = api.run_merge_queues(target, checks=list(checks), no_check=no_check, depth=depth)
     if as_json:
         _emit(res)
         return

@@ -144,6 +144,7 @@ def _read_comments(path: str) -> list[tuple[str, int, str]]:
 @click.option("--check", "checks", multiple=True, help="With --queue: a check (over [merge]).")
 @click.option("--no-check", is_flag=True, help="With --queue: merge without any check.")
 @click.option("--send", is_flag=True, help="With --queue: send an ejection's comment now.")
+@click.option("--depth", type=int, default=1, help="With --queue: entries tested at once, stacked.")
 @json_option
 @click.pass_context
 def merge_command(
@@ -158,6 +159,7 @@ def merge_command(
     checks: tuple[str, ...],
     no_check: bool,
     send: bool,
+    depth: int,
     as_json: bool,
 ) -> None:
     """Merge a worktree SESSION's branch (after committing what its agent left uncommitted).
@@ -185,7 +187,8 @@ def merge_command(
         if into is not None or squash or message is not None:
             raise click.UsageError("--into, --squash and --message are not for --queue")
         res = api.enqueue_merge(list(sessions), target=target, priority=priority,
-                                checks=list(checks), no_check=no_check, send=send)  # fmt: skip
+                                checks=list(checks), no_check=no_check, send=send,
+                                depth=depth)  # fmt: skip
         if as_json:
             _emit(res)
             return
@@ -196,8 +199,10 @@ def merge_command(
         if res["run"] is not None:
             print_run(res["run"])
         return
-    if target is not None or priority or checks or no_check or send:
-        raise click.UsageError("--target, --priority, --check, --no-check and --send need --queue")
+    if target is not None or priority or checks or no_check or send or depth != 1:
+        raise click.UsageError(
+            "--target, --priority, --check, --no-check, --send and --depth need --queue"
+        )
     if len(sessions) != 1:
         raise click.UsageError("merge takes one SESSION (several only with --queue)")
     res = api.merge(sessions[0], into=into, squash=squash, message=message)

@@ -14,7 +14,9 @@ Must stay true:
   at all (``StartRefused``), never unsandboxed; the supervisor stays outside it;
 - every agent runs with its session's id as ``ZWARM_PARENT_SESSION``, the state dir as
   ``ZWARM_DIR`` and ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory
-  first on ``PATH``), so what it spawns becomes its child (``engine.tree``);
+  first on ``PATH``), so what it spawns becomes its child (``engine.tree``); in zwarm's
+  sandbox, where zwarm cannot run (its state dir is hidden), ``ZWARM`` and ``PATH`` name the
+  stub that says so instead (``sandbox.bwrap.STUB``);
 - per-turn usage and cost are deltas; a turn that used no tokens costs 0 whatever the model's
   price, and any other turn without a known cost stays unknown (``_apply_outcome``);
 - a turn that ends past the session's budget (or an ancestor's) ends ``budget_exceeded`` and
@@ -124,7 +126,7 @@ class Finishing(ManagerCore):
             )
         cwd = os.path.realpath(pin.cwd)
         ws = pin.workspace
-        tree = os.path.realpath(ws.tree) if ws is not None and not ws.removed else cwd
+        top = os.path.realpath(ws.tree) if ws is not None and not ws.removed else cwd
         table = self.config.table("sandbox")
         read_only = sandbox.program_dirs(argv[0], env.get("PATH") or os.defpath)
         gd = sandbox.git_dir(ws.repo) if ws is not None else None
@@ -137,14 +139,22 @@ class Finishing(ManagerCore):
         hidden = [os.path.realpath(self.store.root), *sandbox.private_dirs(self.env.environ)]
         ports = [*table["ports"]]
         ports += [p for p in sandbox.endpoint_ports(env) if p not in ports]
+        # by name through the filtering proxy: the agent's own API hosts, its configured
+        # endpoints, [sandbox] hosts, and the bridged loopback ports (a client sending those
+        # to its proxy too)
+        hosts = [*self.agent.api_hosts(self.config.table(self.name), env)]
+        hosts += [*sandbox.endpoint_hosts(env), *(str(h) for h in table["hosts"])]
+        hosts += [f"{h}:{p}" for p in ports for h in ("127.0.0.1", "localhost")]
         policy = sandbox.Policy(
             cwd=cwd,
-            tree=tree,
+            tree=top,
             login=(*_made(self.agent.login_paths(env)), *self.agent.login_files(env)),
             read_only=tuple(read_only),
             hidden=tuple(hidden),
             ports=tuple(ports),
             home=home,
+            hosts=tuple(dict.fromkeys(hosts)),
+            pins=tuple(f"{k}={v}" for k, v in dict(table["resolve"]).items()),
         )
         try:
             applied = limits_mod.make(sandbox.limits_for(self.name, self.config))
@@ -155,8 +165,14 @@ class Finishing(ManagerCore):
             ) from None
         t.limits = applied.line or None
         bwrap.sweep_bridges()  # those a SIGKILLed supervisor left
-        sock_dir = bwrap.bridge_dir() if ports else None
-        wrapped = bwrap.command(argv, policy, sock_dir, limits_mod.shell(applied))
+        # every turn gets a bridge directory: its ports, its proxy, and the zwarm stub (zwarm
+        # itself cannot run inside: the state dir is hidden), first on PATH and as $ZWARM
+        sock_dir = bwrap.bridge_dir()
+        env[tree.ZWARM_VAR] = bwrap.STUB
+        path = [p for p in (env.get("PATH") or os.defpath).split(os.pathsep) if p]
+        env["PATH"] = os.pathsep.join([os.path.dirname(bwrap.STUB), *path])
+        shell = limits_mod.shell(applied)
+        wrapped = bwrap.command(argv, policy, sock_dir, shell, self.env.python)
         g = applied.group
         made = (g.dirs, g.oom_file) if g is not None else ((), "")
         return AgentLaunch(wrapped, pin.cwd, env, *made, sock_dir)

@@ -5,7 +5,9 @@ Owns enqueueing sessions (``enqueue``), processing a queue (``run``: one entry a
 the target's own check first when it changed outside the queue), the journal of each step
 (``store.mergeq.Flight``, written before the step starts) and resuming from it after a crash
 (``recover``), ejecting an entry with a review comment on its session (``_eject``) and
-holding one (``held``) when the user's checkout of the target is in the way. Must stay true:
+holding one (``held``) when the user's checkout of the target is in the way, and the
+speculative ``--depth`` (``_batch``: the next entries stacked, checked at once, taken in
+order, the target still moved one tested commit at a time). Must stay true:
 - the target moves only by a compare-and-swap (``update-ref T NEW OLD``) to a commit whose
   checks passed in the temporary worktree (or, with no check asked, was made there), and is
   read back afterwards; a checkout of the target (the user's, or any worktree's) is updated
@@ -93,6 +95,7 @@ class Ctx:
     mode: str = "rebase"
     checks: Sequence[str] = ()
     checker: Checker | None = None
+    depth: int = 1  # entries tested at once, stacked (``_batch``)
     say: Callable[[str], None] = lambda _: None
     done: list[dict[str, Any]] = field(default_factory=list)  # what this run did, per entry
 
@@ -224,13 +227,20 @@ def _next(ctx: Ctx, repo: str, target: str, retargets: dict[int, int]) -> str:
         return "empty"
     rtree = git.checked(repo, repo, ctx.environ)
     old = git.resolve_commit(f"refs/heads/{target}", rtree, ctx.environ)
-    if q.green != old and ctx.checks:
+    if ctx.checks and (q.green != old or q.green_checks != list(ctx.checks)):
         red = _check_target(ctx, repo, target, rtree, old)
         if red:
             return "blocked"
     elif q.green != old:
-        _update(ctx, repo, target, lambda q: setattr(q, "green", old))
+        _update(ctx, repo, target, lambda q: _green(ctx, q, old))
+    if ctx.depth > 1 and len(waiting) > 1:
+        return _batch(ctx, repo, target, rtree, waiting[: ctx.depth], old, retargets)
     return _entry(ctx, repo, target, rtree, waiting[0], old, retargets)
+
+
+def _green(ctx: Ctx, q: Queue, commit: str) -> None:
+    """``commit`` of the target passed this run's checks (or was made by the queue)."""
+    q.green, q.green_checks = commit, list(ctx.checks)
 
 
 def _update(ctx: Ctx, repo: str, target: str, fn: Callable[[Queue], Any]) -> Any:
@@ -244,6 +254,8 @@ def _journal(ctx: Ctx, repo: str, target: str, entry: int, step: Step, **kw: Any
     def put(q: Queue) -> Flight:
         base = q.flight if q.flight is not None and q.flight.entry == entry else None
         fields = msgspec.structs.asdict(base) if base else {}
+        if q.flight is not None and "more" not in kw:
+            fields["more"] = q.flight.more  # a batch's other worktrees, until it ends
         fields.update(entry=entry, step=step, **kw)
         q.flight = Flight(**fields)
         return q.flight
@@ -281,7 +293,8 @@ def _check_target(ctx: Ctx, repo: str, target: str, rtree: git.Tree, old: str) -
         return True
 
     def green(q: Queue) -> None:
-        q.green, q.blocked, q.flight = old, "", None
+        _green(ctx, q, old)
+        q.blocked, q.flight = "", None
 
     _update(ctx, repo, target, green)
     return False
@@ -331,6 +344,107 @@ def _entry(
     finally:
         _drop_worktree(ctx, rtree, tmp)
         _update(ctx, repo, target, lambda q: setattr(q, "flight", None))
+
+
+def _batch(
+    ctx: Ctx,
+    repo: str,
+    target: str,
+    rtree: git.Tree,
+    batch: list[Entry],
+    old: str,
+    retargets: dict[int, int],
+) -> str:
+    """``--depth``: the first entries stacked, each rebased (or merged) onto the one before
+    in its own temporary worktree, their checks run at once, then taken in order: each green
+    one moves the target on (as ``_advance`` does), the first red or conflicting one whose
+    base is the real target (all before it merged) is ejected, and the rest wait again
+    (they were built on something the target never became). Why the run stops."""
+    env = ctx.environ
+    built: list[tuple[Entry, Session, Workspace, Path, str]] = []
+    taken: list[tuple[Entry, Session, Workspace, str]] = []
+    for e in batch:
+        try:
+            s, ws = _session(ctx, e, repo)
+            taken.append((e, s, ws, _settle(ctx, s, ws)))
+        except ZwarmError as err:
+            _finish(ctx, repo, target, e, "ejected" if _gone(err) else "held", str(err))
+    if not taken:
+        return ""
+    tmps = [_tmp_path(ctx, repo, target, str(e.id)) for e, *_ in taken]
+
+    def testing(q: Queue) -> None:
+        tips = {e.id: tip for e, _, _, tip in taken}
+        for x in q.entries:
+            if x.id in tips:
+                x.tip = tips[x.id]
+                _mark(ctx, x, "testing")
+
+    _update(ctx, repo, target, testing)
+    first = taken[0][0]
+    _journal(ctx, repo, target, first.id, "prepare", old=old, more=[str(t) for t in tmps])
+    try:
+        base = old
+        for (e, s, ws, tip), tmp in zip(taken, tmps, strict=True):
+            e.tip = tip
+            if _is_ancestor(tip, base, rtree, env):
+                if base == old:
+                    _finish(ctx, repo, target, e, "merged", f"{target} already has it", commit=old)
+                    continue
+                break  # (in what is stacked below it: taken when that is in)
+            _add_worktree(ctx, rtree, tmp, tip if ctx.mode == "rebase" else base)
+            wt = git.checked(tmp, repo, env)
+            _journal(ctx, repo, target, first.id, "rebase")
+            conflicts = _combine(ctx, wt, s, ws, base, tip, target)
+            if conflicts is not None:
+                if base == old:  # onto the real target: its own conflict
+                    why = f"conflicts with {target} in {', '.join(conflicts[:20]) or 'some files'}"
+                    _comment(ctx, s, ws, e, conflicts, why + _REBASE_HINT.format(target=target))
+                    _finish(ctx, repo, target, e, "ejected", why)
+                    continue
+                break
+            base = git.resolve_commit("HEAD", wt, env)
+            built.append((e, s, ws, tmp, base))
+        _journal(ctx, repo, target, first.id, "check")
+        results = _run_many(ctx, [tmp for _, _, _, tmp, _ in built])
+        cur = old
+        for (e, s, ws, _, new), failed in zip(built, results, strict=True):
+            if failed:
+                _comment(ctx, s, ws, e, [], f"the merge queue's check failed on your branch "
+                         f"rebased onto {target}: {failed}")  # fmt: skip
+                _finish(ctx, repo, target, e, "ejected", f"check failed: {failed}")
+                return ""
+            stop = _advance(ctx, repo, target, rtree, e, ws, cur, new, retargets)
+            if stop or _state(ctx, repo, target, e.id) != "merged":
+                return stop
+            cur = new
+        return ""
+    finally:
+        for tmp in tmps:
+            _drop_worktree(ctx, rtree, tmp)
+
+        def end(q: Queue) -> None:
+            q.flight = None
+            for x in q.entries:
+                if x.state == "testing":
+                    _mark(ctx, x, "waiting")
+
+        _update(ctx, repo, target, end)
+
+
+def _state(ctx: Ctx, repo: str, target: str, eid: int) -> str:
+    q = ctx.records.read(repo, target)
+    return next((x.state for x in q.entries if x.id == eid), "") if q else ""
+
+
+def _run_many(ctx: Ctx, tmps: list[Path]) -> list[str]:
+    """The checks run in each of ``tmps`` at once (one thread each); what failed in each."""
+    if not ctx.checks or len(tmps) < 2:
+        return [_run_checks(ctx, t) for t in tmps]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(tmps)) as pool:
+        return list(pool.map(lambda t: _run_checks(ctx, t), tmps))
 
 
 def _gone(err: ZwarmError) -> bool:
@@ -428,12 +542,21 @@ def _merged(
     if now != new and not _is_ancestor(new, now, rtree, ctx.environ):
         why = f"{target} is at {now[:12]}, not the tested {new[:12]}: it was moved meanwhile"
         return _finish(ctx, repo, target, e, "held", why)
-    if e.tip is not None and ctx.mode == "rebase":
-        with contextlib.suppress(ZwarmError), ctx.store.transaction(e.session_id) as s:
-            if s.workspace is not None and workspace.same(s.workspace, ws):
-                s.workspace.squashed_tip = e.tip
-    _update(ctx, repo, target, lambda q: setattr(q, "green", new))
+    _brought_in(ctx, rtree, e.session_id, e.tip, new)
+    _update(ctx, repo, target, lambda q: _green(ctx, q, new))
     return _finish(ctx, repo, target, e, "merged", "", commit=new)
+
+
+def _brought_in(ctx: Ctx, rtree: git.Tree, sid: str, tip: str | None, new: str) -> None:
+    """Record on session ``sid`` that its branch's ``tip`` is in the target at ``new`` when
+    the target does not hold that commit itself (a rebase made new commits of it), as a
+    squash merge is recorded: ``rm`` then knows its branch is merged. Never raises."""
+    if tip is None or _is_ancestor(tip, new, rtree, ctx.environ):
+        return
+    with contextlib.suppress(ZwarmError), ctx.store.transaction(sid) as s:
+        ws = workspace.pinned(s, ctx.environ, ctx.store.root)
+        if ws is not None and ws.mode == "worktree" and s.workspace is not None:
+            s.workspace.squashed_tip = tip
 
 
 def _finish(
@@ -451,7 +574,7 @@ def _finish(
                     x.commit = commit
                 if state == "merged":
                     x.checks = list(ctx.checks)
-        q.flight = None
+        q.flight = _between(q)
 
     _update(ctx, repo, target, put)
     ctx.done.append({"entry": e.id, "session_id": e.session_id, "branch": e.branch,
@@ -464,7 +587,15 @@ def _reset(ctx: Ctx, q: Queue, eid: int) -> None:
     for x in q.entries:
         if x.id == eid and x.state == "testing":
             _mark(ctx, x, "waiting")
-    q.flight = None
+    q.flight = _between(q)
+
+
+def _between(q: Queue) -> Flight | None:
+    """The journal once a step is over: nothing, or, within a batch (``--depth``), still its
+    temporary worktrees (swept by ``recover`` after a crash)."""
+    if q.flight is None or not q.flight.more:
+        return None
+    return Flight(0, "prepare", more=q.flight.more)
 
 
 # ---------------------------------------------------------------------------- recovery
@@ -480,8 +611,12 @@ def recover(ctx: Ctx, q: Queue) -> None:
     rtree = git.checked(q.repo, q.repo, env)
     e = next((x for x in q.entries if x.id == f.entry), None)
     ctx.say(f"resuming after an interrupted run: entry {f.entry}, step {f.step}")
-    if f.worktree is not None:
-        _drop_worktree(ctx, rtree, Path(f.worktree))
+    for tmp in [f.worktree, *f.more]:
+        if tmp is not None:
+            _drop_worktree(ctx, rtree, Path(tmp))
+    for x in q.entries:
+        if x.state == "testing" and x.id != f.entry:
+            _mark(ctx, x, "waiting")  # a batch's other entries: tried again
     q.flight = None
     if e is None:
         return
@@ -494,9 +629,11 @@ def recover(ctx: Ctx, q: Queue) -> None:
                 why = _finish_checkout(ctx, rtree, q.repo, f.checkout, q.target, f.old, f.new)
             state, commit = ("held", None) if why else ("merged", f.new)
             if not why:
-                q.green = f.new
+                _green(ctx, q, f.new)
+                _brought_in(ctx, rtree, e.session_id, e.tip, f.new)
         elif now != f.old and _is_ancestor(f.new, now, rtree, env):
             state, commit = "merged", f.new
+            _brought_in(ctx, rtree, e.session_id, e.tip, f.new)
     if e.state in _OPEN:
         _mark(ctx, e, state, why)
         e.commit = commit or e.commit

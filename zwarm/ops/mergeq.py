@@ -34,7 +34,9 @@ NO_CHECK = (
 )
 
 
-def _ctx(api: Zwarm, checks: Sequence[str] = (), no_check: bool = True, repo: str = "") -> Ctx:
+def _ctx(
+    api: Zwarm, checks: Sequence[str] = (), no_check: bool = True, repo: str = "", depth: int = 1
+) -> Ctx:
     """The engine's context for a run: the checks decided (``_checks``) and their runner."""
     from zwarm.engine import mergeq, workspace
     from zwarm.store.mergeq import Records
@@ -64,8 +66,15 @@ def _ctx(api: Zwarm, checks: Sequence[str] = (), no_check: bool = True, repo: st
         mode=str(cfg.data["merge"]["mode"]),
         checks=tuple(cmds),
         checker=checker,
+        depth=_depth(depth),
         say=api.warn if api.on_warning is not None else (lambda _: None),
     )
+
+
+def _depth(depth: int) -> int:
+    if not 1 <= depth <= 16:
+        raise InvalidInput("--depth must be a whole number from 1 to 16")
+    return depth
 
 
 def _checks(api: Zwarm, given: Sequence[str], no_check: bool) -> list[str]:
@@ -89,6 +98,7 @@ def enqueue(
     no_check: bool = False,
     send: bool = False,
     run: bool = True,
+    depth: int = 1,
 ) -> dict[str, Any]:
     """Put the sessions ``refs`` (finished worktree sessions of one repository) in the queue
     of ``target`` (default: the branch of the main worktree), in order, then (``run``) process
@@ -115,7 +125,7 @@ def enqueue(
             raise WorkspaceError(f"session {s.id} is running: queue it when it has finished")
         items.append((s, ws))
     repo = items[0][1].repo
-    ctx = _ctx(api, checks, no_check, repo)
+    ctx = _ctx(api, checks, no_check, repo, depth)
     branch = mergeq.target_of(items[0][1], api.env.environ, target)
     api.ensure_state_dir()
     entries = mergeq.enqueue(ctx, items, branch, priority, send)
@@ -136,12 +146,13 @@ def run(
     *,
     checks: Sequence[str] = (),
     no_check: bool = False,
+    depth: int = 1,
 ) -> list[dict[str, Any]]:
     """Process the queues of this state dir (those of ``target`` only, if given) to
     completion, one runner per queue (another run of one: wait for it)."""
     out = []
     for repo, branch in _queues(api, target):
-        ctx = _ctx(api, checks, no_check, repo)
+        ctx = _ctx(api, checks, no_check, repo, depth)
         got = _run(api, ctx, repo, branch, wait=True)
         if got is not None:
             out.append(got)

@@ -16,7 +16,10 @@ sandbox; the orchestrator's bash tool). Must stay true:
   writable; the repository's git metadata is read-only; the state dir, zwarm's per-user
   state (pins, trust store, serve token) and the user's home are not visible;
 - the network is cut (``--unshare-all``) except the loopback ports the policy names, each
-  reached through a Unix socket bridged into the sandbox (``bwrap``);
+  reached through a Unix socket bridged into the sandbox (``bwrap``), and the ``host:port``
+  endpoints it names, reached by name through zwarm's filtering proxy (``proxy``) bridged the
+  same way: the agent's own API hosts (``Agent.api_hosts``), its configured endpoints, the
+  trusted ``[sandbox] hosts``;
 - imports nothing above ``system`` (the engine and the CLI call it).
 """
 
@@ -42,7 +45,9 @@ class Policy(msgspec.Struct, frozen=True):
     """What one turn may do: run in ``cwd``, write ``tree`` (the worktree or shared directory
     it is in) and ``login`` (its CLI's own files), read ``read_only`` (its program, the
     repository's git metadata), see nothing of ``hidden`` (a private tmpfs over each), reach
-    ``ports`` on 127.0.0.1; ``home`` is private (an empty tmpfs)."""
+    ``ports`` on 127.0.0.1, and ``hosts`` (``host:port``) by name through the filtering
+    proxy (``proxy``; ``pins``: ``host=address``, the trusted ``[sandbox] resolve`` map);
+    ``home`` is private (an empty tmpfs)."""
 
     cwd: str
     tree: str
@@ -51,6 +56,8 @@ class Policy(msgspec.Struct, frozen=True):
     hidden: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()
     home: str = ""
+    hosts: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
 
 
 def private_dirs(environ: Mapping[str, str]) -> list[str]:
@@ -109,6 +116,15 @@ def endpoint_ports(env: Mapping[str, str]) -> list[int]:
         if url.hostname in ("127.0.0.1", "localhost") and port and port not in out:
             out.append(port)
     return out
+
+
+def endpoint_hosts(env: Mapping[str, str]) -> list[str]:
+    """The ``host:port`` of each endpoint an agent's environment names (a variable ending
+    ``_BASE_URL``, ...), on any host: its filtering proxy allows them."""
+    from zwarm.agents.base import url_endpoint
+
+    found = (url_endpoint(v) for k, v in env.items() if k.endswith(_URL_SUFFIXES))
+    return list(dict.fromkeys(h for h in found if h is not None))
 
 
 def program_dirs(argv0: str, path: str) -> list[str]:

@@ -79,6 +79,8 @@ class Flight(msgspec.Struct, forbid_unknown_fields=True):
     old: Sha | None = None
     new: Sha | None = None
     checkout: AbsPath | None = None  # the user's checkout of the target being updated
+    # more temporary worktrees of the same run (``--depth``: entries stacked on this one)
+    more: Annotated[list[AbsPath], Meta(max_length=64)] = msgspec.field(default_factory=list)
 
 
 class Queue(msgspec.Struct, forbid_unknown_fields=True):
@@ -88,6 +90,10 @@ class Queue(msgspec.Struct, forbid_unknown_fields=True):
     target: Branch
     paused: bool = False
     green: Sha | None = None  # the target commit last tested green (or made by the queue)
+    # the checks it was green under (compared with a run's, never run from here)
+    green_checks: Annotated[list[Annotated[str, Meta(max_length=4096)]], Meta(max_length=64)] = (
+        msgspec.field(default_factory=list)
+    )
     blocked: Why = ""  # why the queue stopped (a red target): cleared by the next green run
     next_id: Annotated[int, Meta(ge=1, le=2**31)] = 1
     entries: Annotated[list[Entry], Meta(max_length=MAX_ENTRIES)] = msgspec.field(
