@@ -278,6 +278,39 @@ def test_session_text_is_never_markup(zw, serve, browser) -> None:
     page.close()
 
 
+def test_a_best_of_set_shows_its_evidence_table(zw, serve, browser) -> None:
+    """The group view of a set: one row per attempt in ranked order, a mark per check; an
+    attempt's row on the board links to it; what an agent names (a model) is text."""
+    from tests.support.workspace import make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config("[checks]\nunsandboxed = true\n")
+    env = {**zw.replay("codex_simple"), "FAKE_SHELL": "echo {MODEL} >> src/app.py"}
+    srv = serve(env_extra=env)
+    evil = "<img src=x onerror=alert(1)>"
+    body = {"task": "edit", "cwd": str(repo.path), "best_of": 2, "models": ["m1", evil],
+            "check": ["grep -q m1 src/app.py"]}  # fmt: skip
+    set_id = srv.post("/api/sets", body).json()["set"]
+    wait_until(
+        lambda: not any(a["pending"] for a in srv.get(f"/api/sets/{set_id}").json()["attempts"])
+    )
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector(f".setlink:has-text('{set_id} #2')")
+    page.click(f".setlink:has-text('{set_id} #1')")
+    page.wait_for_selector("#g-table td.check")
+    rows = page.locator("#g-table tbody tr")
+    assert rows.count() == 2
+    assert "✓" in rows.nth(0).text_content() and "m1" in rows.nth(0).text_content()
+    assert "✗" in rows.nth(1).text_content() and evil in rows.nth(1).text_content()
+    assert page.locator("#bestof img").count() == 0
+    assert "checks unsandboxed" in page.text_content("#g-facts")
+    rows.nth(0).click()
+    page.wait_for_selector(f"#s-facts:has-text('{set_id} attempt')")
+    page.close()
+
+
 def test_costs_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
     """A session with an unknown part of its cost (a turn cut off after the model answered)
     and one whose cost is unknown: the board and the session view say what ``ls`` says."""

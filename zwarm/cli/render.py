@@ -223,6 +223,7 @@ _COLUMNS = (
     ("ID", None),
     ("NAME", 8),
     ("BRANCH", 1),  # shown only when a session has one (a worktree)
+    ("SET", 2),  # shown only when a session is an attempt of a best-of set: "set-3f2a9b1c #2"
     ("STATUS", None),
     ("ADAPTER", 2),
     ("MODEL", 4),
@@ -238,6 +239,7 @@ _COLUMNS = (
 # table keeps id, name, status (a long one cut), tokens, age and task (docs/sessions.md).
 _SQUEEZE = (
     ("BRANCH", 16),
+    ("SET", 0),
     ("SOURCE", 12),
     ("MODEL", 16),
     ("NAME", 14),
@@ -274,6 +276,8 @@ def session_table(
     widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
     if not any(r.get("branch") for r in rows):
         del widths["BRANCH"]
+    if not any(r.get("set") for r in rows):
+        del widths["SET"]
     if width is not None:  # fitted: a column with nothing in it goes first
         for i, h in enumerate(header):
             if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
@@ -348,6 +352,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         r["id"][:8],
         oneline(r.get("name") or "-", 20),
         oneline(r.get("branch") or "-", 32),
+        f"{r['set']} #{r.get('attempt')}" if r.get("set") else "-",
         status,
         oneline(r.get("adapter") or "-", 16),
         oneline(r.get("model") or "default", 24),
@@ -473,6 +478,8 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
 def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
     """Its group, priority, budget and what it runs after; why it waits, if it does."""
     parts = []
+    if d.get("set"):
+        parts.append(f"attempt {d.get('attempt')} of best-of {esc(d['set'], False)}")
     if d.get("group"):
         parts.append(f"group {esc(d['group'], False)}")
     if d.get("priority"):
