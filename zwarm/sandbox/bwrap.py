@@ -190,8 +190,13 @@ def command(
 
 
 def _wait(cond: str) -> str:
-    """A shell loop waiting (at most ~5 s) while ``cond`` holds."""
-    return f"i=0; while {cond} && [ $i -lt 5000 ]; do sleep 0.001; i=$((i+1)); done"
+    """A shell loop waiting (at most ~5 s) while ``cond`` holds: every 1 ms for the first
+    20 ms, then every 20 ms (each wait is a process: a few hundred at most, not thousands,
+    which a loaded machine takes longer than the preflight waits to start)."""
+    return (
+        f"i=0; while {cond} && [ $i -lt 270 ]; do "
+        "if [ $i -lt 20 ]; then sleep 0.001; else sleep 0.02; fi; i=$((i+1)); done"
+    )
 
 
 def _visible(path: str, policy: Policy) -> bool:
