@@ -144,6 +144,7 @@ class Finishing(ManagerCore):
                 "refusing to run the turn without them"
             ) from None
         t.limits = applied.line or None
+        env.pop(limits_mod.FORCE_VAR, None)  # zwarm's own: not passed on to what it starts
         bwrap.sweep_bridges()  # those a SIGKILLed supervisor left
         sock_dir = bwrap.bridge_dir() if ports else None
         wrapped = bwrap.command(argv, policy, sock_dir, limits_mod.shell(applied))
