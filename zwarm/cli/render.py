@@ -477,6 +477,8 @@ def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
         parts.append(f"group {esc(d['group'], False)}")
     if d.get("priority"):
         parts.append(f"priority {d['priority']}")
+    if d.get("account"):
+        parts.append(f"account {esc(d['account'], False)}")
     if d.get("max_cost_usd") is not None:
         parts.append(f"budget {fmt_cost(d['max_cost_usd'], None)}")
     if d.get("max_tokens") is not None:
@@ -537,6 +539,11 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
         held = " ".join(f"{k} {v}" for k, v in sorted((t.get("handle") or {}).items()))
         runs = oneline(f"{t['launcher']} {held}", 200)
         c.print(f"[dim]{esc(runs)}[/]")
+    if t.get("account"):
+        c.print(f"[dim]account {esc(t['account'], False)}[/]")
+    if t.get("switched_from"):
+        note = step_text.switched_text(t["n"], t.get("account"), t["switched_from"])
+        c.print(f"[yellow]{esc(note, False)}[/]")
     c.print(
         f"[dim]tokens in {u.get('input_tokens', 0)} (cached {u.get('cached_input_tokens', 0)}) "
         f"out {u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)})  "

@@ -7,10 +7,11 @@ mode``, else ``[sandbox] mode``) and a turn's limits (``limits_for``: each of
 ``[sandbox.<agent>]``, else of ``[sandbox]``). ``bwrap`` builds the bubblewrap command line
 around an agent's argv; ``limits`` applies a turn's memory, cpus and pids limits; ``check``
 is the preflight (``zwarm sandbox check``) that proves on this machine that the sandbox
-holds. Must stay true:
+holds; ``run`` runs a command zwarm does not trust (a check of an agent's work, in the
+sandbox; the orchestrator's bash tool). Must stay true:
 - a policy is built only from the session's launch pin, the trusted config and the agent's
-  environment zwarm made (``engine.finishing.agent_launch``), never from what an agent can
-  write;
+  environment zwarm made (``engine.finishing.agent_launch``), or for a check from its
+  caller's arguments and the trusted config (``run``), never from what an agent can write;
 - inside, only the working directory (or worktree) and the agent's own login files are
   writable; the repository's git metadata is read-only; the state dir, zwarm's per-user
   state (pins, trust store, serve token) and the user's home are not visible;

@@ -190,12 +190,12 @@ def command(
 
 
 def _wait(cond: str) -> str:
-    """A shell loop waiting (at most ~5 s) while ``cond`` holds: every 1 ms for the first
-    20 ms, then every 20 ms (each wait is a process: a few hundred at most, not thousands,
-    which a loaded machine takes longer than the preflight waits to start)."""
+    """A shell loop waiting (about 5 s at most) while ``cond`` holds: every 1 ms for the first
+    100 ms (the bridge is up in a few), then every 10 ms. Each ``sleep`` is a process, so a
+    loaded machine stretches the count: 590 of them, not 5,000 (which took over 20 s there)."""
     return (
-        f"i=0; while {cond} && [ $i -lt 270 ]; do "
-        "if [ $i -lt 20 ]; then sleep 0.001; else sleep 0.02; fi; i=$((i+1)); done"
+        f"i=0; while {cond} && [ $i -lt 590 ]; do "
+        "if [ $i -lt 100 ]; then sleep 0.001; else sleep 0.01; fi; i=$((i+1)); done"
     )
 
 

@@ -44,7 +44,11 @@ PROBES: dict[str, tuple[str, bool, str]] = {
         False,
         'socat -u "TCP:127.0.0.1:$OTHER" - | grep -q zwarm-',
     ),
-    "see_parent": ("see the processes outside", False, "grep -l -F -f token /proc/[0-9]*/cmdline"),
+    "see_parent": (
+        "see the processes outside",
+        False,
+        "grep -q -s -F -f token /proc/[0-9]*/cmdline",  # -q: a match wins over a vanished file
+    ),
 }
 
 
