@@ -445,6 +445,40 @@ def test_a_pending_slurm_job_reads_as_the_cli_shows_it(sl, serve, browser) -> No
     assert sl.run("kill", sid).returncode == 0
 
 
+def test_the_sandbox_and_its_limits_read_as_the_cli_shows_them(zw, serve, browser) -> None:
+    """A session whose turns run in zwarm's sandbox under limits: the board marks its agent
+    ``bwrap`` (``ls --json``'s ``sandbox``), the session view says the sandbox and how the
+    latest turn's limits held, each turn its own, as ``zwarm show`` does."""
+    if not os.path.exists("/usr/bin/bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    from tests.support import SAMPLES
+
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config(f'[sandbox]\nread_only = ["{SAMPLES}"]\nmemory = "256M"\npids = 128\n')
+    srv = serve()
+    boxed = zw.spawn("--sandbox", "bwrap", "boxed", env_extra=zw.replay("codex_simple"))
+    plain = zw.spawn("--sandbox", "off", "plain", env_extra=zw.replay("codex_simple"))
+    zw.wait(boxed, plain)
+    limits = zw.json("show", boxed)["turns_detail"][0]["limits"]
+    assert limits.startswith("memory 256M via ") and "pids 128 via " in limits, limits
+    assert {r["id"]: r["sandbox"] for r in zw.json("ls")} == {boxed: "bwrap", plain: "off"}
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{srv.base}/#token={srv.token}")
+    flag = page.wait_for_selector(f"tr[data-id='{boxed}'] .c-agent .sbx-flag")
+    assert flag is not None and flag.text_content() == "bwrap"
+    assert page.locator(f"tr[data-id='{plain}'] .sbx-flag").count() == 0
+    page.click(f"tr[data-id='{boxed}']")
+    page.wait_for_selector(f"#s-facts:has-text('bwrap · limits: {limits}')")
+    page.click("#tabs [data-tab=turns]")
+    page.wait_for_selector(f"#turns .dim:has-text('limits: {limits}')")
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.click(f"tr[data-id='{plain}']")
+    page.wait_for_selector(f"#s-title:has-text('{plain}')")
+    page.wait_for_selector("#s-facts dt:has-text('cwd')")
+    assert "sandbox" not in page.locator("#s-facts dt").all_text_contents()
+    page.close()
+
+
 def test_the_merge_queue_on_the_dashboard(zw, serve, browser) -> None:
     """A worktree session's page queues it for merge (the trusted [merge] check runs); the
     board shows the queue: merged, ejected and why; Run now processes it."""

@@ -164,6 +164,7 @@ class Finishing(ManagerCore):
                 "refusing to run the turn without them"
             ) from None
         t.limits = applied.line or None
+        env.pop(limits_mod.FORCE_VAR, None)  # zwarm's own: not passed on to what it starts
         bwrap.sweep_bridges()  # those a SIGKILLed supervisor left
         # every turn gets a bridge directory: its ports, its proxy, and the zwarm stub (zwarm
         # itself cannot run inside: the state dir is hidden), first on PATH and as $ZWARM

@@ -104,8 +104,8 @@ def check_plan(config: "Config", repo: Path) -> bool:
     else:
         from zwarm.sandbox import check
 
-        report = check.run()
-        if report.holds:
+        report = check.holds_here()  # a pass remembered for this machine, else the probes
+        if report is None or report.holds:
             return True
         why = f"sandbox {mode} cannot hold on this machine ({check.refusal(report)})"
     where = config.path or "the state dir's config.toml"

@@ -128,6 +128,16 @@
     if (r.dangerous) span.append(el("span", "danger-flag", "!danger"));
     return span;
   }
+  // zwarm's own sandbox of its turns ("bwrap"), as `zwarm show` says it; "off": none
+  function sandboxed(r) {
+    return Boolean(r.sandbox) && r.sandbox !== "off";
+  }
+  // the sandbox and how the latest turn's limits held (each turn says its own)
+  function sandboxText(d) {
+    const turns = d.turns_detail || [];
+    const last = turns.filter((t) => t.limits).pop();
+    return d.sandbox + (last ? " · limits: " + oneLine(last.limits, 200) : "");
+  }
   function tokensOf(r) {
     if (r.live_tokens !== null && r.live_tokens !== undefined) return r.live_tokens;
     return r.usage ? r.usage.total_tokens : null;
@@ -343,10 +353,12 @@
     if (r.set) who.append(setLink(r.set, r.attempt));
     who.append(el("span", "brief", oneLine(r.damaged ? r.error : r.task, 140)));
     const step = r.activity || (r.status === "failed" ? r.error : r.last_message) || "";
+    const agent = el("td", "c-agent", r.adapter || "-");
+    if (sandboxed(r)) agent.append(el("span", "sbx-flag", r.sandbox));
     tr.append(
       st,
       who,
-      el("td", "c-agent", r.adapter || "-"),
+      agent,
       el("td", "c-model", oneLine(r.model || "default", 28)),
       el("td", "num c-tokens", fmtTokens(tokensOf(r))),
       el("td", "num c-cost", fmtCost(r.cost_usd, r.cost_source, r.cost_complete)),
@@ -581,6 +593,7 @@
       ["age", fmtAge(d.created_at)],
       ["cwd", d.cwd],
     ];
+    if (sandboxed(d)) facts.push(["sandbox", sandboxText(d)]);
     if (d.branch) facts.push(["branch", d.branch]);
     if (d.set) facts.push(["best-of", `${d.set} attempt ${d.attempt}`]);
     if (d.account) facts.push(["account", d.account]);
@@ -617,6 +630,7 @@
       const what = el("td", "prompt");
       what.append(el("div", "", oneLine(t.message, 400)));
       if (t.error) what.append(el("div", "err", oneLine(t.error, 400)));
+      if (t.limits) what.append(el("div", "dim", "limits: " + oneLine(t.limits, 300)));
       if (t.final_message) what.append(el("div", "dim", "final: " + oneLine(t.final_message, 400)));
       tr.append(
         el("td", "", t.n),
