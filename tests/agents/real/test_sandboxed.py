@@ -1,10 +1,10 @@
-"""The real ``codex``, ``claude`` and ``gemini`` in zwarm's own sandbox (``zwarm.sandbox``,
-issue 34), against the fake LLMs: a normal turn works (a shell command, a file written in its
-working directory), reaching the fake through the port bridge, with the agent's own sandbox
-standing down inside zwarm's (claude told so by IS_SANDBOX), under the turn's limits; and each reaches an endpoint
-configured BY NAME (``http://fake-llm.test:PORT``, pinned to the fake by the trusted
-``[sandbox] resolve``: no port is bridged, the sandbox has no DNS) only through zwarm's
-filtering proxy, which the CLI finds in ``HTTPS_PROXY``/``HTTP_PROXY`` as it would a real API's
+"""The real ``codex``, ``claude`` and ``gemini`` in zwarm's own sandbox (``zwarm.sandbox``, issue
+34), against the fake LLMs: a normal turn works (a shell command, a file written in its working
+directory), reaching the fake through the port bridge, with the agent's own sandbox standing down
+inside zwarm's (claude told so by IS_SANDBOX), under the turn's limits; and each reaches an
+endpoint configured BY NAME (``http://fake-llm.test:PORT``, pinned to the fake by the trusted
+``[sandbox] resolve``: no port is bridged, the sandbox has no DNS) only through zwarm's filtering
+proxy, which the CLI finds in ``HTTPS_PROXY``/``HTTP_PROXY`` as it would a real API's
 ``https://`` host (TLS itself is not exercised offline)."""
 
 from __future__ import annotations
