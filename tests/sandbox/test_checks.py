@@ -233,7 +233,7 @@ def test_a_sandbox_that_cannot_hold_is_refused_with_its_reason(
     with pytest.raises(ChecksRefused) as e:
         check_plan(cfg, tmp_path)
     assert "cannot hold on this machine" in str(e.value)
-    assert "non-privileged user namespaces" in str(e.value)
+    assert "non-privileged user namespaces" in str(e.value), e.value
     # the opt-in lets them run, unsandboxed (and says so)
     cfg = _config(zw, '[sandbox]\nmode = "bwrap"\n[checks]\nunsandboxed = true\n')
     [r] = run_checks(["true"], tmp_path, config=cfg, timeout_s=5, env=_env(zw))
