@@ -168,6 +168,29 @@ def slurm_cluster() -> None:
         pytest.skip(problem)
 
 
+@pytest.fixture(scope="session")
+def ssh_hosts() -> Iterator[Any]:
+    """The two ssh hosts of ``tests.support.hosts`` (a ``HostBed``), for the test session:
+    else the test skips with the reason, or fails when ``CI=true``."""
+    import shutil
+    import tempfile
+
+    from tests.support.hosts import bed_problem, start_bed
+
+    problem = bed_problem()
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    base = Path(tempfile.mkdtemp(prefix="zwarm-hosts-"))  # not pytest's: its user must enter it
+    bed = start_bed(base)
+    try:
+        yield bed
+    finally:
+        bed.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture
 def sl(zw: ZW, slurm_cluster: None) -> ZW:
     """The ``zw`` world with a state dir whose trusted config.toml runs every session on the

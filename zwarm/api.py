@@ -176,6 +176,10 @@ class Zwarm:
         starting.check_agent(self, mgr)
         cfg = self.config
         fleet = starting.fleet(self, req)
+        if req.account is not None:
+            from zwarm.engine import accounts
+
+            fleet = structs.replace(fleet, account=accounts.check_pin(cfg, adapter, req.account))
         lineage = starting.lineage(self, req.run, req.detached)
         runner = starting.launcher_for(self, req.launcher)
         runner_opts = starting.launcher_options(self, runner, req.launcher_option)
@@ -468,6 +472,21 @@ class Zwarm:
         """The ids of every session on disk (damaged ones included); reads no meta.json."""
         return self.store.list_ids()
 
+    def accounts(self) -> list[dict[str, Any]]:
+        """Every configured account (``[accounts.<agent>.<name>]``) with its state now:
+        ready, cooling (until when, why), over_budget or full; today's spend, its running
+        sessions, the last limit it hit (``engine.accounts.states``)."""
+        from zwarm.engine import accounts
+
+        return accounts.states(self.config, self.store, self.env.clock())
+
+    def usage(self, by: str = "account", since: str | None = None) -> dict[str, Any]:
+        """Tokens and cost of the recorded turns, totalled ``by`` account, agent, model, day
+        or group, from local day ``since`` (``ops.ledger``)."""
+        from zwarm.ops import ledger
+
+        return ledger.usage(self, by, since)
+
     def check_limits(self) -> None:
         """``LoosenedLimit`` if config.toml loosens a limit past its trusted value: what a
         command that starts agents checks first (no read ever gets the looser value)."""
@@ -537,6 +556,63 @@ class Zwarm:
         from zwarm.ops import review
 
         return review.apply(self, ref, turn, cwd)
+
+    # ------------------------------------------------------------------ the merge queue
+    def enqueue_merge(
+        self,
+        refs: list[str],
+        *,
+        target: str | None = None,
+        priority: int = 0,
+        checks: list[str] | None = None,
+        no_check: bool = False,
+        send: bool = False,
+        run: bool = True,
+        depth: int = 1,
+    ) -> dict[str, Any]:
+        """Queue finished worktree sessions for merging into ``target`` (default: the main
+        worktree's branch), in order, each rebased onto the latest target, checked and
+        merged mechanically; then (``run``) process the queue now unless a run already does.
+        The checks: ``checks``, else ``[merge] check``; none is refused unless
+        ``no_check``. ``send``: an ejected session gets its comment as its next turn; ``depth``:
+        entries tested at once, each stacked on the one before (speculative). What
+        best-of's ``pick`` calls to queue its winner (``ops.mergeq``)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.enqueue(self, refs, target=target, priority=priority, checks=checks or (),
+                              no_check=no_check, send=send, run=run, depth=depth)  # fmt: skip
+
+    def run_merge_queues(
+        self,
+        target: str | None = None,
+        *,
+        checks: list[str] | None = None,
+        no_check: bool = False,
+        depth: int = 1,
+    ) -> list[dict[str, Any]]:
+        """Process the merge queues (of ``target`` only, if given) to completion; one runner
+        per queue: another run of it is waited for (``ops.mergeq``)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.run(self, target, checks=checks or (), no_check=no_check, depth=depth)
+
+    def merge_queues(self, target: str | None = None) -> list[dict[str, Any]]:
+        """The merge queues of this state dir with their entries (``ops.mergeq``)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.listing(self, target)
+
+    def unqueue_merge(self, ref: str, target: str | None = None) -> dict[str, Any]:
+        """Take a session out of its merge queue; nothing is merged or deleted."""
+        from zwarm.ops import mergeq
+
+        return mergeq.remove(self, ref, target)
+
+    def pause_merge_queue(self, paused: bool, target: str | None = None) -> dict[str, Any]:
+        """Pause or resume a merge queue (a run stops before its next entry)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.pause(self, paused, target)
 
 
 R = TypeVar("R", "SpawnRequest", "MessageRequest")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zwarm.config import Config, schema
+from zwarm.config import FAMILY, Config, schema
 
 HEAD = """\
 # .zwarm/config.toml, written by `zwarm init`: every key zwarm reads, each with what it does.
@@ -72,13 +72,16 @@ DOCS: dict[str, dict[str, str]] = {
         "max_cost_per_day": "New sessions queue once today's spend reaches this, USD. 0 = none.",
         "stall_s": "A turn whose agent writes nothing this long is shown stalled. 0 = never.",
         "on_stall": '"mark": only show it stalled; "kill": stop it, failed (reason stalled).',
-        "on_usage_limit": '"fail"; "wait": park a turn hit by a usage/rate limit, resume later.',
+        "on_usage_limit": '"fail"; "wait": park a turn hit by a usage limit; "switch": another '
+        "account.",
+        "usage_limit_fallback": "An account's cooldown when its agent gives no reset time, s.",
         "max_auto_resumes": "How many times a parked session is resumed by itself.",
         "resume_backoff_s": "Wait before resuming when the agent gives no reset time (doubles).",
         "max_spawn_depth": "Deepest delegation: a session started by an agent of depth N is "
         "N+1. 0 = any.",
     },
     "groups": {},
+    "accounts": {},
     "hooks": {
         "on_finish": 'Run when a session ends, its JSON on stdin ("" = none; str: sh -c).',
         "on_fail": "Also run when a session ends failed (not killed); as on_finish.",
@@ -91,10 +94,18 @@ DOCS: dict[str, dict[str, str]] = {
         "mode": '"bwrap": each turn in bubblewrap (its worktree writable, its endpoint only).',
         "ports": "More loopback ports its agents may reach (their *_BASE_URL ones always).",
         "read_only": "More absolute paths the agents may read inside the sandbox.",
+        "memory": 'Each sandboxed turn\'s memory limit, e.g. "2G" ("" = none).',
+        "cpus": "Each sandboxed turn's CPU limit, in CPUs (e.g. 1.5; 0 = none).",
+        "pids": "Each sandboxed turn's limit on processes and threads (0 = none).",
     },
     "checks": {
         "unsandboxed": "true = run checks (code the agents wrote) unsandboxed where the "
         "sandbox cannot.",
+    },
+    "merge": {
+        "check": 'What every merge queue entry must pass, e.g. ["pytest -q"] (each sh -c).',
+        "mode": '"rebase" (each entry rebased onto the target) or "merge" (a merge commit).',
+        "check_timeout_s": "Time limit of each check command, in seconds (then it fails).",
     },
 }
 
@@ -119,7 +130,7 @@ def describe(table: str, key: str) -> str:
         text = DOCS[table][key] + ", ".join(f'"{n}"' for n in launchers.loaded()) + "."
         return text if len(text) <= 96 else text[:92] + ", ..."
     if table == "sandbox" and key not in DOCS[table]:
-        return f'The {key} agent\'s own sandbox mode, e.g. {{ mode = "off" }} ([sandbox.{key}]).'
+        return f'The {key} agent\'s own sandbox mode and limits, e.g. {{ memory = "1G" }}.'
     if table in DOCS:
         return DOCS[table].get(key, key)
     if table in launchers.names():
@@ -130,14 +141,31 @@ def describe(table: str, key: str) -> str:
     return doc or COMMON_DOCS.get(key) or f"The {table} agent's {key!r} setting."
 
 
-def commented(config: Config) -> str:
-    """``config`` as TOML, each key under a comment saying what it does."""
+def commented(config: Config, tables: dict[str, dict[str, Any]] | None = None) -> str:
+    """``config`` as TOML, each key under a comment saying what it does (``tables``: the
+    schema, default ``schema()``)."""
     parts = [HEAD]
-    for table, keys in schema().items():
+    for table, keys in (schema() if tables is None else tables).items():
         parts.append(f"\n[{table}]\n")
+        if FAMILY in keys:  # a launcher's family of named tables: an example, then the members
+            parts.append(_family(table, keys[FAMILY][1], config.data[table]))
+            continue
         for key in keys or config.data[table]:  # [groups]: the configured groups
             parts.append(f"# {describe(table, key)}\n{key} = {value(config.data[table][key])}\n")
     return "".join(parts)
+
+
+def _family(table: str, family: Any, members: dict[str, Any]) -> str:
+    """A family's table (``[hosts]``): its doc and a commented-out example member with each
+    key's doc, then the configured members, one inline table each."""
+    lines = [f"# {family.doc}\n"] if family.doc else []
+    lines.append(f"# [{table}.NAME] (for example [{table}.a]):\n")
+    for key, setting in family.settings.items():
+        shown = family.example.get(key)
+        text = f"{key} = {value(shown)}" if shown is not None else f"{key} = ...  (unset)"
+        lines.append(f"#   {text:<42} # {setting.doc}\n")
+    lines += [f"{_key(name)} = {value(member)}\n" for name, member in members.items()]
+    return "".join(lines)
 
 
 def value(v: Any) -> str:

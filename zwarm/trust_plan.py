@@ -171,12 +171,16 @@ def _dir_status(path: str, e: DirEntry) -> str:
 
 
 def trust_config(
-    path: Path, data: bytes | None = None, environ: Mapping[str, str] | None = None
+    path: Path,
+    data: bytes | None = None,
+    environ: Mapping[str, str] | None = None,
+    tables: dict[str, dict[str, Any]] | None = None,
 ) -> str:
     """Record ``data`` (default: the file's current bytes) as trusted for ``path``: its sha256
     and its values that are not free; returns the hash. A later edit needs no new trust unless
     it changes an executing value or loosens a limit. (What ``zwarm trust`` does, without the
-    review: for tests and programs that wrote the file themselves.)"""
+    review: for tests and programs that wrote the file themselves.) ``tables``: the schema
+    (default ``zwarm.config.schema()``)."""
     from zwarm import config as config_mod
     from zwarm.errors import ConfigError
 
@@ -187,7 +191,7 @@ def trust_config(
             data, _ = read_file(path, 1 << 20, follow=True)
         except OSError as e:
             raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
-    tables = config_mod.schema()
+    tables = config_mod.schema() if tables is None else tables
     try:
         values: dict[str, Any] | None = nested(
             config_mod.Judge(tables).settings(config_mod.parse(data, str(path), tables))

@@ -28,6 +28,7 @@ NAMES = {
     "get_diff",
     "comment",
     "merge",
+    "merge_queue",
 }
 
 

@@ -50,3 +50,34 @@ def test_sandbox_start_up_overhead_per_turn(tmp_path: Path) -> None:
         f"bwrap+bridge {med['bwrap+bridge']:.1f} (+{over_bridge:.1f})"
     )
     assert over < 500 and over_bridge < 1000, med  # loose: the figures are what matters
+
+
+@pytest.mark.perf
+def test_limits_overhead_per_turn(tmp_path: Path) -> None:
+    """What a turn's limits add to a sandboxed start: the supervisor's cgroup made and
+    written, the outer shell joining it, the cgroup removed at the end (or the rlimits)."""
+    from zwarm.sandbox import limits
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    policy = Policy(cwd=str(tree), tree=str(tree), home=str(tmp_path / "home"))
+    plain = ["/bin/true"]
+    want = limits.Limits(memory=512 << 20, cpus=1.0, pids=256)
+    times: dict[str, list[float]] = {"bwrap": [], "bwrap+limits": []}
+    for _ in range(RUNS):
+        times["bwrap"].append(_time(bwrap.command(plain, policy, None), tree))
+        t = time.perf_counter()
+        applied = limits.make(want)
+        subprocess.run(
+            bwrap.command(plain, policy, None, limits.shell(applied)), cwd=tree, check=True
+        )
+        limits.release(applied.group)
+        times["bwrap+limits"].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+    over = med["bwrap+limits"] - med["bwrap"]
+    print(
+        f"\nlimits per turn, median of {RUNS} (ms): bwrap {med['bwrap']:.1f}, with limits "
+        f"{med['bwrap+limits']:.1f} (+{over:.1f}, x{med['bwrap+limits'] / med['bwrap']:.2f}); "
+        f"{applied.line}"
+    )
+    assert over < 500, med  # loose: the figures are what matters

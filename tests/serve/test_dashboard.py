@@ -410,3 +410,37 @@ def test_a_pending_slurm_job_reads_as_the_cli_shows_it(sl, serve, browser) -> No
     assert "running" not in page.text_content("#s-status")
     page.close()
     assert sl.run("kill", sid).returncode == 0
+
+
+def test_the_merge_queue_on_the_dashboard(zw, serve, browser) -> None:
+    """A worktree session's page queues it for merge (the trusted [merge] check runs); the
+    board shows the queue: merged, ejected and why; Run now processes it."""
+    from tests.support.workspace import agent, make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    ids = {}
+    for name, shell in (("good", "echo ok > ok.txt"), ("bad", "echo no > no.txt; touch BROKEN")):
+        ids[name] = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name,
+                             env_extra=agent(shell))  # fmt: skip
+    zw.wait(*ids.values())
+    zw.write_config('[checks]\nunsandboxed = true\n\n[merge]\ncheck = ["test ! -e BROKEN"]\n')
+    srv = serve()
+    page = browser.new_context(viewport=DESKTOP).new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector(f"tr[data-id='{ids['good']}']")
+    assert page.locator("#merges").is_hidden()  # no queue yet
+    for name, says in (("good", "good: merged"), ("bad", "bad: ejected: check failed")):
+        page.click(f"tr[data-id='{ids[name]}']")
+        page.wait_for_selector("#queue-btn:visible")
+        page.click("#queue-btn")
+        page.wait_for_selector(f"#toast:has-text('{says}')")
+        page.click(".back")
+    page.wait_for_selector("#merges li.mq-merged:has-text('zwarm/good')")
+    bad = page.locator("#merges li.mq-ejected").text_content() or ""
+    assert "zwarm/bad" in bad and "check failed: `test ! -e BROKEN` exited with 1" in bad
+    page.click("#merges-run")
+    page.wait_for_selector("#merges-run:enabled")
+    assert repo.git("show", "main:ok.txt") == "ok\n"
+    assert problems == []

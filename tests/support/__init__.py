@@ -41,12 +41,13 @@ ZWARM_BIN = VENV_BIN / "zwarm" if (VENV_BIN / "zwarm").exists() else ROOT / ".ve
 
 # The tiers (docs/testing.md): every test gets exactly one of TIERS, by folder (TIER_BY_PATH,
 # first match) unless it carries one itself; ``slow`` and ``perf`` are added on top.
-TIERS = ("unit", "subprocess", "real", "slurm", "browser")
+TIERS = ("unit", "subprocess", "real", "slurm", "hosts", "browser")
 
 
 TIER_BY_PATH: tuple[tuple[str, str], ...] = (
     ("tests/agents/real/", "real"),
     ("tests/launchers/slurm/", "slurm"),
+    ("tests/launchers/ssh/", "hosts"),
     ("tests/serve/test_dashboard.py", "browser"),
     # files moved from tests/unit/ whose own tests carry other tiers (testmove.py)
     ("tests/store/test_listing_gc.py", "unit"),

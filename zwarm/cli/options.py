@@ -53,6 +53,7 @@ SPAWN = (
     Opt("after_any", "--after-any"),
     Opt("group", "--group"),
     Opt("priority", "--priority"),
+    Opt("account", "--account"),
     Opt("max_cost", "--max-cost"),
     Opt("max_tokens", "--max-tokens"),
     Opt("stall", "--stall"),

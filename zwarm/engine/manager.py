@@ -144,6 +144,7 @@ class BaseSessionManager(Recovery):
         root = os.path.realpath(self.store.root)
         pin = pins.Pin(s.id, root, self.name, s.cwd, dangerous, s.sandbox, workspace=s.workspace)
         pin.launcher, pin.launcher_options = s.turns[0].launcher, opts
+        pin.account = s.account  # spawn --account; else the pass that routes its turn sets it
         pins.write(self.env.environ, pin)
         self.store.create(s, task.encode("utf-8", "surrogateescape"))
         if name:  # claimed after create: a claim whose session dir is missing counts as stale

@@ -7,11 +7,13 @@ batch job per turn, the same supervisor on a compute node), the launcher registr
 Launchers are found through the ``zwarm.launchers`` entry points, the built-in ``local`` one
 too: a new launcher is one module plus its entry point, touching nothing here. The registry
 is what the rest of zwarm asks about launchers: their config tables (``tables``, which
-``zwarm.config`` adds to its schema, as it adds the agents'), their names (no agent may take
+``zwarm.config`` adds to its schema, as it adds the agents'; ``families``: their families of
+named tables, ``[hosts.NAME]``), their names (no agent may take
 one), their failure reasons (``failure``: ``ls``'s label) and spawn options. Must stay true:
 - this package never imports ``zwarm.config`` or ``zwarm.engine`` (the config asks it);
 - a launcher is checked before it is used: a valid name that is none of zwarm's tables, nor an
   agent's; reasons ``<name>_<word>``; spawn options free keys of its own table; one that is not
+  family a valid table name that is none of zwarm's, an agent's or a launcher's; one that is not
   valid, or fails to load, is left out with one warning line on stderr (once), never a crash;
 - declarations are read from the class: listing them starts nothing.
 """
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from zwarm.env import Env
     from zwarm.launchers.base import Failure, Launcher, Probe
     from zwarm.model import Turn
-    from zwarm.rules import Setting
+    from zwarm.rules import Family, Setting
     from zwarm.store import Store
 
 _BUILTIN = "zwarm.launchers."  # the module prefix of the launchers that ship with zwarm
@@ -69,6 +71,16 @@ def loaded() -> dict[str, type[Launcher]]:
 def tables() -> dict[str, dict[str, Setting]]:
     """``{launcher name: its config table's settings}`` of every launcher that has a table."""
     return {n: dict(cls.settings) for n, cls in loaded().items() if cls.settings}
+
+
+def families() -> dict[str, Family]:
+    """``{table: Family}`` of every launcher's families of named tables (``[hosts.NAME]``); a
+    table two launchers declare is the first's (``names``' order)."""
+    out: dict[str, Family] = {}
+    for cls in loaded().values():
+        for table, family in cls.families.items():
+            out.setdefault(table, family)
+    return out
 
 
 def failure(reason: str) -> Failure | None:
@@ -168,9 +180,11 @@ def _checked(name: str, obj: Any) -> type[Launcher]:
     """``obj`` if it is a valid ``Launcher`` class registered as ``name``."""
     import re
 
+    from zwarm import plugins
     from zwarm.launchers.base import Launcher
+    from zwarm.model.records import AGENT_NAME
     from zwarm.model.status import REASON_CODE, Reason
-    from zwarm.rules import FREE
+    from zwarm.rules import FREE, OWN_TABLES
 
     if not (isinstance(obj, type) and issubclass(obj, Launcher)):
         raise TypeError(f"{obj!r} is not a zwarm Launcher")
@@ -180,6 +194,10 @@ def _checked(name: str, obj: Any) -> type[Launcher]:
         setting = obj.settings.get(key)
         if setting is None or setting.trust != FREE:
             raise ValueError(f"spawn option {key!r} is not a free key of its [{name}] table")
+    taken = OWN_TABLES | set(plugins.entry_points(plugins.AGENTS)) | set(names())
+    for table in obj.families:
+        if not re.match(AGENT_NAME, table) or table in taken:
+            raise ValueError(f"family [{table}.NAME] is not a free table name")
     ours = {r.value for r in Reason}
     for reason in obj.reasons:
         if not (reason.startswith(name + "_") and re.match(REASON_CODE, reason)):

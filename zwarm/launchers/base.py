@@ -8,7 +8,8 @@ under the ``zwarm.launchers`` entry point, docs/plugins.md). A launcher owns sta
 (``start``), telling whether it still runs (``alive``, ``survey``), why it ended unrecorded
 (``lost``) and stopping its process tree (``stop``); it declares, as class attributes, its
 config table (``settings``: the ``[name]`` table, checked by ``zwarm.config`` as an agent's
-is, each key with its trust rule), the keys a spawn may set for one session
+is, each key with its trust rule; ``families``: named tables, ``[hosts.NAME]``, each a
+``Family``), the keys a spawn may set for one session
 (``spawn_options``: free keys only), and its own failure reasons (``reasons``: ``<name>_<word>``
 with the label ``ls`` shows). Whatever runs the turn runs ``zwarm.runtime.supervisor``, which
 runs the agent: the one place its argv is built (and would be wrapped, e.g. by a sandbox),
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import msgspec
 
-from zwarm.rules import Setting
+from zwarm.rules import Family, Setting
 
 if TYPE_CHECKING:
     from zwarm.env import Env
@@ -84,6 +85,9 @@ class Launcher(abc.ABC):
     # its ``[name]`` config table (none if empty): each key's type, default, shape, one line of
     # doc (``zwarm init`` writes it) and trust rule (executing unless it says otherwise)
     settings: ClassVar[Mapping[str, Setting]] = MappingProxyType({})
+    # its families of named config tables (``{"hosts": Family}``: ``[hosts.NAME]``), checked
+    # and trusted by ``zwarm.config`` as its table is; each member executes (used as trusted)
+    families: ClassVar[Mapping[str, Family]] = MappingProxyType({})
     # its keys a spawn may set for that session (``spawn --launcher-option KEY=VALUE``):
     # only free keys (an agent can spawn too); kept in the session's launch pin
     spawn_options: ClassVar[tuple[str, ...]] = ()

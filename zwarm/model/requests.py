@@ -127,6 +127,13 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
         _help("Its group: [groups.NAME] caps and budgets apply."),
     ] = None
     priority: Annotated[Priority, _help("Higher starts first when queued (default 0).")] = 0
+    account: Annotated[
+        Annotated[str, Meta(max_length=64)] | None,
+        _help(
+            "The account of its agent its turns run on ([accounts.<agent>.NAME]; default: the "
+            "first by priority with headroom)."
+        ),
+    ] = None
     max_cost: Annotated[
         Budget | None,
         _help(

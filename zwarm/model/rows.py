@@ -80,6 +80,7 @@ class Row(Struct, forbid_unknown_fields=True):
     turn_changes: Annotated[list[Changes | None], Meta(max_length=1_000_000)]
     group: _Name | None
     priority: Priority
+    account: _Name | None
     after: Annotated[list[SessionId], Meta(max_length=100)]
     max_cost_usd: Money | None
     max_tokens: Count | None
@@ -207,6 +208,7 @@ def _session_row(s: Session) -> dict[str, Any]:
         "turn_changes": _all_turn_changes(s),
         "group": s.group,
         "priority": s.priority,
+        "account": s.account,
         "after": list(s.after),
         "max_cost_usd": s.max_cost_usd,
         "max_tokens": s.max_tokens,
@@ -288,6 +290,7 @@ def _fleet_row(m: dict[str, Any], turns: list[Any]) -> dict[str, Any]:
     return {
         "group": m.get("group"),
         "priority": m.get("priority") or 0,
+        "account": m.get("account"),
         "after": list(m.get("after") or []),
         "max_cost_usd": m.get("max_cost_usd"),
         "max_tokens": m.get("max_tokens"),

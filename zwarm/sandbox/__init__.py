@@ -3,10 +3,12 @@
 Owns the sandbox modes (``MODES``: ``off``, ``bwrap``), the policy of one turn (``Policy``:
 the paths it may write, read, must not see, the loopback ports it may reach) and how a mode
 is chosen for a new session (``mode_for``: ``spawn --sandbox``, else ``[sandbox.<agent>]
-mode``, else ``[sandbox] mode``). ``bwrap`` builds the bubblewrap command line around an
-agent's argv; ``check`` is the preflight (``zwarm sandbox check``) that proves on this machine
-that the sandbox holds; ``run`` runs a command zwarm does not trust (a check of an agent's
-work, in the sandbox; the orchestrator's bash tool). Must stay true:
+mode``, else ``[sandbox] mode``) and a turn's limits (``limits_for``: each of
+``[sandbox.<agent>]``, else of ``[sandbox]``). ``bwrap`` builds the bubblewrap command line
+around an agent's argv; ``limits`` applies a turn's memory, cpus and pids limits; ``check``
+is the preflight (``zwarm sandbox check``) that proves on this machine that the sandbox
+holds; ``run`` runs a command zwarm does not trust (a check of an agent's work, in the
+sandbox; the orchestrator's bash tool). Must stay true:
 - a policy is built only from the session's launch pin, the trusted config and the agent's
   environment zwarm made (``engine.finishing.agent_launch``), or for a check from its
   caller's arguments and the trusted config (``run``), never from what an agent can write;
@@ -20,12 +22,15 @@ work, in the sandbox; the orchestrator's bash tool). Must stay true:
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 from urllib.parse import urlsplit
 
 import msgspec
 
 from zwarm.model.records import SandboxMode
+
+if TYPE_CHECKING:
+    from zwarm.sandbox.limits import Limits
 
 MODES: tuple[str, ...] = get_args(SandboxMode)
 OFF = "off"
@@ -73,6 +78,20 @@ def mode_for(asked: str | None, agent: str, config: Any) -> str:
     own = table.get(agent) or {}
     mode = own.get("mode") if isinstance(own, Mapping) else None
     return str(mode or table["mode"])
+
+
+def limits_for(agent: str, config: Any) -> "Limits":
+    """The limits of ``agent``'s turns (``limits``): each of ``[sandbox.<agent>]``, else of
+    ``[sandbox]`` (as trust lets them be used: never looser than trusted)."""
+    from zwarm.config import size_bytes
+    from zwarm.sandbox.limits import Limits
+
+    table = config.table("sandbox")
+    own = table.get(agent) or {}
+    own = own if isinstance(own, Mapping) else {}
+    got = {k: own[k] if k in own else table[k] for k in ("memory", "cpus", "pids")}
+    memory = size_bytes(got["memory"]) if got["memory"] else 0
+    return Limits(memory, float(got["cpus"]), int(got["pids"]))
 
 
 def endpoint_ports(env: Mapping[str, str]) -> list[int]:

@@ -11,16 +11,26 @@ own loopback) before the agent starts. Must stay true:
 - mounts are made in an order where a later one never reopens what an earlier one hid: the
   writable tree, then its git metadata read-only, then the hidden paths, then the login files;
 - the bridge's sockets and its forwarders end with the turn (the outer shell kills them and
-  removes the directory; a forwarder also dies with its parent: ``setpriv --pdeathsig``).
+  removes the directory; a forwarder also dies with its parent: ``setpriv --pdeathsig``); the
+  supervisor removes the directory again after the turn, so a killed outer shell leaves none,
+  and one a SIGKILLed supervisor left is removed by ``sweep_bridges`` (the next sandboxed
+  turn, the preflight): only this uid's directories named after a maker that is gone;
+- the outer shell's ``prefix`` (the turn's limits: ``limits.shell``) runs before anything
+  else it starts, outside the sandbox.
 """
 
+import contextlib
 import os
+import re
 import shlex
 import shutil
+from collections.abc import Sequence
 
 from zwarm.sandbox import Policy
 
 BRIDGE_DIR = "/run/zwarm"  # where the bridge's sockets are inside
+BRIDGE_PREFIX = "zwarm-bridge-"  # outside: /tmp/zwarm-bridge-<maker pid>-<its start>-<random>
+_BRIDGE_NAME = re.compile(r"^zwarm-bridge-([0-9]{1,10})-([0-9]{1,20})-[0-9a-f]{8}\Z")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -33,11 +43,71 @@ def tools() -> dict[str, str | None]:
 
 def bridge_dir() -> str:
     """A new private directory (0700) for a turn's bridge sockets, on a short path: a Unix
-    socket's path is limited to 107 bytes, which a deep ``$TMPDIR`` can exceed."""
+    socket's path is limited to 107 bytes, which a deep ``$TMPDIR`` can exceed. Named after
+    the process that makes it (``BRIDGE_NAME``), so that ``sweep_bridges`` can tell one whose
+    maker is gone; the outer shell removes it, and the supervisor after it (``remove_bridge``)."""
     import tempfile
 
-    short = "/tmp" if os.path.isdir("/tmp") else None
-    return tempfile.mkdtemp(prefix="zwarm-", dir=short)
+    from zwarm.system import procs
+
+    base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+    me = os.getpid()
+    while True:
+        d = os.path.join(
+            base, f"{BRIDGE_PREFIX}{me}-{procs.start_ticks(me) or 0}-{os.urandom(4).hex()}"
+        )
+        try:
+            os.mkdir(d, 0o700)
+            return d
+        except FileExistsError:
+            continue
+
+
+def remove_bridge(d: str) -> None:
+    """Remove bridge directory ``d`` and the sockets in it, never following a link (a
+    directory put in its place is not entered: only its entries are unlinked)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for name in os.listdir(fd):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(d)
+
+
+def sweep_bridges(base: str = "/tmp") -> list[str]:
+    """Remove the bridge directories whose maker is gone (a turn whose supervisor and outer
+    shell were SIGKILLed): only directories in ``base`` named as ``bridge_dir`` names them,
+    owned by this uid, never a link, whose maker (pid and start ticks) no longer runs. The
+    directories removed."""
+    import stat
+
+    from zwarm.system import procs
+    from zwarm.system.boot import ProcRef
+
+    uid, boot, out = os.geteuid(), procs.boot_id(), list[str]()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    for name in names:
+        m = _BRIDGE_NAME.match(name)
+        if m is None:
+            continue
+        d = os.path.join(base, name)
+        try:
+            st = os.lstat(d)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            continue
+        if not procs.is_alive(ProcRef(int(m.group(1)), int(m.group(2)), boot)):
+            remove_bridge(d)
+            out.append(d)
+    return out
 
 
 def mounts(policy: Policy) -> list[str]:
@@ -66,16 +136,30 @@ def mounts(policy: Policy) -> list[str]:
     return args
 
 
-def command(argv: list[str], policy: Policy, sock_dir: str | None) -> list[str]:
+def command(
+    argv: list[str], policy: Policy, sock_dir: str | None, prefix: Sequence[str] = ()
+) -> list[str]:
     """The argv that runs ``argv`` inside bubblewrap under ``policy``; with ports, through the
-    bridge whose sockets go in ``sock_dir`` (a private directory the caller made)."""
+    bridge whose sockets go in ``sock_dir`` (a private directory the caller made); ``prefix``:
+    shell lines the outer shell runs first, outside (``limits.shell``: join the turn's
+    cgroup, set its rlimits), so that all it starts inherits them."""
     t = tools()
     bwrap = t["bwrap"] or "bwrap"
     sb = [bwrap, *mounts(policy)]
     sb += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     sb += ["--chdir", policy.cwd, "--setenv", "TMPDIR", "/tmp"]
     if not policy.ports or sock_dir is None:
-        return [*sb, "--", *argv]
+        if not prefix:
+            return [*sb, "--", *argv]
+        return [
+            "/bin/sh",
+            "-c",
+            "\n".join([*prefix, 'exec "$@"']),
+            "zwarm-limits",
+            *sb,
+            "--",
+            *argv,
+        ]
     socat = t["socat"] or "socat"
     sb += ["--ro-bind", sock_dir, BRIDGE_DIR]
     # whether 127.0.0.1:PORT listens, with shell builtins only (no process per check)
@@ -93,7 +177,7 @@ def command(argv: list[str], policy: Policy, sock_dir: str | None) -> list[str]:
         # alongside the sandbox: waited for here, so neither waits for the other
     inner.append('exec "$@"')
     sb += ["--", "/bin/sh", "-c", "\n".join(inner), "zwarm-sandbox", *argv]
-    outer = [f"d={shlex.quote(sock_dir)}", "pids="]
+    outer = [*prefix, f"d={shlex.quote(sock_dir)}", "pids="]
     pdeath = f"{t['setpriv']} --pdeathsig TERM " if t["setpriv"] else ""
     for port in policy.ports:
         outer.append(
@@ -106,8 +190,13 @@ def command(argv: list[str], policy: Policy, sock_dir: str | None) -> list[str]:
 
 
 def _wait(cond: str) -> str:
-    """A shell loop waiting (at most ~5 s) while ``cond`` holds."""
-    return f"i=0; while {cond} && [ $i -lt 5000 ]; do sleep 0.001; i=$((i+1)); done"
+    """A shell loop waiting (about 5 s at most) while ``cond`` holds: every 1 ms for the first
+    100 ms (the bridge is up in a few), then every 10 ms. Each ``sleep`` is a process, so a
+    loaded machine stretches the count: 590 of them, not 5,000 (which took over 20 s there)."""
+    return (
+        f"i=0; while {cond} && [ $i -lt 590 ]; do "
+        "if [ $i -lt 100 ]; then sleep 0.001; else sleep 0.01; fi; i=$((i+1)); done"
+    )
 
 
 def _visible(path: str, policy: Policy) -> bool:

@@ -9,7 +9,9 @@ Must stay true:
 - every probe is run, never assumed; a machine where bubblewrap cannot start says why in one
   line (missing tools, user namespaces off: the sysctl to change), and ``Report.holds`` is
   False whenever any probe did not go as it must;
-- nothing outside its scratch directory is touched, and everything it starts ends with it.
+- nothing outside its scratch directory is touched, and everything it starts ends with it,
+  but for what killed turns left (bridge directories and cgroups whose maker is gone: swept);
+- a limit the machine cannot apply is said (``Report.limits``), never a failed preflight.
 """
 
 import contextlib
@@ -60,6 +62,7 @@ class Row(NamedTuple):
 class Report(NamedTuple):
     rows: list[Row]
     reason: str  # why the sandbox cannot hold here ("" if it holds)
+    limits: str = ""  # how a turn's limits would be applied here (``limits.summary``)
 
     @property
     def holds(self) -> bool:
@@ -84,7 +87,19 @@ def why_not() -> str:
 
 
 def run() -> Report:
-    """Run every probe (``PROBES``) in a scratch sandbox; the table and any reason."""
+    """Run every probe (``PROBES``) in a scratch sandbox; the table, any reason, and how a
+    turn's limits would be applied here. Sweeps first what killed turns left (their bridge
+    directories, their cgroups: ``bwrap.sweep_bridges``, ``limits.sweep``)."""
+    from zwarm.sandbox import limits
+
+    how = limits.methods()
+    bwrap.sweep_bridges()
+    limits.sweep(how)
+    return run_probes()._replace(limits=limits.summary(how))
+
+
+def run_probes() -> Report:
+    """The probes alone (``run``)."""
     reason = why_not()
     if reason:
         return Report([_row(k, None) for k in PROBES], reason)
@@ -141,7 +156,7 @@ def _probe(root: str, tree: str, state: str, allowed: int, other: int) -> Report
             [_row(k, None) for k in PROBES], f"the sandbox did not answer in {TIMEOUT_S:g} s"
         )
     finally:
-        shutil.rmtree(sock_dir, ignore_errors=True)
+        bwrap.remove_bridge(sock_dir)
     got = dict(
         line.split("=", 1) for line in proc.stdout.decode("utf-8", "replace").split() if "=" in line
     )

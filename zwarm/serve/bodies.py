@@ -4,14 +4,17 @@ Owns which fields of ``SpawnRequest`` and ``MessageRequest`` (``zwarm.model.requ
 their types, bounds and help are declared) the HTTP API offers: ``SPAWN`` and ``MESSAGE``,
 each field it leaves out named with why. ``Spawn`` and ``Message`` are generated from those
 lists (``requests.subset``), and the OpenAPI description from them, so neither can drift.
-Must stay true: a body is a JSON object with exactly these keys (an unknown key, a wrong type
-or a value out of bounds is refused before anything runs); every value is checked again by
-``zwarm.api.Zwarm``, which these only pass on.
+``Merges`` is the body that queues sessions for the merge queue (``Zwarm.enqueue_merge``):
+no check command and no ``no_check``, which are the user's (``[merge] check``), never a
+client's. Must stay true: a body is a JSON object with exactly these keys (an unknown key,
+a wrong type or a value out of bounds is refused before anything runs); every value is
+checked again by ``zwarm.api.Zwarm``, which these only pass on.
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
 from zwarm.model import requests
 from zwarm.model.requests import MessageRequest, SpawnRequest
@@ -19,7 +22,7 @@ from zwarm.model.requests import MessageRequest, SpawnRequest
 SPAWN = (
     "task", "adapter", "model", "cwd", "name", "timeout", "context", "dangerous", "notify",
     "worktree", "branch", "base", "launcher", "launcher_option", "after", "after_any", "group",
-    "priority", "max_cost", "max_tokens", "stall", "source",
+    "priority", "account", "max_cost", "max_tokens", "stall", "source",
 )  # fmt: skip
 SPAWN_LEFT_OUT = {
     "detached": "a server is not a session's agent: what it starts has no parent to leave",
@@ -45,3 +48,18 @@ def message_request(body: Any) -> MessageRequest:
     """The ``MessageRequest`` a decoded ``Message`` body asks for."""
     req: MessageRequest = requests.to_request(MessageRequest, body)
     return req
+
+
+Ref = Annotated[str, Meta(min_length=1, max_length=200)]
+
+
+class Merges(msgspec.Struct, forbid_unknown_fields=True):
+    """Queue ``sessions`` (finished worktree sessions, in order) for merging into ``target``
+    (default: the main worktree's branch), ``priority`` higher first; ``send``: an ejected
+    session gets its review comment as its next turn; ``run``: process the queue now."""
+
+    sessions: Annotated[list[Ref], Meta(min_length=1, max_length=100)]
+    target: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
+    send: bool = False
+    run: bool = True

@@ -19,8 +19,8 @@ SSE = "text/event-stream"
 
 
 def spec(diff: bool, mcp: bool) -> dict[str, Any]:
-    (spawn, message), components = msgspec.json.schema_components(
-        [bodies.Spawn, bodies.Message], ref_template="#/components/schemas/{name}"
+    (spawn, message, merges), components = msgspec.json.schema_components(
+        [bodies.Spawn, bodies.Message, bodies.Merges], ref_template="#/components/schemas/{name}"
     )
     schemas = {**components, "Error": _ERROR, "Session": _SESSION}
     paths = {
@@ -75,6 +75,54 @@ def spec(diff: bool, mcp: bool) -> dict[str, Any]:
         },
         "/api/sessions/{ref}/stream": {"get": _stream_op()},
         "/api/events": {"get": _events_op()},
+        "/api/accounts": {
+            "get": _op("Each agent account's state now (as `zwarm accounts --json`).")
+        },
+        "/api/usage": {
+            "get": _op(
+                "Tokens and cost of the recorded turns, totalled (as `zwarm usage --json`).",
+                params=[
+                    _q("by", "account (default), agent, model, day or group."),
+                    _q("since", "Only turns from this local day on (YYYY-MM-DD)."),
+                ],
+            )
+        },
+        "/api/merges": {
+            "get": _op(
+                "The merge queues: entries with state (testing, waiting, held, merged, ejected, "
+                "removed) and why (as `zwarm merges --json`).",
+                params=[_q("target", "Only the queue of this branch.")],
+                schema={"type": "array", "items": {"type": "object"}},
+            ),
+            "post": _op(
+                "Queue finished worktree sessions for the merge queue and run it (as `zwarm "
+                "merge --queue`); the checks are the trusted [merge] check.",
+                body=merges,
+            ),
+        },
+        "/api/merges/run": {
+            "post": _op(
+                "Process the merge queues now, to completion.",
+                params=[_q("target", "Only the queue of this branch.")],
+            )
+        },
+        "/api/merges/pause": {
+            "post": _op(
+                "Pause a merge queue.", params=[_q("target", "Only the queue of this branch.")]
+            )
+        },
+        "/api/merges/resume": {
+            "post": _op(
+                "Resume a merge queue.", params=[_q("target", "Only the queue of this branch.")]
+            )
+        },
+        "/api/merges/{ref}": {
+            "delete": _op(
+                "Take a session out of its merge queue.",
+                ref=True,
+                params=[_q("target", "Only the queue of this branch.")],
+            )
+        },
     }
     if diff:
         paths["/api/sessions/{ref}/diff"] = {

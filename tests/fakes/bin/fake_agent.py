@@ -19,6 +19,8 @@ Installed on PATH as ``codex`` and ``claude`` (symlinks to this file). Controlle
   output on stderr) after FAKE_SLEEP/FAKE_WAIT_FILE, before printing: how a test makes the
   "agent" change files. FAKE_SHELL_N (N = 1, 2 ...) instead, for the agent's Nth run in a
   FAKE_RECORD directory, if set.
+- FAKE_ALLOC_MB: after FAKE_SHELL, the agent itself allocates (and touches) this many MiB;
+  it writes "allocated" to alloc.txt in its working directory if it could, else exits 4.
 """
 
 import json
@@ -67,6 +69,21 @@ def _shell():
         subprocess.run(["/bin/sh", "-c", cmd], stdout=sys.stderr, check=False)
 
 
+def _alloc():
+    mib = int(os.environ.get("FAKE_ALLOC_MB") or 0)
+    if not mib:
+        return
+    try:
+        block = bytearray(mib << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+    except MemoryError:
+        sys.stderr.write("fake agent: MemoryError\n")
+        sys.exit(4)
+    with open("alloc.txt", "w") as f:
+        f.write("allocated\n")
+
+
 def main():
     argv = sys.argv
     prompt = sys.stdin.buffer.read()
@@ -86,6 +103,7 @@ def main():
     while os.environ.get("FAKE_WAIT_FILE") and not os.path.exists(os.environ["FAKE_WAIT_FILE"]):
         time.sleep(0.02)
     _shell()
+    _alloc()
     children = os.environ.get("FAKE_CHILDREN")
     if children == "1":
         subprocess.Popen(["/bin/sh", "-c", trap + "sleep 300 & sleep 301 & wait"])

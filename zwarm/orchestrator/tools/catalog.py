@@ -18,7 +18,7 @@ from zwarm.config import SCHEMA
 from zwarm.model import requests
 from zwarm.model.requests import MessageRequest, SpawnRequest
 from zwarm.orchestrator.tools.base import Tool, object_schema
-from zwarm.orchestrator.tools.review import comment, get_diff, merge
+from zwarm.orchestrator.tools.review import comment, get_diff, merge, merge_queue
 from zwarm.orchestrator.tools.sessions import (
     LIST_LIMIT,
     check_session,
@@ -43,7 +43,7 @@ _SESSION_ID = _s("Session id, unique id prefix (4+ chars) or session name.", min
 DELEGATE = (
     "task", "adapter", "model", "cwd", "name", "timeout", "context", "notify", "worktree",
     "branch", "base", "launcher", "launcher_option", "after", "after_any", "group", "priority",
-    "max_cost", "max_tokens", "stall", "detached",
+    "account", "max_cost", "max_tokens", "stall", "detached",
 )  # fmt: skip
 DELEGATE_LEFT_OUT = {
     "dangerous": "bypassing the agent's sandbox is the user's decision ([<agent>] dangerous, "
@@ -282,6 +282,43 @@ TOOLS: tuple[Tool, ...] = (
             ["session_id"],
         ),
         merge,
+    ),
+    Tool(
+        "merge_queue",
+        "zwarm: the merge queue, for several finished worktree sessions at once: add their "
+        "session ids and each is rebased onto the target branch in a temporary worktree, "
+        "checked there with the user's configured [merge] check, and merged only if green, "
+        "one after another; a conflict or a failing check ejects a session with a review "
+        "comment (send=true: sent as its next turn, so its agent fixes it; converse or wait "
+        "then). Without add, shows the queues: what was merged, waits, is held or was ejected "
+        "and why. Review with get_diff first; the checks may take a while.",
+        object_schema(
+            {
+                "add": {
+                    "type": "array",
+                    "items": _SESSION_ID,
+                    "maxItems": 100,
+                    "description": "Sessions to queue, in order (finished, with a worktree).",
+                },
+                "target": _s("The branch to merge into (default: the main worktree's)."),
+                "priority": {
+                    "type": "integer",
+                    "minimum": -1000,
+                    "maximum": 1000,
+                    "description": "With add: higher goes first (default 0).",
+                },
+                "send": {
+                    "type": "boolean",
+                    "description": "With add: an ejected session gets its comment as its next "
+                    "turn (default false).",
+                },
+                "run": {
+                    "type": "boolean",
+                    "description": "Process the queue now (default true with add, else false).",
+                },
+            },
+        ),
+        merge_queue,
     ),
 )
 

@@ -299,7 +299,10 @@
       },
       (s) => setConn(s === "live" ? "live" : "down", s === "live" ? "live" : "reconnecting"),
     );
-    setInterval(queueDraw, 10000); // ages
+    setInterval(() => {
+      queueDraw(); // ages
+      if (!$("board").hidden) loadMerges();
+    }, 10000);
   }
   function queueDraw() {
     if (state.drawQueued) return;
@@ -355,6 +358,61 @@
     $("board").hidden = false;
     document.title = "zwarm";
     queueDraw();
+    loadMerges();
+  }
+
+  // ------------------------------------------------------------------ the merge queue
+  async function loadMerges() {
+    let queues;
+    try {
+      queues = await api("GET", "/api/merges");
+    } catch (e) {
+      return; // the board still works; the next load tries again
+    }
+    const wrap = el("div");
+    for (const q of queues) {
+      wrap.append(el("h3", "", q.target + (q.paused ? " (paused)" : "")));
+      if (q.blocked) wrap.append(el("p", "error", "blocked: " + oneLine(q.blocked, 200)));
+      const ul = el("ul");
+      for (const e of q.entries.slice(0, 50)) {
+        const li = el("li", "mq-" + e.state);
+        li.dataset.session = e.session_id;
+        li.append(el("span", "status", e.state), el("b", "", " " + e.branch));
+        if (e.why) li.append(el("span", "dim", " " + oneLine(e.why, 160)));
+        ul.append(li);
+      }
+      wrap.append(ul);
+    }
+    $("merges-list").replaceChildren(wrap);
+    $("merges").hidden = queues.length === 0;
+  }
+  async function runMerges() {
+    $("merges-run").disabled = true;
+    try {
+      await api("POST", "/api/merges/run");
+    } catch (e) {
+      toast(e.message, true);
+    } finally {
+      $("merges-run").disabled = false;
+      loadMerges();
+    }
+  }
+  async function queueMerge() {
+    const view = state.view;
+    if (!view) return;
+    const name = view.detail.name || view.id.slice(0, 8);
+    $("queue-btn").disabled = true;
+    try {
+      const r = await api("POST", "/api/merges", { sessions: [view.id] });
+      const mine = ((r.run && r.run.done) || []).filter((d) => d.session_id === view.id);
+      const how = mine.length ? mine[mine.length - 1] : null;
+      toast(how ? `${name}: ${how.state}` + (how.why ? ": " + oneLine(how.why, 160) : "") : `${name} queued`, how && how.state !== "merged");
+      refetch(view);
+    } catch (e) {
+      toast(e.message, true);
+    } finally {
+      $("queue-btn").disabled = false;
+    }
   }
 
   // ------------------------------------------------------------------ one session
@@ -461,6 +519,7 @@
       ["cwd", d.cwd],
     ];
     if (d.branch) facts.push(["branch", d.branch]);
+    if (d.account) facts.push(["account", d.account]);
     if (d.error) facts.push(["error", oneLine(d.error, 200)]);
     const dl = el("dl", "facts");
     dl.id = "s-facts";
@@ -472,6 +531,8 @@
     $("s-facts").replaceWith(dl);
     $("s-task").textContent = d.task || "";
     $("kill-btn").hidden = !ACTIVE.has(d.status);
+    const worktree = d.workspace && d.workspace.mode === "worktree" && !d.workspace.removed;
+    $("queue-btn").hidden = !worktree || ACTIVE.has(d.status);
   }
   function drawTurns() {
     const view = state.view;
@@ -766,6 +827,8 @@
     });
     $("kill-btn").addEventListener("click", kill);
     $("rm-btn").addEventListener("click", remove);
+    $("queue-btn").addEventListener("click", queueMerge);
+    $("merges-run").addEventListener("click", runMerges);
     for (const b of $("tabs").querySelectorAll("button")) b.addEventListener("click", () => selectTab(b.dataset.tab));
     startBoard();
     window.addEventListener("hashchange", route);
