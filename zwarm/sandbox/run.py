@@ -3,9 +3,11 @@
 
 Owns ``run_tree`` (one command, bounded: its own session and process group, a time limit, its
 output drained as it comes with only a head and a tail kept, and everything it started killed
-when it ends: ``kill_everything``), and the checks: ``check_plan`` (whether checks run in
-zwarm's sandbox here, unsandboxed by the user's trusted opt-in, or not at all:
-``ChecksRefused``), ``run_checks`` and ``CheckResult``. Must stay true:
+when it ends: ``kill_everything``), ``holds`` (whether the sandbox holds here: the
+preflight, cached a while), ``confine`` (the sandbox policy of such a command, for checks and
+the bash tool alike), and the checks: ``check_plan`` (whether checks run in zwarm's sandbox
+here, unsandboxed by the user's trusted opt-in, or not at all: ``ChecksRefused``),
+``run_checks`` and ``CheckResult``. Must stay true:
 - a check's command is the user's (``[checks]``/``--check``, config values that execute, read
   through trust by its caller) and runs as ``["/bin/sh", "-c", command]`` in its directory, a
   worktree an agent wrote (its ``conftest.py`` runs): never unsandboxed unless the trusted
