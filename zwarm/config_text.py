@@ -56,6 +56,7 @@ DOCS: dict[str, dict[str, str]] = {
         "max_tokens": "Stop when the run has used this many orchestrator tokens; 0 = no limit.",
         "max_cost_usd": "Stop when the run's cost (orchestrator + agents) passes this; 0 = none.",
         "bash_timeout_s": "Time limit of the orchestrator's read-only bash tool, in seconds.",
+        "bash_writable": "true = the bash tool may write the project in zwarm's sandbox.",
         "prices": "Orchestrator model prices, USD per 1M tokens: {input, cached_input, output}.",
         "context_window": "The orchestrator model's context, in tokens; 0 = known by model.",
         "compact_at": "Compact the run's transcript past this share of the window; 0 = never.",
