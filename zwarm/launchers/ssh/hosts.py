@@ -23,8 +23,6 @@ private directory of this user's, ``control_dir``), and which remote zwarm may b
 - importing this module is cheap: subprocess is imported where ssh runs.
 """
 
-from __future__ import annotations
-
 import math
 import os
 import re
@@ -302,7 +300,7 @@ class Connection:
         input: bytes | None = None,
         timeout: float,
         cwd: str | None = None,
-    ) -> subprocess.CompletedProcess[bytes]:
+    ) -> "subprocess.CompletedProcess[bytes]":
         """Run ``remote`` on the host and wait (its output read whole); ``HostUnreachable``
         when ssh cannot connect (its exit 255) or no answer comes within ``timeout``
         seconds. A remote command's own exit code is the result's."""
