@@ -82,4 +82,7 @@ def check_command(ctx: click.Context, name: str, as_json: bool, timeout: float |
             click.echo(f"{s['what'].ljust(width)}  {mark.ljust(2)}  {oneline(s['detail'], 160)}")
     if not report["ok"]:
         first = next(s for s in report["steps"] if s["needed"] and not s["ok"])
-        raise ZwarmError(f"host {name!r} cannot run sessions: {first['what']}: {first['detail']}")
+        detail = first["detail"]
+        if detail.startswith(f"host {name!r}"):  # unreachable, another zwarm: it says it all
+            raise ZwarmError(detail)
+        raise ZwarmError(f"host {name!r} cannot run sessions: {first['what']}: {detail}")
