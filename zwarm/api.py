@@ -3,8 +3,8 @@
 A facade: it holds the state dir (``store``), the config and the session managers, and hands
 each operation to its module in ``zwarm.ops``: starting (what ``spawn`` settles before the
 engine makes the session), checks (what a new turn is refused for), listing, reading,
-following, waiting, removal, review; each is given this ``Zwarm``. The session row contract
-is ``zwarm.model.rows``'s (``row``, re-exported here).
+following, waiting, removal, review, bestof (best-of sets); each is given this ``Zwarm``.
+The session row contract is ``zwarm.model.rows``'s (``row``, re-exported here).
 Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
@@ -41,7 +41,7 @@ from zwarm.errors import (
     ZwarmError,
 )
 from zwarm.model import RUNS, Session
-from zwarm.model.records import Workspace
+from zwarm.model.records import Attempt, Workspace
 from zwarm.model.rows import row
 from zwarm.ops import checks, listing, starting
 from zwarm.store import Store
@@ -160,12 +160,24 @@ class Zwarm:
         its turns (``local``, ``slurm``: each turn a Slurm job), default ``[launcher]
         default``; ``launcher_option``: ``KEY=VALUE`` settings of its table for this session
         (the keys the launcher takes per session: ``Launcher.spawn_options``)."""
-        from msgspec import structs
-
         from zwarm.model.requests import SpawnRequest
 
         req = _request(SpawnRequest, request, "task", options)
+        if req.best_of is not None:
+            raise InvalidInput("a best-of set is started with Zwarm.best_of (spawn --best-of)")
+        return self._spawn(req)
+
+    def _spawn(self, req: SpawnRequest, attempt: Attempt | None = None) -> Session:
+        """``spawn`` of a settled request type; ``attempt``: its place in a best-of set."""
+        from msgspec import structs
+
+        from zwarm.ops.bestof import SET_FIELDS
+
         checks.request(req)
+        given = [f for f in SET_FIELDS if getattr(req, f) not in ((), None)]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise InvalidInput(f"{flag} belongs to a best-of set: give --best-of N with it")
         adapter, model = starting.route(self, req.adapter, req.model)
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
@@ -176,6 +188,10 @@ class Zwarm:
         starting.check_agent(self, mgr)
         cfg = self.config
         fleet = starting.fleet(self, req)
+        if req.account is not None:
+            from zwarm.engine import accounts
+
+            fleet = structs.replace(fleet, account=accounts.check_pin(cfg, adapter, req.account))
         lineage = starting.lineage(self, req.run, req.detached)
         runner = starting.launcher_for(self, req.launcher)
         runner_opts = starting.launcher_options(self, runner, req.launcher_option)
@@ -196,7 +212,70 @@ class Zwarm:
             fleet=fleet,
             lineage=lineage,
             launcher_options=runner_opts,
+            attempt=attempt,
         )
+
+    # ------------------------------------------------------------------ best-of sets
+    def best_of(self, request: SpawnRequest | str, /, **options: Any) -> dict[str, Any]:
+        """Start ``best_of`` attempts of one task as a set (``ops.bestof``): each an ordinary
+        worktree session from the same base, agents/models round-robin; when each turn
+        ends zwarm restores the ``protect`` paths and runs the ``check`` commands in its
+        worktree (sandboxed, or where the user opted in). Returns the set's view."""
+        from zwarm.model.requests import SpawnRequest
+        from zwarm.ops import bestof
+
+        req = _request(SpawnRequest, request, "task", options)
+        if req.best_of is None:
+            raise InvalidInput("best_of needs the number of attempts (--best-of N)")
+        return bestof.start(self, req)
+
+    def compare(self, ref: str, rank: str | None = None) -> dict[str, Any]:
+        """A set's attempts with zwarm's evidence, ranked (``--rank``: the keys first);
+        an ended attempt's missing evidence is made first (``ops.bestof.view``)."""
+        from zwarm.ops import bestof
+
+        return bestof.view(self, ref, rank)
+
+    def compare_diff(self, ref: str, a: int, b: int) -> bytes:
+        """How attempt ``b`` of set ``ref`` differs from attempt ``a`` (a unified diff)."""
+        from zwarm.ops import bestof
+
+        return bestof.diff(self, ref, a, b)
+
+    def pick(
+        self,
+        ref: str,
+        attempt: int | None = None,
+        *,
+        into: str | None = None,
+        squash: bool = False,
+        message: str | None = None,
+        judge: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Merge a set's top-ranked attempt (or ``attempt``) as ``merge`` does; the other
+        attempts' worktrees are removed, their branches and snapshots kept until ``rm``.
+        ``judge`` (``model``, ``attempt``, ``reason``): an LLM's tie-break, taken only among
+        the attempts tied on the evidence, and recorded (``orchestrator.judge``)."""
+        from zwarm.ops import bestof
+
+        return bestof.pick(
+            self, ref, attempt, into=into, squash=squash, message=message, judge=judge
+        )
+
+    def inject_set(
+        self, ref: str, request: MessageRequest | str, /, **options: Any
+    ) -> list[dict[str, Any]]:
+        """A follow-up to every attempt of set ``ref`` still in the running."""
+        from zwarm.model.requests import MessageRequest
+        from zwarm.ops import bestof
+
+        return bestof.inject(self, ref, _request(MessageRequest, request, "message", options))
+
+    def is_set(self, ref: str) -> bool:
+        """Whether ``ref`` looks like a best-of set's id (``set-`` and hex digits)."""
+        from zwarm.store import sets as set_store
+
+        return set_store.looks_like(ref)
 
     def route(self, adapter: str | None, model: str | None) -> tuple[str, str | None]:
         """Pick (adapter, model): explicit > implied by the model > configured defaults."""
@@ -482,6 +561,21 @@ class Zwarm:
         """The ids of every session on disk (damaged ones included); reads no meta.json."""
         return self.store.list_ids()
 
+    def accounts(self) -> list[dict[str, Any]]:
+        """Every configured account (``[accounts.<agent>.<name>]``) with its state now:
+        ready, cooling (until when, why), over_budget or full; today's spend, its running
+        sessions, the last limit it hit (``engine.accounts.states``)."""
+        from zwarm.engine import accounts
+
+        return accounts.states(self.config, self.store, self.env.clock())
+
+    def usage(self, by: str = "account", since: str | None = None) -> dict[str, Any]:
+        """Tokens and cost of the recorded turns, totalled ``by`` account, agent, model, day
+        or group, from local day ``since`` (``ops.ledger``)."""
+        from zwarm.ops import ledger
+
+        return ledger.usage(self, by, since)
+
     def check_limits(self) -> None:
         """``LoosenedLimit`` if config.toml loosens a limit past its trusted value: what a
         command that starts agents checks first (no read ever gets the looser value)."""
@@ -551,6 +645,63 @@ class Zwarm:
         from zwarm.ops import review
 
         return review.apply(self, ref, turn, cwd)
+
+    # ------------------------------------------------------------------ the merge queue
+    def enqueue_merge(
+        self,
+        refs: list[str],
+        *,
+        target: str | None = None,
+        priority: int = 0,
+        checks: list[str] | None = None,
+        no_check: bool = False,
+        send: bool = False,
+        run: bool = True,
+        depth: int = 1,
+    ) -> dict[str, Any]:
+        """Queue finished worktree sessions for merging into ``target`` (default: the main
+        worktree's branch), in order, each rebased onto the latest target, checked and
+        merged mechanically; then (``run``) process the queue now unless a run already does.
+        The checks: ``checks``, else ``[merge] check``; none is refused unless
+        ``no_check``. ``send``: an ejected session gets its comment as its next turn; ``depth``:
+        entries tested at once, each stacked on the one before (speculative). What
+        best-of's ``pick`` calls to queue its winner (``ops.mergeq``)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.enqueue(self, refs, target=target, priority=priority, checks=checks or (),
+                              no_check=no_check, send=send, run=run, depth=depth)  # fmt: skip
+
+    def run_merge_queues(
+        self,
+        target: str | None = None,
+        *,
+        checks: list[str] | None = None,
+        no_check: bool = False,
+        depth: int = 1,
+    ) -> list[dict[str, Any]]:
+        """Process the merge queues (of ``target`` only, if given) to completion; one runner
+        per queue: another run of it is waited for (``ops.mergeq``)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.run(self, target, checks=checks or (), no_check=no_check, depth=depth)
+
+    def merge_queues(self, target: str | None = None) -> list[dict[str, Any]]:
+        """The merge queues of this state dir with their entries (``ops.mergeq``)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.listing(self, target)
+
+    def unqueue_merge(self, ref: str, target: str | None = None) -> dict[str, Any]:
+        """Take a session out of its merge queue; nothing is merged or deleted."""
+        from zwarm.ops import mergeq
+
+        return mergeq.remove(self, ref, target)
+
+    def pause_merge_queue(self, paused: bool, target: str | None = None) -> dict[str, Any]:
+        """Pause or resume a merge queue (a run stops before its next entry)."""
+        from zwarm.ops import mergeq
+
+        return mergeq.pause(self, paused, target)
 
 
 R = TypeVar("R", "SpawnRequest", "MessageRequest")

@@ -31,7 +31,19 @@ import msgspec
 
 from zwarm.agents import DEFAULT_AGENT
 from zwarm.errors import ConfigError
-from zwarm.rules import CAP, COUNT, EXECUTES, FREE, KILL_FIRST, PRICES, SANDBOX, Rule, type_name
+from zwarm.rules import (
+    CAP,
+    COUNT,
+    EACH,
+    EXECUTES,
+    FREE,
+    KILL_FIRST,
+    PRICES,
+    SANDBOX,
+    SIZE,
+    Rule,
+    type_name,
+)
 
 if TYPE_CHECKING:
     from zwarm.rules import Family, Setting
@@ -89,13 +101,19 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
         "max_cost_per_day": ((int, float), 0, CAP),  # new sessions queue once today's spend is this
         "stall_s": ((int, float), 0, CAP),  # a turn whose agent writes nothing this long is stalled
         "on_stall": ((str,), "mark", KILL_FIRST),  # "mark": show it stalled; "kill": stop it
-        "on_usage_limit": ((str,), "fail", FREE),  # "wait": park it until the limit resets
+        # "wait": park it until the limit resets; "switch": re-run it on another account
+        "on_usage_limit": ((str,), "fail", FREE),
+        # an account's cooldown when its agent gives no reset time (engine.accounts), seconds
+        "usage_limit_fallback": ((int, float), 3600, FREE),
         "max_auto_resumes": ((int,), 3, COUNT),  # times a parked session is resumed by itself
         "resume_backoff_s": ((int, float), 60, FREE),  # first wait when no reset time is given
         "max_spawn_depth": ((int,), 3, CAP),  # delegation: deepest session (a root is 1); 0 = any
     },
     # [groups.NAME]: max_running, max_cost, max_tokens for the sessions spawned --group NAME
     "groups": {},
+    # [accounts.<agent>.<name>]: env (executes), priority (free), max_running and budget_daily
+    # (limits) of each login of an agent (zwarm.engine.accounts); ``changes`` compares them
+    "accounts": {},
     # commands run when a session ends (zwarm.runtime.hooks): "" = none; a string runs with
     # /bin/sh -c, a list is an argv
     "hooks": {
@@ -110,11 +128,33 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
     },
     # zwarm's own sandbox of each turn (zwarm.sandbox): mode "off" or "bwrap"; ports: loopback
     # ports its agent may reach besides those its *_BASE_URL names; read_only: more paths it
-    # may read. [sandbox.<agent>] mode: one agent's own (a table per agent: ``schema()``)
+    # may read; hosts: more "host:port" its filtering proxy allows besides the agent's own API
+    # hosts; resolve: host name -> address, used by the proxy instead of DNS (may be a
+    # loopback or private address); memory, cpus, pids: the turn's limits
+    # (zwarm.sandbox.limits; "" or 0 = none). [sandbox.<agent>]: one agent's own mode and
+    # limits (a table per agent: ``schema()``)
     "sandbox": {
         "mode": ((str,), "off", SANDBOX),
         "ports": ((list,), [], EXECUTES),
         "read_only": ((list,), [], EXECUTES),
+        "hosts": ((list,), [], EXECUTES),
+        "resolve": ((dict,), {}, EXECUTES),
+        "memory": ((str,), "", SIZE),
+        "cpus": ((int, float), 0, CAP),
+        "pids": ((int,), 0, CAP),
+    },
+    # commands that run code the agents wrote (zwarm.sandbox.run: best-of checks, the merge
+    # queue's): in the sandbox where it holds, else only with unsandboxed = true (trusted)
+    "checks": {
+        "unsandboxed": ((bool,), False, EXECUTES),
+    },
+    # the merge queue (zwarm.engine.mergeq): check = the commands every entry must pass
+    # (executing: they run code the agents wrote, see zwarm.sandbox.run); mode = "rebase" or
+    # "merge" (each entry onto the target); check_timeout_s = each command's time limit
+    "merge": {
+        "check": ((list,), [], EXECUTES),
+        "mode": ((str,), "rebase", FREE),
+        "check_timeout_s": ((int, float), 600, FREE),
     },
 }
 
@@ -129,6 +169,7 @@ def _stored() -> dict[tuple[str, str], Any]:
         ("limits", "stall_s"): Seconds,
         ("groups", "max_cost"): Money,
         ("groups", "max_tokens"): Count,
+        ("accounts", "budget_daily"): Money,
     }
 
 
@@ -139,12 +180,15 @@ CHOICES = {
     ("defaults", "context"): ("summary", "native"),
     ("defaults", "workspace"): ("shared", "worktree"),
     ("limits", "on_stall"): ("mark", "kill"),
-    ("limits", "on_usage_limit"): ("fail", "wait"),
+    ("limits", "on_usage_limit"): ("fail", "wait", "switch"),
     ("sandbox", "mode"): ("off", "bwrap"),  # records.SandboxMode
+    ("merge", "mode"): ("rebase", "merge"),
 }
 
 _PRICE_KEYS = ("input", "cached_input", "output")
 _HOOKS = ("on_finish", "on_fail")
+_HOST_NAME = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})\Z"  # [sandbox] resolve's keys
+_HOST_PORT = r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})\Z"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" allows a trailing newline
 
 
@@ -183,6 +227,19 @@ class Config(msgspec.Struct, frozen=True):
         trusted file had is there even if the file no longer has it)."""
         return self.data["groups"] if self.source is None else self.source.groups()
 
+    def accounts(self, agent: str) -> dict[str, dict[str, Any]]:
+        """``[accounts.<agent>.*]`` as they may be used (in the file's order): limits never
+        looser than trusted; read an account's ``env`` with ``account_env``."""
+        got = self.data["accounts"] if self.source is None else self.source.accounts()
+        return dict(got.get(agent, {}))
+
+    def account_env(self, agent: str, name: str) -> dict[str, str]:
+        """Account ``name`` of ``agent``'s ``env`` as written (``${VAR}`` references left
+        for ``engine.accounts`` to fill in): ``UntrustedConfig`` if it needs trust."""
+        if self.source is not None:
+            return self.source.account_env(agent, name)
+        return dict(self.data["accounts"].get(agent, {}).get(name, {}).get("env", {}))
+
     def command(self, adapter: str) -> list[str]:
         cmd = self.get(adapter, "command")
         return [cmd] if isinstance(cmd, str) else list(cmd)
@@ -217,7 +274,7 @@ def schema() -> dict[str, dict[str, Spec]]:
     for name in agents.names():
         keys = agents.get(name).config_schema()
         out[name] = {key: (s.types, s.default, s.trust) for key, s in keys.items()}
-        out["sandbox"][name] = ((dict,), {}, EXECUTES)  # [sandbox.<agent>]: its own mode
+        out["sandbox"][name] = ((dict,), {}, EACH)  # [sandbox.<agent>]: its own mode, limits
     for name, settings in launchers.tables().items():
         out[name] = {key: (s.types, s.default, s.trust) for key, s in settings.items()}
     for table, family in launchers.families().items():
@@ -280,6 +337,8 @@ def rule(table: str, key: str, tables: dict[str, dict[str, Spec]] | None = None)
     declared executes (default-deny)."""
     if table == "groups":
         return CAP
+    if table == "accounts":
+        return EXECUTES  # its env does; its limits are compared one by one (``changes``)
     keys = (schema() if tables is None else tables).get(table, {})
     spec = keys.get(key, keys.get(FAMILY))  # a family's member: the family's rule (executes)
     return EXECUTES if spec is None else spec[2]
@@ -340,6 +399,8 @@ def changes(
     trusted one; [] if it may be used."""
     if table == "groups":
         return [Change(f"groups.{g}.{k}", was, now, CAP) for g, k, was, now in _groups(new, old)]
+    if table == "accounts":
+        return _account_changes(new, old)
     r = rule(table, key, tables)
     if family(table, tables) is not None:  # a member: trusted whole; one taken out loosens nothing
         now, was = new[table].get(key), old[table].get(key)
@@ -354,6 +415,8 @@ def changes(
         return [] if ok else [Change(f"{table}.{key}", was, now, r)]
     if r.kind == PRICES.kind:
         return _price_changes(table, now, was)
+    if r.kind == EACH.kind:
+        return _each_changes(table, key, new, old, tables)
     return [Change(f"{table}.{key}", was, now, r)] if _rank(r, now) > _rank(r, was) else []
 
 
@@ -369,7 +432,7 @@ def all_changes(
     tables: dict[str, dict[str, Spec]],
 ) -> list[Change]:
     """Every departure of ``new`` from the trusted ``old`` (see ``changes``)."""
-    out = changes("groups", "", new, old, tables)
+    out = changes("groups", "", new, old, tables) + changes("accounts", "", new, old, tables)
     for table, keys in tables.items():
         names = new[table] if FAMILY in keys else keys  # a family: each member in the file
         out += [c for key in names for c in changes(table, key, new, old, tables)]
@@ -387,13 +450,83 @@ def clamped_groups(
     return out
 
 
+def _account_changes(
+    new: Mapping[str, Mapping[str, Any]], old: Mapping[str, Mapping[str, Any]]
+) -> list[Change]:
+    """How ``new``'s ``[accounts.<agent>.<name>]`` depart from the trusted ``old``: an ``env``
+    that is neither empty nor the trusted one (it executes: it chooses a login, and a secret
+    goes with it), a limit (``ACCOUNT_LIMITS``) looser than trusted (0 = none, the loosest;
+    an account the trusted file did not have had none). An account the file drops takes no
+    session any more: nothing is loosened. ``priority`` is free."""
+    out = []
+    now_a, was_a = new.get("accounts", {}), old.get("accounts", {})
+    for agent in sorted(now_a):
+        for name, acc in now_a[agent].items():
+            was = was_a.get(agent, {}).get(name, {})
+            env, trusted = acc.get("env", {}), was.get("env", {})
+            if env and env != trusted:
+                out.append(Change(f"accounts.{agent}.{name}.env", trusted, env, EXECUTES))
+            for key in ACCOUNT_LIMITS:
+                a, b = acc.get(key, 0), was.get(key, 0)
+                if _rank(CAP, a) > _rank(CAP, b):
+                    out.append(Change(f"accounts.{agent}.{name}.{key}", b, a, CAP))
+    return out
+
+
+def clamped_accounts(
+    new: Mapping[str, Mapping[str, Any]], old: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``new``'s accounts as they may be used: each limit looser than trusted set to the
+    trusted one, and an ``env`` that needs trust replaced by ``None`` (whoever uses it raises
+    ``UntrustedConfig``: ``Config.account_env``)."""
+    out = {a: {n: dict(acc) for n, acc in names.items()} for a, names in new["accounts"].items()}
+    for c in _account_changes(new, old):
+        _, agent, name, key = c.key.split(".", 3)
+        out[agent][name][key] = None if key == "env" else c.trusted
+    return out
+
+
 def _rank(r: Rule, v: Any) -> float:
     """Where ``v`` stands under at_most rule ``r``: higher is looser."""
     if r.order:
         return r.order.index(v) if v in r.order else math.inf
     if r.none is not None and v == r.none:
         return math.inf
-    return float(v)
+    return float(size_bytes(v) if isinstance(v, str) else v)
+
+
+def _each_changes(
+    table: str,
+    key: str,
+    new: Mapping[str, Mapping[str, Any]],
+    old: Mapping[str, Mapping[str, Any]],
+    tables: dict[str, dict[str, Spec]],
+) -> list[Change]:
+    """How a table of limits (``EACH``: ``[sandbox.<agent>]``) loosens the trusted one: each
+    key it or the trusted one sets, compared as used (its own value, else ``table``'s own:
+    that key's own change, if any, is counted there)."""
+    mine, was_mine = new[table][key] or {}, old[table][key] or {}
+    out = []
+    for k in sorted(set(mine) | set(was_mine)):
+        r = rule(table, k, tables)
+        now, was = mine.get(k, new[table][k]), was_mine.get(k, old[table][k])
+        if _rank(r, now) > _rank(r, was):
+            out.append(Change(f"{table}.{key}.{k}", was, now, r))
+    return out
+
+
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGT]?)\Z", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MIN_MEMORY = 1 << 20  # a memory limit below this would kill any agent at its start
+
+
+def size_bytes(text: str) -> int:
+    """A size as config.toml writes it ("512M", "2G", "1.5G", "1048576": bytes; K, M, G, T
+    are powers of 1024) in bytes; ``ValueError`` if it is not one."""
+    m = _SIZE.match(text.strip())
+    if m is None:
+        raise ValueError(f"not a size: {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 def _price_changes(table: str, now: Mapping[str, Any], was: Mapping[str, Any]) -> list[Change]:
@@ -454,7 +587,7 @@ def trusted_data(
         if table not in out or not isinstance(keys, dict):
             continue
         for key, value in keys.items():
-            if table == "groups" or key in tables[table] or FAMILY in tables[table]:
+            if table in ("groups", "accounts") or key in tables[table] or FAMILY in tables[table]:
                 out[table][key] = _check(table, key, value, where, tables)
     return out
 
@@ -480,6 +613,9 @@ class Judge:
 
     def clamped_groups(self, new: Data, old: Data) -> dict[str, dict[str, Any]]:
         return clamped_groups(new, old)
+
+    def clamped_accounts(self, new: Data, old: Data) -> dict[str, dict[str, dict[str, Any]]]:
+        return clamped_accounts(new, old)
 
     def settings(self, data: Data) -> dict[str, Any]:
         return security_settings(data, _defaults(self.tables), self.tables)
@@ -562,6 +698,8 @@ def validate(
 def _check(table: str, key: str, value: Any, where: str, tables: dict[str, dict[str, Spec]]) -> Any:
     if table == "groups":
         return _check_group(key, value, where)
+    if table == "accounts":
+        return _check_accounts(key, value, where)
     fam = family(table, tables)
     if fam is not None:
         return check_member(table, fam, key, value, where)
@@ -599,6 +737,10 @@ def _check_shape(table: str, key: str, value: Any, where: str) -> None:
         _check_workspace(key, value, name, where)
     if table == "sandbox":
         _check_sandbox(key, value, name, where)
+    if (table, key) == ("merge", "check") and not all(isinstance(x, str) and x for x in value):
+        raise ConfigError(where, f"{name} must be a list of commands (non-empty strings)")
+    if (table, key) == ("merge", "check_timeout_s") and value <= 0:
+        raise ConfigError(where, f"{name} must be more than 0")
     if (table, key) == ("launcher", "default") and not re.match(_LAUNCHER_NAME, value):
         raise ConfigError(where, f"{name} must be a launcher name (local, slurm), not {value!r}")
     if table not in SCHEMA:
@@ -658,8 +800,27 @@ def _check_workspace(key: str, value: Any, name: str, where: str) -> None:
 
 
 def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
-    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; an agent's table
-    only ``mode``, one of the modes."""
+    """[sandbox]: ``ports`` TCP port numbers; ``read_only`` absolute paths; ``hosts``
+    ``host:port`` strings; ``resolve`` host names to IP addresses; ``memory`` a size of at
+    least 1M ("" = none); an agent's table only ``OWN_SANDBOX_KEYS``, each checked as its
+    [sandbox] namesake."""
+    import ipaddress
+
+    if key == "hosts":
+        for h in value:
+            m = re.match(_HOST_PORT, h) if isinstance(h, str) else None
+            if m is None or not 0 < int(m[2]) < 65536:
+                raise ConfigError(where, f"{name}: {h!r} must be host:port (api.example.com:443)")
+        return
+    if key == "resolve":
+        for host, addr in value.items():
+            try:
+                ipaddress.ip_address(addr if isinstance(addr, str) else "")
+            except ValueError:
+                raise ConfigError(where, f"{name}.{host} must be an IP address") from None
+            if not re.match(_HOST_NAME, host):
+                raise ConfigError(where, f"{name}: {host!r} is not a host name")
+        return
     if key == "ports" and not all(
         isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in value
     ):
@@ -668,13 +829,32 @@ def _check_sandbox(key: str, value: Any, name: str, where: str) -> None:
         isinstance(p, str) and p.startswith("/") and "\x00" not in p for p in value
     ):
         raise ConfigError(where, f"{name} must be a list of absolute paths")
+    if key == "memory" and value:
+        try:
+            small = size_bytes(value) < MIN_MEMORY
+        except ValueError:
+            raise ConfigError(where, f'{name} must be a size ("512M", "2G") or "" (none)') from None
+        if small:
+            raise ConfigError(where, f"{name} must be at least 1M, not {value!r}")
     if isinstance(value, dict):
-        modes = CHOICES[("sandbox", "mode")]
         for k, v in value.items():
-            if k != "mode":
-                raise ConfigError(where, f"unknown key {k!r} in [{name}] (use mode)")
-            if v not in modes:
+            if k not in OWN_SANDBOX_KEYS:
+                keys = ", ".join(OWN_SANDBOX_KEYS)
+                raise ConfigError(where, f"unknown key {k!r} in [{name}] (use {keys})")
+            types, _, _ = SCHEMA["sandbox"][k]
+            if not isinstance(v, types) or isinstance(v, bool):
+                kinds = " or ".join(type_name(t) for t in types)
+                raise ConfigError(where, f"{name}.{k} must be {kinds}")
+            modes = CHOICES[("sandbox", "mode")]
+            if k == "mode" and v not in modes:
                 raise ConfigError(where, f"{name}.mode must be one of {', '.join(modes)}")
+            if isinstance(v, (int, float)) and not (math.isfinite(v) and v >= 0):
+                raise ConfigError(where, f"{name}.{k} must be a non-negative number")
+            _check_sandbox(k, v, f"{name}.{k}", where)
+
+
+# the keys of an agent's own [sandbox.<agent>]: its mode and limits
+OWN_SANDBOX_KEYS = ("mode", "memory", "cpus", "pids")
 
 
 def check_member(table: str, fam: "Family", name: str, value: Any, where: str) -> dict[str, Any]:
@@ -706,6 +886,56 @@ def _check_group(name: str, value: Any, where: str) -> dict[str, Any]:
             raise ConfigError(where, f"groups.{name}.{key} must be a non-negative number")
         _check_stored(f"groups.{name}.{key}", v, STORED.get(("groups", key)), where)
     return dict(value)
+
+
+# [accounts.<agent>.<name>]: each a limit (CAP): lower is tighter, 0 = none
+ACCOUNT_LIMITS = {"max_running": (int,), "budget_daily": (int, float)}
+ACCOUNT_KEYS = ("env", "priority", *ACCOUNT_LIMITS)
+
+
+def _check_accounts(agent: str, value: Any, where: str) -> dict[str, dict[str, Any]]:
+    """``[accounts.<agent>]``: an installed agent's name, then one table per account (a
+    session name's characters), each with only ``ACCOUNT_KEYS``: ``env`` a table of variables
+    (a value may be a ``${VAR}`` reference to the user's environment), ``priority`` a whole
+    number, the limits non-negative."""
+    from zwarm import agents
+    from zwarm.model.records import Priority, out_of_bounds
+
+    if agent not in agents.names():
+        known = ", ".join(agents.names())
+        raise ConfigError(where, f"[accounts.{agent}]: not an installed agent ({known})")
+    if not isinstance(value, dict):
+        raise ConfigError(where, f"accounts.{agent} must be a table")
+    out: dict[str, dict[str, Any]] = {}
+    for name, acc in value.items():
+        where_name = f"accounts.{agent}.{name}"
+        if not re.match(_GROUP_NAME, name):
+            raise ConfigError(where, f"account name {name!r}: use letters, digits, '.', '_', '-'")
+        if not isinstance(acc, dict):
+            raise ConfigError(where, f"{where_name} must be a table")
+        for key, v in acc.items():
+            if key not in ACCOUNT_KEYS:
+                keys = ", ".join(ACCOUNT_KEYS)
+                raise ConfigError(where, f"unknown key {key!r} in [{where_name}] (use {keys})")
+            if key == "env":
+                if not isinstance(v, dict):
+                    raise ConfigError(where, f"{where_name}.env must be a table")
+                for k, x in v.items():
+                    if not _ENV_NAME.match(k) or not isinstance(x, str) or "\x00" in x:
+                        raise ConfigError(
+                            where, f"{where_name}.env.{k} must be a string (valid variable name)"
+                        )
+            elif key == "priority":
+                bad = out_of_bounds(0.5, Priority)  # what any bad value is told
+                if isinstance(v, bool) or out_of_bounds(v, Priority) is not None:
+                    raise ConfigError(where, f"{where_name}.priority must be {bad}")
+            else:
+                ok = isinstance(v, ACCOUNT_LIMITS[key]) and not isinstance(v, bool)
+                if not ok or not math.isfinite(v) or v < 0:
+                    raise ConfigError(where, f"{where_name}.{key} must be a non-negative number")
+                _check_stored(f"{where_name}.{key}", v, STORED.get(("accounts", key)), where)
+        out[name] = dict(acc)
+    return out
 
 
 def _check_prices(name: str, value: dict[str, Any], where: str) -> None:

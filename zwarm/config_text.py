@@ -71,13 +71,16 @@ DOCS: dict[str, dict[str, str]] = {
         "max_cost_per_day": "New sessions queue once today's spend reaches this, USD. 0 = none.",
         "stall_s": "A turn whose agent writes nothing this long is shown stalled. 0 = never.",
         "on_stall": '"mark": only show it stalled; "kill": stop it, failed (reason stalled).',
-        "on_usage_limit": '"fail"; "wait": park a turn hit by a usage/rate limit, resume later.',
+        "on_usage_limit": '"fail"; "wait": park a turn hit by a usage limit; "switch": another '
+        "account.",
+        "usage_limit_fallback": "An account's cooldown when its agent gives no reset time, s.",
         "max_auto_resumes": "How many times a parked session is resumed by itself.",
         "resume_backoff_s": "Wait before resuming when the agent gives no reset time (doubles).",
         "max_spawn_depth": "Deepest delegation: a session started by an agent of depth N is "
         "N+1. 0 = any.",
     },
     "groups": {},
+    "accounts": {},
     "hooks": {
         "on_finish": 'Run when a session ends, its JSON on stdin ("" = none; str: sh -c).',
         "on_fail": "Also run when a session ends failed (not killed); as on_finish.",
@@ -90,6 +93,20 @@ DOCS: dict[str, dict[str, str]] = {
         "mode": '"bwrap": each turn in bubblewrap (its worktree writable, its endpoint only).',
         "ports": "More loopback ports its agents may reach (their *_BASE_URL ones always).",
         "read_only": "More absolute paths the agents may read inside the sandbox.",
+        "hosts": 'More "host:port" the sandbox\'s proxy lets the agents reach by name.',
+        "resolve": "Host name -> address for the sandbox's proxy, instead of DNS.",
+        "memory": 'Each sandboxed turn\'s memory limit, e.g. "2G" ("" = none).',
+        "cpus": "Each sandboxed turn's CPU limit, in CPUs (e.g. 1.5; 0 = none).",
+        "pids": "Each sandboxed turn's limit on processes and threads (0 = none).",
+    },
+    "checks": {
+        "unsandboxed": "true = run checks (code the agents wrote) unsandboxed where the "
+        "sandbox cannot.",
+    },
+    "merge": {
+        "check": 'What every merge queue entry must pass, e.g. ["pytest -q"] (each sh -c).',
+        "mode": '"rebase" (each entry rebased onto the target) or "merge" (a merge commit).',
+        "check_timeout_s": "Time limit of each check command, in seconds (then it fails).",
     },
 }
 
@@ -114,7 +131,7 @@ def describe(table: str, key: str) -> str:
         text = DOCS[table][key] + ", ".join(f'"{n}"' for n in launchers.loaded()) + "."
         return text if len(text) <= 96 else text[:92] + ", ..."
     if table == "sandbox" and key not in DOCS[table]:
-        return f'The {key} agent\'s own sandbox mode, e.g. {{ mode = "off" }} ([sandbox.{key}]).'
+        return f'The {key} agent\'s own sandbox mode and limits, e.g. {{ memory = "1G" }}.'
     if table in DOCS:
         return DOCS[table].get(key, key)
     if table in launchers.names():

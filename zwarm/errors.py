@@ -88,6 +88,12 @@ class SandboxUnavailable(ZwarmError):
     """zwarm's sandbox cannot hold on this machine (``zwarm.sandbox.check``): nothing started."""
 
 
+class ChecksRefused(ZwarmError):
+    """Checks (commands that run code the agents wrote) cannot run here: zwarm's sandbox is off
+    or cannot hold, and the user did not opt in to unsandboxed checks (``zwarm.sandbox.run``).
+    The message says how to opt in; nothing ran."""
+
+
 class StoreError(ZwarmError):
     """The state directory could not be read or written (permissions, disk full)."""
 

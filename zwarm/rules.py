@@ -19,7 +19,7 @@ class Rule(NamedTuple):
     """How trust treats a key (``zwarm.trust`` applies it): declared once per key, as the last
     element of its ``Spec`` (an agent's keys: ``Setting.trust``)."""
 
-    kind: str  # "executes", "at_most" (a limit, lower is tighter), "at_least", "free"
+    kind: str  # "executes", "at_most" (a limit, lower is tighter), "at_least", "each", "free"
     none: Any = None  # at_most: the value meaning "no limit" (the loosest); None: there is none
     order: tuple[Any, ...] = ()  # at_most among choices: tightest first
 
@@ -36,6 +36,11 @@ KILL_FIRST = Rule("at_most", order=("kill", "mark"))  # [limits] on_stall
 DANGEROUS = Rule("at_most", order=(False, True))
 # zwarm's own sandbox of a turn ([sandbox] mode: zwarm.sandbox): "off" is the loosest
 SANDBOX = Rule("at_most", order=("bwrap", "off"))
+# a size in bytes ("512M", "2G": ``zwarm.config.size_bytes``), lower is tighter; "" = none
+SIZE = Rule("at_most", none="")
+# a table of limits, each key compared as its namesake one level up and as the engine uses
+# it (the table's own value, else the one above): [sandbox.<agent>] (``zwarm.config``)
+EACH = Rule("each")
 # USD per 1M tokens by model: a limit, higher is tighter (a lower price lets a budget buy more);
 # a model left out costs its list price (the agent's default_prices), an unknown one nothing
 PRICES = Rule("at_least")
@@ -131,5 +136,5 @@ class Family(NamedTuple):
 # one as its name; a launcher's name is its table's, so no agent may take it either
 OWN_TABLES = frozenset(
     {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
-    | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm", "sandbox"}
+    | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm", "sandbox", "checks"}
 )

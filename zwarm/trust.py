@@ -277,6 +277,7 @@ class Judge(Protocol):
     def changes(self, table: str, key: str, new: Data, old: Data) -> list[Any]: ...
     def all_changes(self, new: Data, old: Data) -> list[Any]: ...
     def clamped_groups(self, new: Data, old: Data) -> dict[str, dict[str, Any]]: ...
+    def clamped_accounts(self, new: Data, old: Data) -> dict[str, dict[str, dict[str, Any]]]: ...
     def settings(self, data: Data) -> dict[str, Any]: ...
     def defaults(self) -> Data: ...
     def trusted(self, values: Mapping[str, Any], where: str) -> Data: ...
@@ -378,6 +379,27 @@ class ConfigSource:
             self._accepted.add("groups")
             return self.data["groups"]
         return self.judge.clamped_groups(self.data, trusted)
+
+    def accounts(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """``[accounts]`` as it may be used: limits never looser than trusted, an ``env``
+        that needs trust ``None`` (``account_env`` raises for it)."""
+        if "accounts" in self._accepted:
+            return self.data["accounts"]
+        trusted = self.trusted()
+        if trusted is None or not self.judge.changes("accounts", "", self.data, trusted):
+            self._accepted.add("accounts")
+            return self.data["accounts"]
+        return self.judge.clamped_accounts(self.data, trusted)
+
+    def account_env(self, agent: str, name: str) -> dict[str, str]:
+        """Account ``name`` of ``agent``'s ``env`` if it is trusted (or empty), else
+        ``UntrustedConfig``."""
+        env = self.accounts().get(agent, {}).get(name, {}).get("env", {})
+        if env is None:
+            trusted = self.trusted()
+            assert trusted is not None
+            raise self._untrusted(trusted)
+        return dict(env)
 
     def require_limits(self) -> None:
         """``LoosenedLimit`` naming the first limit the file loosens (and the others)."""
@@ -519,7 +541,8 @@ def masked(name: str, value: Any) -> Any:
 
 def _masked(v: Any, secret: bool) -> Any:
     if isinstance(v, dict):
-        return {k: _masked(x, secret or looks_secret(k)) for k, x in v.items()}
+        # an ``env`` table inside another ([accounts.<agent>.<name>] env): every value a secret
+        return {k: _masked(x, secret or looks_secret(k) or k == "env") for k, x in v.items()}
     if isinstance(v, list):
         return [_masked(x, secret) for x in v]
     if secret and isinstance(v, str) and not _VAR_REF.match(v) and len(v) > 4:

@@ -34,6 +34,7 @@ A reply is built from parts and behaviours::
     http_error(500, "boom")                      # JSON error body in the API's format
     http_error(529, "busy", "overloaded_error")  # ...with an explicit error type
     broken_stream(text("partial"))               # stream some events, then cut the connection
+    failed_stream("usage_limit_reached", "...")  # codex: a 200 stream ending response.failed
     delay(2.0, Reply([text("late")]))            # wait before answering
     hang()                                       # never answer (until the server stops)
 
@@ -148,8 +149,9 @@ class Reply:
     that status; ``error_fields`` adds fields to the body's error object, e.g.
     ``resets_at``); ``headers`` are added to the response (e.g. ``retry-after``,
     ``anthropic-ratelimit-unified-*``); ``break_stream`` cuts the connection after
-    the parts' events (no terminal event); ``delay`` waits first; ``hang`` never
-    answers.
+    the parts' events (no terminal event); ``stream_failure`` (Responses API only) ends
+    the stream in a ``response.failed`` event carrying that error object (the in-stream
+    error form: HTTP 200, then a failure); ``delay`` waits first; ``hang`` never answers.
     """
 
     parts: Sequence[Part] = ()
@@ -162,6 +164,7 @@ class Reply:
     hang: bool = False
     error_fields: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    stream_failure: Mapping[str, Any] | None = None  # Responses: end in ``response.failed``
 
 
 def text(s: str) -> Part:
@@ -235,6 +238,13 @@ def broken_stream(*parts: Part) -> Reply:
     HTTP chunk. Answering a non-streaming request, it sends half the JSON body.
     """
     return Reply(parts=parts, break_stream=True)
+
+
+def failed_stream(code: str, message: str, *parts: Part) -> Reply:
+    """Responses API (codex): a 200 stream of ``parts``, then ``response.failed`` with the
+    error ``{code, message}`` (e.g. ``usage_limit_reached``): how a limit arrives inside a
+    successful stream (/work/shared/reference/limits.md)."""
+    return Reply(parts=parts, stream_failure={"code": code, "message": message})
 
 
 def delay(seconds: float, reply: Reply | None = None) -> Reply:
@@ -629,7 +639,11 @@ class FakeResponsesServer(FakeLLMServer):
         items = self._items(reply)
         for index, item in enumerate(items):
             events += self._item_events(index, item)
-        if not reply.break_stream:
+        if reply.stream_failure is not None:
+            failed = self._response(reply, body, rid, items)
+            failed.update(status="failed", error=dict(reply.stream_failure), usage=None)
+            events.append(("response.failed", {"response": failed}))
+        elif not reply.break_stream:
             done = self._response(reply, body, rid, items)
             events.append(("response.completed", {"response": done}))
         return [_sse(n, {"type": n, "sequence_number": next(seq), **d}) for n, d in events]

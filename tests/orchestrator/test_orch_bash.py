@@ -24,11 +24,10 @@ from zwarm.orchestrator.bash import (
     OUTPUT_TAIL,
     TOKEN_VAR,
     Output,
-    _own_children,
-    kill_everything,
     run_bash,
 )
 from zwarm.orchestrator.tools import Toolbox
+from zwarm.sandbox.run import _own_children, kill_everything
 
 
 @pytest.fixture

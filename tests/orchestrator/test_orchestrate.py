@@ -73,6 +73,10 @@ def test_delegate_two_wait_read_converse_verify_finish(zw) -> None:
         "get_diff",
         "comment",
         "merge",
+        "merge_queue",
+        "best_of",
+        "compare",
+        "pick",
         "bash",
     ]
     system = first.messages[0]

@@ -29,6 +29,7 @@ NEEDS = {  # what each description must mention (lower case)
     "get_diff": ["background agent session", "changed", "before merge"],
     "comment": ["review comment", "get_diff", "converse"],
     "merge": ["worktree session", "get_diff", "conflict"],
+    "merge_queue": ["worktree sessions", "rebased", "check", "ejects", "review comment"],
 }
 
 

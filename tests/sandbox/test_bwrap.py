@@ -127,13 +127,20 @@ def test_kill_stops_a_sandboxed_turn_and_everything_in_it(zw: ZW) -> None:
 
     wait_until(started)
     root = psutil.Process(agent["pid"])
-    wait_until(
-        lambda: any("/fakes/bin/" in " ".join(p.cmdline()) for p in root.children(recursive=True))
-    )
+    wait_until(lambda: any("/fakes/bin/" in _cmdline(p) for p in root.children(recursive=True)))
     tree = [root, *root.children(recursive=True)]
     zw.run("kill", sid, check=True)
     wait_until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree))
     assert zw.json("show", sid)["status"] == "killed"
+
+
+def _cmdline(p: psutil.Process) -> str:
+    """``p``'s command line, "" once it is gone (the bridge's wait loops start short-lived
+    ``sleep`` processes)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def test_mode_comes_from_the_config_and_the_agents_own_table(zw: ZW) -> None:

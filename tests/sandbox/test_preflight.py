@@ -39,6 +39,7 @@ def test_the_sandbox_holds_here_and_every_probe_ran(zw: ZW) -> None:
     assert got["holds"] is True and got["reason"] is None
     assert {p["probe"] for p in got["probes"]} == {
         "write_tree", "endpoint", "write_outside", "read_state", "other_port", "see_parent",
+        "proxy", "proxy_other",
     }  # fmt: skip
     assert all(p["holds"] and p["got"] != "not run" for p in got["probes"]), got
     table = zw.run("sandbox", "check", check=True).stdout
@@ -73,3 +74,29 @@ def test_a_sandboxed_spawn_refuses_to_start_where_it_cannot_hold(zw: ZW) -> None
     # without the sandbox it starts as ever
     sid = zw.spawn("--sandbox", "off", "t", env_extra={**env, **zw.replay("codex_simple")})
     assert zw.wait(sid).returncode == 0
+
+
+def test_processes_ending_meanwhile_do_not_hide_a_leak(zw: ZW) -> None:
+    """Processes that end while the probe reads /proc (a busy machine) make ``grep`` meet a
+    vanished file: a leaky sandbox must still be caught (grep's exit 2 was read as "failed")."""
+    import subprocess
+    import threading
+
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            subprocess.run(["/bin/sh", "-c", "true & true & true & wait"], check=False)
+
+    threads = [threading.Thread(target=churn, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3):
+            res = zw.run("sandbox", "check", "--json", env_extra=_bwrap(zw, LEAKY))
+            got = {p["probe"]: p for p in json.loads(res.stdout)["probes"]}
+            assert got["see_parent"]["got"] == "worked", got["see_parent"]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()

@@ -52,6 +52,10 @@ def test_every_route_answers_as_the_cli_does(zw, serve) -> None:
     assert r.json()["state"] == "started" and r.json()["turn"] == 2
     wait_until(lambda: _done(zw, sid) and len(zw.meta(sid)["turns"]) == 2)
     assert srv.get(f"/api/sessions/{sid}").json()["turns"] == 2
+    assert srv.get("/api/accounts").json() == zw.json("accounts") == []
+    assert srv.get("/api/usage?by=day").json() == zw.json("usage", "--by", "day")
+    bad = srv.get("/api/usage?by=colour")
+    assert bad.status == 422 and "--by must be one of account" in bad.json()["error"], bad.body
 
     r = srv.delete(f"/api/sessions/{sid}")
     assert r.status == 200 and r.json() == {"removed": [sid]}
@@ -460,3 +464,63 @@ def test_without_the_extra_it_says_what_to_install(monkeypatch) -> None:
     res = CliRunner().invoke(cli, ["serve"])
     assert res.exit_code == 1
     assert "pip install 'zwarm[serve]'" in res.output and "Traceback" not in res.output
+
+
+def test_best_of_routes_start_compare_and_follow_up_a_set(zw, serve) -> None:
+    from tests.support.workspace import make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    env = {**zw.replay("codex_simple"), "FAKE_SHELL": "echo {MODEL} >> src/app.py"}
+    srv = serve(env_extra=env)
+    body = {"task": "edit", "cwd": str(repo.path), "best_of": 2, "models": ["a", "bb"]}
+    r = srv.post("/api/sets", {**body, "protect": ["../etc"]})
+    assert r.status == 422, r.json()  # a protected path stays inside the repository
+    r = srv.post("/api/sets", body)
+    assert r.status == 201, r.json()
+    set_id = r.json()["set"]
+    wait_until(
+        lambda: not any(a["pending"] for a in srv.get(f"/api/sets/{set_id}").json()["attempts"])
+    )
+    v = srv.get(f"/api/sets/{set_id}?rank=time").json()
+    assert v["rank"][0] == "time" and v == {
+        **zw.json("compare", set_id, "--rank", "time"),
+        "attempts": v["attempts"],
+    }
+    assert sorted(a["model"] for a in v["attempts"]) == ["a", "bb"]
+    done = srv.post(f"/api/sets/{set_id}/messages", {"message": "more"}).json()["attempts"]
+    assert [d["attempt"] for d in done] == [1, 2]
+    assert srv.get("/api/sets/set-0000").status in (404, 400, 422)
+
+
+def test_the_merge_queue_routes(zw, serve) -> None:
+    """POST /api/merges queues and runs (the trusted [merge] check only: a body naming a
+    check or no_check is refused), GET lists as `zwarm merges --json`, pause/resume, DELETE."""
+    from tests.support.workspace import agent, make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    sids = []
+    for name, shell in (("ok", "echo ok > ok.txt"), ("no", "touch BROKEN"), ("later", "true")):
+        sids.append(zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name,
+                             env_extra=agent(shell)))  # fmt: skip
+    zw.wait(*sids)
+    zw.write_config('[checks]\nunsandboxed = true\n\n[merge]\ncheck = ["test ! -e BROKEN"]\n')
+    srv: Server = serve()
+    for bad in ({"sessions": ["ok"], "no_check": True}, {"sessions": ["ok"], "check": ["true"]},
+                {"sessions": []}):  # fmt: skip
+        r = srv.post("/api/merges", bad)
+        assert r.status == 422, (bad, r.body)
+    r = srv.post("/api/merges", {"sessions": ["ok", "no"]})
+    assert r.status == 200, r.body
+    done = [(d["branch"], d["state"]) for d in r.json()["run"]["done"]]
+    assert done == [("zwarm/ok", "merged"), ("zwarm/no", "ejected")]
+    assert srv.get("/api/merges").json() == zw.json("merges")
+    assert srv.post("/api/merges/pause").json()["paused"] is True
+    r = srv.post("/api/merges", {"sessions": ["later"]})
+    assert r.json()["run"]["stopped"] == "paused"
+    r = srv.delete("/api/merges/later")
+    assert r.status == 200 and r.json()["removed"]["state"] == "removed"
+    assert srv.post("/api/merges/resume").json()["paused"] is False
+    assert srv.post("/api/merges/run").json()["runs"][0]["done"] == []
+    r = srv.delete("/api/merges/later")
+    assert r.status == 422 and "waits in no merge queue" in r.json()["error"]
+    assert repo.git("show", "main:ok.txt") == "ok\n"

@@ -278,6 +278,39 @@ def test_session_text_is_never_markup(zw, serve, browser) -> None:
     page.close()
 
 
+def test_a_best_of_set_shows_its_evidence_table(zw, serve, browser) -> None:
+    """The group view of a set: one row per attempt in ranked order, a mark per check; an
+    attempt's row on the board links to it; what an agent names (a model) is text."""
+    from tests.support.workspace import make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config("[checks]\nunsandboxed = true\n")
+    env = {**zw.replay("codex_simple"), "FAKE_SHELL": "echo {MODEL} >> src/app.py"}
+    srv = serve(env_extra=env)
+    evil = "<img src=x onerror=alert(1)>"
+    body = {"task": "edit", "cwd": str(repo.path), "best_of": 2, "models": ["m1", evil],
+            "check": ["grep -q m1 src/app.py"]}  # fmt: skip
+    set_id = srv.post("/api/sets", body).json()["set"]
+    wait_until(
+        lambda: not any(a["pending"] for a in srv.get(f"/api/sets/{set_id}").json()["attempts"])
+    )
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector(f".setlink:has-text('{set_id} #2')")
+    page.click(f".setlink:has-text('{set_id} #1')")
+    page.wait_for_selector("#g-table td.check")
+    rows = page.locator("#g-table tbody tr")
+    assert rows.count() == 2
+    assert "✓" in rows.nth(0).text_content() and "m1" in rows.nth(0).text_content()
+    assert "✗" in rows.nth(1).text_content() and evil in rows.nth(1).text_content()
+    assert page.locator("#bestof img").count() == 0
+    assert "checks unsandboxed" in page.text_content("#g-facts")
+    rows.nth(0).click()
+    page.wait_for_selector(f"#s-facts:has-text('{set_id} attempt')")
+    page.close()
+
+
 def test_costs_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
     """A session with an unknown part of its cost (a turn cut off after the model answered)
     and one whose cost is unknown: the board and the session view say what ``ls`` says."""
@@ -410,3 +443,37 @@ def test_a_pending_slurm_job_reads_as_the_cli_shows_it(sl, serve, browser) -> No
     assert "running" not in page.text_content("#s-status")
     page.close()
     assert sl.run("kill", sid).returncode == 0
+
+
+def test_the_merge_queue_on_the_dashboard(zw, serve, browser) -> None:
+    """A worktree session's page queues it for merge (the trusted [merge] check runs); the
+    board shows the queue: merged, ejected and why; Run now processes it."""
+    from tests.support.workspace import agent, make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    ids = {}
+    for name, shell in (("good", "echo ok > ok.txt"), ("bad", "echo no > no.txt; touch BROKEN")):
+        ids[name] = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", name,
+                             env_extra=agent(shell))  # fmt: skip
+    zw.wait(*ids.values())
+    zw.write_config('[checks]\nunsandboxed = true\n\n[merge]\ncheck = ["test ! -e BROKEN"]\n')
+    srv = serve()
+    page = browser.new_context(viewport=DESKTOP).new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector(f"tr[data-id='{ids['good']}']")
+    assert page.locator("#merges").is_hidden()  # no queue yet
+    for name, says in (("good", "good: merged"), ("bad", "bad: ejected: check failed")):
+        page.click(f"tr[data-id='{ids[name]}']")
+        page.wait_for_selector("#queue-btn:visible")
+        page.click("#queue-btn")
+        page.wait_for_selector(f"#toast:has-text('{says}')")
+        page.click(".back")
+    page.wait_for_selector("#merges li.mq-merged:has-text('zwarm/good')")
+    bad = page.locator("#merges li.mq-ejected").text_content() or ""
+    assert "zwarm/bad" in bad and "check failed: `test ! -e BROKEN` exited with 1" in bad
+    page.click("#merges-run")
+    page.wait_for_selector("#merges-run:enabled")
+    assert repo.git("show", "main:ok.txt") == "ok\n"
+    assert problems == []

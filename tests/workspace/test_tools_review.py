@@ -95,3 +95,34 @@ def test_the_orchestrators_prompt_asks_for_a_review_before_merging(zw: ZW) -> No
 
     text = system_prompt(zw.api())
     assert "get_diff" in text and "before merging" in text and "worktree=true" in text
+
+
+def test_the_merge_queue_tool_queues_runs_and_shows_with_the_users_check(
+    zw: ZW, repo: Repo
+) -> None:
+    """merge_queue: the model names sessions, never the check (the user's [merge] check);
+    without one it is refused in one line; an ejected session's reason is shown."""
+    tb = _box(zw, "echo ok > ok.txt")
+    good = _ok(tb.dispatch("delegate", {"task": "ok", "cwd": "repo", "worktree": True}))
+    _finished(tb, good["session_id"])
+    bad_box = _box(zw, "echo no > no.txt; touch BROKEN")
+    bad = _ok(bad_box.dispatch("delegate", {"task": "no", "cwd": "repo", "worktree": True}))
+    _finished(tb, bad["session_id"])
+    ids = [good["session_id"], bad["session_id"]]
+    refused = tb.dispatch("merge_queue", {"add": ids})
+    assert refused["ok"] is False and "the merge queue has no check" in refused["error"]
+    assert "\n" not in refused["error"]
+    zw.write_config('[checks]\nunsandboxed = true\n\n[merge]\ncheck = ["test ! -e BROKEN"]\n')
+    tb = _box(zw, "true")  # a Zwarm reads its config once
+    unknown = tb.dispatch("merge_queue", {"add": ids, "no_check": True})
+    assert unknown["ok"] is False and "unknown argument 'no_check'" in unknown["error"]
+    res = _ok(tb.dispatch("merge_queue", {"add": ids, "send": False}))
+    assert res["queued"] == ids and res["stopped"] == ["empty"]
+    assert [(d["session_id"], d["state"]) for d in res["done"]] == [
+        (ids[0], "merged"), (ids[1], "ejected")]  # fmt: skip
+    assert res["done"][1]["why"] == "check failed: `test ! -e BROKEN` exited with 1"
+    (q,) = res["queues"]
+    assert q["target"] == "main" and [e["state"] for e in q["entries"]] == ["ejected", "merged"]
+    assert (repo.path / "ok.txt").exists() and not (repo.path / "BROKEN").exists()
+    shown = _ok(tb.dispatch("merge_queue", {}))
+    assert shown["queues"] == res["queues"] and "done" not in shown

@@ -57,6 +57,22 @@ _MAX_COUNT = 1 << 40
 _MAX_COST = 1e9
 
 
+def url_endpoint(url: str) -> str | None:
+    """The ``host:port`` an ``http(s)://`` URL reaches (its scheme's port by default), or
+    None if it is not one."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:
+        return None
+    host = (parts.hostname or "").rstrip(".")
+    if not host or port is None or parts.scheme not in ("http", "https"):
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class UnknownAgent(InvalidInput, ValueError):
     """No agent of that name is installed (or its plugin failed to load)."""
 
@@ -230,6 +246,14 @@ class Agent(abc.ABC):
         agent's own sandbox stands down: what tells the CLI it is sandboxed; ``env`` as it is
         by default."""
         return env
+
+    def api_hosts(self, table: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
+        """The ``host:port`` endpoints the agent's CLI reaches in zwarm's sandbox
+        (``zwarm.sandbox``: allowed by its filtering proxy), given its config table and the
+        environment its turn runs with: its vendor's API and login hosts, and any endpoint
+        its table configures. A URL variable of its environment (``*_BASE_URL``) is added by
+        the sandbox itself. Nothing by default."""
+        return ()
 
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
         """The agent's own login, config and session directories, as its CLI needs them in

@@ -194,6 +194,7 @@ _REASONS = {  # zwarm's own reasons; a launcher's are labelled by the launcher
     "budget_exceeded": "budget",
     "stalled": "stalled",
     "dependency_failed": "dependency",
+    "out_of_memory": "memory",
 }
 
 
@@ -222,6 +223,7 @@ _COLUMNS = (
     ("ID", None),
     ("NAME", 8),
     ("BRANCH", 1),  # shown only when a session has one (a worktree)
+    ("SET", 2),  # shown only when a session is an attempt of a best-of set: "set-3f2a9b1c #2"
     ("STATUS", None),
     ("ADAPTER", 2),
     ("MODEL", 4),
@@ -237,6 +239,7 @@ _COLUMNS = (
 # table keeps id, name, status (a long one cut), tokens, age and task (docs/sessions.md).
 _SQUEEZE = (
     ("BRANCH", 16),
+    ("SET", 0),
     ("SOURCE", 12),
     ("MODEL", 16),
     ("NAME", 14),
@@ -273,6 +276,8 @@ def session_table(
     widths = {h: max(cells(row[i]) for row in table) for i, h in enumerate(header)}
     if not any(r.get("branch") for r in rows):
         del widths["BRANCH"]
+    if not any(r.get("set") for r in rows):
+        del widths["SET"]
     if width is not None:  # fitted: a column with nothing in it goes first
         for i, h in enumerate(header):
             if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
@@ -347,6 +352,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         r["id"][:8],
         oneline(r.get("name") or "-", 20),
         oneline(r.get("branch") or "-", 32),
+        f"{r['set']} #{r.get('attempt')}" if r.get("set") else "-",
         status,
         oneline(r.get("adapter") or "-", 16),
         oneline(r.get("model") or "default", 24),
@@ -454,6 +460,8 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         c.print("[bold red]DANGEROUS: the agent runs without its sandbox/permission checks[/]")
     if d.get("permissions"):
         c.print(f"permissions {esc(d['permissions'], False)}")
+    if d.get("sandbox") not in (None, "off"):  # zwarm's own (its limits: each turn's)
+        c.print(f"sandbox {esc(d['sandbox'], False)}")
     if d.get("agent_session_id"):
         c.print(f"agent session {esc(d['agent_session_id'], False)}")
     _workspace(c, d)
@@ -470,10 +478,14 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
 def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
     """Its group, priority, budget and what it runs after; why it waits, if it does."""
     parts = []
+    if d.get("set"):
+        parts.append(f"attempt {d.get('attempt')} of best-of {esc(d['set'], False)}")
     if d.get("group"):
         parts.append(f"group {esc(d['group'], False)}")
     if d.get("priority"):
         parts.append(f"priority {d['priority']}")
+    if d.get("account"):
+        parts.append(f"account {esc(d['account'], False)}")
     if d.get("max_cost_usd") is not None:
         parts.append(f"budget {fmt_cost(d['max_cost_usd'], None)}")
     if d.get("max_tokens") is not None:
@@ -534,6 +546,11 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
         held = " ".join(f"{k} {v}" for k, v in sorted((t.get("handle") or {}).items()))
         runs = oneline(f"{t['launcher']} {held}", 200)
         c.print(f"[dim]{esc(runs)}[/]")
+    if t.get("account"):
+        c.print(f"[dim]account {esc(t['account'], False)}[/]")
+    if t.get("switched_from"):
+        note = step_text.switched_text(t["n"], t.get("account"), t["switched_from"])
+        c.print(f"[yellow]{esc(note, False)}[/]")
     c.print(
         f"[dim]tokens in {u.get('input_tokens', 0)} (cached {u.get('cached_input_tokens', 0)}) "
         f"out {u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)})  "
@@ -542,6 +559,8 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
     # a turn zwarm ran always has one; zwarm 3.x kept only the first turn's (the task)
     prompt = esc(oneline(t.get("message"), 300)) if t.get("message") else "[dim](not recorded)[/]"
     c.print(f"[cyan]prompt:[/] {prompt}")
+    if t.get("limits"):  # how its sandbox's limits held, each one that did not saying why
+        c.print(f"[dim]limits: {esc(oneline(t['limits'], 300))}[/]")
     if t.get("changes"):
         c.print(f"[blue]changes:[/] {fmt_changes(t['changes'])}")
     if t.get("error"):

@@ -134,18 +134,32 @@ def _read_comments(path: str) -> list[tuple[str, int, str]]:
 
 
 @click.command(name="merge")
-@click.argument("session")
+@click.argument("sessions", nargs=-1, required=True, metavar="SESSION...")
 @click.option("--into", help="The branch to merge into (default: the main worktree's).")
 @click.option("--squash", is_flag=True, help="One commit on the target, not a merge.")
 @click.option("--message", "-m", help="The commit message (default: from the task and answer).")
+@click.option("--queue", is_flag=True, help="Through the merge queue: rebased, checked, merged.")
+@click.option("--target", help="With --queue: the target branch (default: the main worktree's).")
+@click.option("--priority", type=int, default=0, help="With --queue: higher goes first.")
+@click.option("--check", "checks", multiple=True, help="With --queue: a check (over [merge]).")
+@click.option("--no-check", is_flag=True, help="With --queue: merge without any check.")
+@click.option("--send", is_flag=True, help="With --queue: send an ejection's comment now.")
+@click.option("--depth", type=int, default=1, help="With --queue: entries tested at once, stacked.")
 @json_option
 @click.pass_context
 def merge_command(
     ctx: click.Context,
-    session: str,
+    sessions: tuple[str, ...],
     into: str | None,
     squash: bool,
     message: str | None,
+    queue: bool,
+    target: str | None,
+    priority: int,
+    checks: tuple[str, ...],
+    no_check: bool,
+    send: bool,
+    depth: int,
     as_json: bool,
 ) -> None:
     """Merge a worktree SESSION's branch (after committing what its agent left uncommitted).
@@ -156,12 +170,42 @@ def merge_command(
     next. No hook or filter runs. SESSION is a session id, a unique prefix of it (4+
     characters), or its name.
 
+    With --queue, the SESSIONs join the merge queue of --target instead (see `zwarm
+    merges`), which then runs: each is rebased onto the latest target in a temporary
+    worktree, checked there ([merge] check or --check; none is refused unless --no-check),
+    and the target moved to exactly that commit; a conflict or a red check ejects it with a
+    review comment (sent as its next turn with --send).
+
     \b
     Examples:
       zwarm merge verbose
       zwarm merge 3f2a --into main --squash --message "Add --verbose"
+      zwarm merge --queue a b c --check "pytest -q"
     """
-    res = get_api(ctx).merge(session, into=into, squash=squash, message=message)
+    api = get_api(ctx)
+    if queue:
+        if into is not None or squash or message is not None:
+            raise click.UsageError("--into, --squash and --message are not for --queue")
+        res = api.enqueue_merge(list(sessions), target=target, priority=priority,
+                                checks=list(checks), no_check=no_check, send=send,
+                                depth=depth)  # fmt: skip
+        if as_json:
+            _emit(res)
+            return
+        from zwarm.cli.mergeq import print_run
+
+        for e in res["queued"]:
+            click.echo(f"queued {e['branch']} for {res['target']} (entry {e['id']})")
+        if res["run"] is not None:
+            print_run(res["run"])
+        return
+    if target is not None or priority or checks or no_check or send or depth != 1:
+        raise click.UsageError(
+            "--target, --priority, --check, --no-check, --send and --depth need --queue"
+        )
+    if len(sessions) != 1:
+        raise click.UsageError("merge takes one SESSION (several only with --queue)")
+    res = api.merge(sessions[0], into=into, squash=squash, message=message)
     if as_json:
         _emit(res)
         return

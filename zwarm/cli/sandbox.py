@@ -38,6 +38,7 @@ def check_command(as_json: bool) -> None:
                 "holds": report.holds,
                 "reason": report.reason or None,
                 "probes": [r._asdict() for r in report.rows],
+                "limits": report.limits,
             }
         )
     else:
@@ -46,6 +47,7 @@ def check_command(as_json: bool) -> None:
         for r in report.rows:
             mark = "yes" if r.holds else "NO"
             click.echo(f"{r.what.ljust(width)}  {r.must.ljust(4)}  {r.got.ljust(7)}  {mark}")
+        click.echo(f"limits: {report.limits}")
         if report.holds:
             click.echo("the sandbox holds on this machine")
     if not report.holds:

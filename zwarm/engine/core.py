@@ -146,6 +146,7 @@ class ManagerCore(abc.ABC):
         """Have the launcher start running turn ``t`` (inside the transaction that made it);
         ``after``: running turns its launcher makes it wait for (``Launcher.can_wait_for``)."""
         runner = self.launcher(t)
+        t.account = s.account
         try:
             try:
                 settings = self._launcher_settings(s, runner)
@@ -155,6 +156,28 @@ class ManagerCore(abc.ABC):
         except OSError as e:
             why = f"could not start the turn's supervisor: {e.strerror or e}"
             transitions.end(s, t, Status.FAILED, self.env.now_iso(), Reason.START_FAILED, why)
+
+    def use_account(self, s: Session, name: str) -> None:
+        """Put ``s`` on account ``name`` of its agent: recorded in its launch pin (what its
+        agent's env comes from: ``agent_launch``), then in ``s``. A session moves only when
+        its turn is routed afresh (a new session, or one whose account hit its usage limit:
+        meta.json names no account); one whose meta.json names another account than its pin
+        does is refused (``StoreError``), as is one without a pin or whose pin cannot be
+        written. Lock held."""
+        root = Path(os.path.realpath(self.store.root))
+        pin = pins.read(self.env.environ, s.id, root)
+        if pin is None:
+            raise StoreError(f"session {s.id} has no launch record: no account given to it")
+        if pin.account is not None and s.account is not None and pin.account != s.account:
+            raise StoreError(
+                "meta.json disagrees with the session's launch record about its account: refused"
+            )
+        if pin.account != name:
+            pin.account = name
+            pins.write(self.env.environ, pin)
+        if s.account is not None and s.account != name:
+            s.agent_session_id = None  # its agent's session lives with the other login
+        s.account = name
 
     def _launcher_settings(self, s: Session, runner: Launcher) -> dict[str, Any]:
         """The launcher's ``[name]`` table as trust allows it (``UntrustedConfig`` if a value

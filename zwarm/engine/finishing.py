@@ -6,14 +6,17 @@ before snapshot: ``prepare_turn``), and recording its end (``finish_turn``: the 
 ``after_turn`` hook, the after snapshot and change stats, the outcome read from its log, usage
 and cost, the status and reason, a park on a usage or rate limit, the next queued turn begun).
 Must stay true:
-- what decides what runs (agent, working directory, sandbox bypass, zwarm's own sandbox) comes
-  from the session's launch pin and the trusted config, never from meta.json (``agent_launch``),
+- what decides what runs (agent, working directory, sandbox bypass, zwarm's own sandbox, the
+  account whose env the agent gets: ``engine.accounts``) comes from the session's launch pin and
+  the trusted config, never from meta.json (``agent_launch``),
   and the pinned directory is checked again for a link into the state dir (``in_state_dir``);
 - a turn pinned to zwarm's sandbox runs inside it (``_sandboxed``: ``zwarm.sandbox``) or not
   at all (``StartRefused``), never unsandboxed; the supervisor stays outside it;
 - every agent runs with its session's id as ``ZWARM_PARENT_SESSION``, the state dir as
   ``ZWARM_DIR`` and ``ZWARM`` naming a launcher of this zwarm (``env.launcher``; its directory
-  first on ``PATH``), so what it spawns becomes its child (``engine.tree``);
+  first on ``PATH``), so what it spawns becomes its child (``engine.tree``); in zwarm's
+  sandbox, where zwarm cannot run (its state dir is hidden), ``ZWARM`` and ``PATH`` name the
+  stub that says so instead (``sandbox.bwrap.STUB``);
 - per-turn usage and cost are deltas; a turn that used no tokens costs 0 whatever the model's
   price, and any other turn without a known cost stays unknown (``_apply_outcome``);
 - a turn that ends past the session's budget (or an ancestor's) ends ``budget_exceeded`` and
@@ -29,7 +32,7 @@ from pathlib import Path
 import msgspec
 
 from zwarm.agents.base import AgentSetupError
-from zwarm.engine import limits, transitions, tree
+from zwarm.engine import accounts, limits, transitions, tree
 from zwarm.engine import workspace as ws_mod
 from zwarm.engine.core import MESSAGE_KEEP_CHARS, ManagerCore, in_state_dir, why
 from zwarm.env.launcher import launcher
@@ -66,11 +69,20 @@ class Finishing(ManagerCore):
                 f"working directory {pin.cwd!r} now leads into zwarm's state dir "
                 f"({os.path.realpath(pin.cwd)}): no agent runs there; refused"
             )
+        if pin.account != s.account:
+            raise StartRefused(
+                "meta.json disagrees with the session's launch record about its account: refused"
+            )
         resume = s.agent_session_id if t.context == "native" else None
         # in zwarm's sandbox the agent's own stands down (nested ones fail): zwarm's holds
         boxed = pin.sandbox != "off"
         opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass or boxed)
         env = self.agent_env()
+        if pin.account is not None:  # its login: the pinned account's trusted env, over [agent]
+            try:
+                env.update(accounts.env_of(self.config, self.name, pin.account, self.env.environ))
+            except accounts.AccountError as e:
+                raise StartRefused(str(e)) from None
         env[procs.MARKER] = s.id
         env.pop(procs.SUPERVISOR_MARKER, None)
         # what the agent spawns is a child of this session, in this state dir (engine.tree)
@@ -91,14 +103,20 @@ class Finishing(ManagerCore):
             raise StartRefused(str(e)) from None
         if boxed:
             env = self.agent.sandboxed_env(env)
-            argv = self._sandboxed(argv, pin, env)
+            return self._sandboxed(argv, pin, env, t)
+        limited = any(self.config.data["sandbox"][k] for k in ("memory", "cpus", "pids"))
+        t.limits = "none applied: the sandbox is off (they hold in it only)" if limited else None
         return AgentLaunch(argv, pin.cwd, env)
 
-    def _sandboxed(self, argv: list[str], pin: pins.Pin, env: dict[str, str]) -> list[str]:
+    def _sandboxed(
+        self, argv: list[str], pin: pins.Pin, env: dict[str, str], t: Turn
+    ) -> "AgentLaunch":
         """``argv`` inside zwarm's sandbox (``zwarm.sandbox``), its policy made from the pin,
-        the trusted config and the environment made here; ``StartRefused`` if it cannot run."""
+        the trusted config and the environment made here, under the turn's limits (made here,
+        said on ``t``: ``sandbox.limits``); ``StartRefused`` if it cannot run."""
         from zwarm import sandbox
         from zwarm.sandbox import bwrap
+        from zwarm.sandbox import limits as limits_mod
 
         missing = [k for k, v in bwrap.tools().items() if v is None and k != "setpriv"]
         if missing:
@@ -108,7 +126,7 @@ class Finishing(ManagerCore):
             )
         cwd = os.path.realpath(pin.cwd)
         ws = pin.workspace
-        tree = os.path.realpath(ws.tree) if ws is not None and not ws.removed else cwd
+        top = os.path.realpath(ws.tree) if ws is not None and not ws.removed else cwd
         table = self.config.table("sandbox")
         read_only = sandbox.program_dirs(argv[0], env.get("PATH") or os.defpath)
         gd = sandbox.git_dir(ws.repo) if ws is not None else None
@@ -121,17 +139,43 @@ class Finishing(ManagerCore):
         hidden = [os.path.realpath(self.store.root), *sandbox.private_dirs(self.env.environ)]
         ports = [*table["ports"]]
         ports += [p for p in sandbox.endpoint_ports(env) if p not in ports]
+        # by name through the filtering proxy: the agent's own API hosts, its configured
+        # endpoints, [sandbox] hosts, and the bridged loopback ports (a client sending those
+        # to its proxy too)
+        hosts = [*self.agent.api_hosts(self.config.table(self.name), env)]
+        hosts += [*sandbox.endpoint_hosts(env), *(str(h) for h in table["hosts"])]
+        hosts += [f"{h}:{p}" for p in ports for h in ("127.0.0.1", "localhost")]
         policy = sandbox.Policy(
             cwd=cwd,
-            tree=tree,
+            tree=top,
             login=(*_made(self.agent.login_paths(env)), *self.agent.login_files(env)),
             read_only=tuple(read_only),
             hidden=tuple(hidden),
             ports=tuple(ports),
             home=home,
+            hosts=tuple(dict.fromkeys(hosts)),
+            pins=tuple(f"{k}={v}" for k, v in dict(table["resolve"]).items()),
         )
-        sock_dir = bwrap.bridge_dir() if ports else None
-        return bwrap.command(argv, policy, sock_dir)
+        try:
+            applied = limits_mod.make(sandbox.limits_for(self.name, self.config))
+        except OSError as e:
+            raise StartRefused(
+                f"could not make the turn's cgroup for its limits: {e.strerror or e}; "
+                "refusing to run the turn without them"
+            ) from None
+        t.limits = applied.line or None
+        bwrap.sweep_bridges()  # those a SIGKILLed supervisor left
+        # every turn gets a bridge directory: its ports, its proxy, and the zwarm stub (zwarm
+        # itself cannot run inside: the state dir is hidden), first on PATH and as $ZWARM
+        sock_dir = bwrap.bridge_dir()
+        env[tree.ZWARM_VAR] = bwrap.STUB
+        path = [p for p in (env.get("PATH") or os.defpath).split(os.pathsep) if p]
+        env["PATH"] = os.pathsep.join([os.path.dirname(bwrap.STUB), *path])
+        shell = limits_mod.shell(applied)
+        wrapped = bwrap.command(argv, policy, sock_dir, shell, self.env.python)
+        g = applied.group
+        made = (g.dirs, g.oom_file) if g is not None else ((), "")
+        return AgentLaunch(wrapped, pin.cwd, env, *made, sock_dir)
 
     def fail_start(self, s: Session, t: Turn, why: str) -> None:
         """Record that turn ``t``'s agent could not be started (lock held)."""
@@ -326,12 +370,62 @@ class Finishing(ManagerCore):
         from zwarm.env import iso
 
         now = self.env.clock()
-        until = limits.park_until(self.config, s, reason, o, now)
-        if until is None:
-            return False
+        if reason == Reason.USAGE_LIMIT and t.account is not None:
+            got = self._account_limited(s, t, o, why, now)
+            if got is None:
+                return False
+            until, why = got
+        else:
+            when = limits.park_until(self.config, s, reason, o, now)
+            if when is None:
+                return False
+            until = when
         transitions.park(s, t, iso(now), iso(until), reason, why)
         self.scheduler().mark(s.id)
         return True
+
+    def _account_limited(
+        self, s: Session, t: Turn, o: TurnOutcome, why: str, now: float
+    ) -> tuple[float, str] | None:
+        """Turn ``t`` hit its account's usage limit: the account cools down until the reset
+        the agent reported (else ``[limits] usage_limit_fallback`` from now); then, as
+        ``[limits] on_usage_limit`` says, (when to resume it, why) or None (it fails).
+        "switch": a turn not re-run on another account already, of a session not pinned to
+        its account, is resumed at once on another account, ready now (its account cleared:
+        the pass routes it; ``_begin_rerun`` makes it a new native session with the
+        summarized context), else parked until the earliest reset of its agent's accounts (at
+        once when one is ready again);
+        "wait": parked until its own account's reset. Lock held."""
+        lim = self.config.table("limits")
+        reset = o.reset_at if o.reset_at is not None and o.reset_at > now else None
+        if reset is None:
+            reset = now + float(lim["usage_limit_fallback"])
+        assert t.account is not None
+        try:
+            c = accounts.cool(self.store, self.name, t.account, reset, "usage_limit", why, now)
+            reset = c.until
+        except ZwarmError as e:  # the cooldown is a hint: the turn is recorded all the same
+            print(f"zwarm: account {t.account}'s cooldown not recorded: {e}", file=sys.stderr)
+        mode = lim["on_usage_limit"]
+        if mode == "fail" or s.auto_resumes >= lim["max_auto_resumes"]:
+            return None
+        if mode == "wait" or s.account_pinned:
+            return max(reset, now + limits.MIN_PARK_S), why
+        other = None
+        if t.switched_from is None:
+            other = accounts.ready_other(self.config, self.store, self.name, t.account, now)
+        if other is not None:
+            s.account = None  # the pass that resumes it routes it
+            return now + limits.MIN_PARK_S, f"{why}; re-run on another account ({other})"
+        earliest = accounts.earliest_reset(self.config, self.store, self.name, now)
+        if earliest is None:  # another account is ready again already (its reset passed)
+            earliest = now
+        if earliest < reset:
+            s.account = None  # another account resets first: the pass routes it then
+        until = max(min(earliest, reset), now + limits.MIN_PARK_S)
+        if earliest <= now:
+            return until, f"{why}; resumed on an account ready again"
+        return until, f"{why}; every {self.name} account is cooling down"
 
     def _apply_outcome(self, s: Session, t: Turn, o: TurnOutcome) -> None:
         if o.agent_session_id:
@@ -364,11 +458,32 @@ class StartRefused(Exception):
 
 
 class AgentLaunch(msgspec.Struct, frozen=True):
-    """How to run one turn's agent: its argv, working directory and environment."""
+    """How to run one turn's agent: its argv, working directory and environment; in zwarm's
+    sandbox, the cgroup of its limits and its port bridge's directory, which its supervisor
+    removes when the turn ends (``end_launch``)."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    cgroup: tuple[str, ...] = ()  # its limits' cgroup (``limits.Group``): its directories
+    oom_file: str = ""  # ... and the file counting its out-of-memory kills
+    bridge: str | None = None
+
+
+def end_launch(launch: "AgentLaunch") -> int:
+    """After a turn's agent and all it left are gone: remove its cgroup (killing what is
+    still in it) and its bridge directory. The processes the kernel killed in it for want of
+    memory."""
+    if not launch.cgroup and launch.bridge is None:
+        return 0  # imports nothing: an unsandboxed turn's supervisor stays lean
+    from zwarm.sandbox import bwrap
+    from zwarm.sandbox import limits as limits_mod
+
+    group = limits_mod.Group(launch.cgroup, launch.oom_file) if launch.cgroup else None
+    ooms = limits_mod.release(group)
+    if launch.bridge is not None:
+        bwrap.remove_bridge(launch.bridge)
+    return ooms
 
 
 def _made(dirs: tuple[str, ...]) -> list[str]:

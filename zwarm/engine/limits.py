@@ -41,6 +41,7 @@ class Fleet(msgspec.Struct, frozen=True):
     max_cost: float | None = None
     max_tokens: int | None = None
     stall: float | None = None
+    account: str | None = None  # spawn --account: checked against the config by the caller
 
 
 def check(f: Fleet) -> Fleet:
@@ -77,6 +78,7 @@ def settle(s: Session, f: Fleet, config: "Config") -> None:
     group = config.groups().get(f.group, {}) if f.group else {}
     lim = config.table("limits")
     s.group, s.priority = f.group, f.priority
+    s.account, s.account_pinned = f.account, f.account is not None
     s.after, s.after_any = list(dict.fromkeys(f.after)), f.after_any
     cost = f.max_cost if f.max_cost is not None else group.get("max_cost") or lim["max_cost"]
     tokens = (
@@ -117,10 +119,11 @@ def park_until(
     config: "Config", s: Session, reason: Reason, o: TurnOutcome, now: float
 ) -> float | None:
     """When a turn that ended on ``reason`` resumes, or None if it must not be parked
-    (``[limits] on_usage_limit`` is not "wait", or ``max_auto_resumes`` are used up): the
+    (``[limits] on_usage_limit`` is "fail", or ``max_auto_resumes`` are used up; "switch"
+    without another account parks as "wait": ``engine.finishing``): the
     agent's reset time or retry-after, else ``resume_backoff_s`` doubled per resume so far."""
     lim = config.table("limits")
-    if lim["on_usage_limit"] != "wait" or s.auto_resumes >= lim["max_auto_resumes"]:
+    if lim["on_usage_limit"] == "fail" or s.auto_resumes >= lim["max_auto_resumes"]:
         return None
     if reason not in (Reason.USAGE_LIMIT, Reason.RATE_LIMITED):
         return None

@@ -172,7 +172,14 @@ class Recovery(Finishing):
         except OSError as e:
             raise SessionStateError(f"turn {t.n}'s prompt cannot be read: {e.strerror}") from None
         context = t.context
-        if self.agent.native_resume and t.agent_session_id and t.started:
+        switched = s.account is None and t.account is not None  # its account hit a limit
+        if switched and t.n > 1:  # a new native session elsewhere: the summarized context
+            # (turn 1: its task, as it was)
+            prompt = self._followup_prompt(s, t.message).encode("utf-8", "replace")
+            context = "summary"
+        if switched:  # its agent session was the other account's: never resumed here
+            s.agent_session_id = None
+        elif self.agent.native_resume and t.agent_session_id and t.started:
             if t.context == "summary" and len(t.message) < MESSAGE_KEEP_CHARS:
                 prompt = t.message.encode("utf-8", "surrogateescape")
                 context = "native"
@@ -181,6 +188,7 @@ class Recovery(Finishing):
         self.store.write_turn_prompt(s.id, n, prompt)
         new = Turn(n, Status.RUNNING, t.message, context, self.env.now_iso(), timeout=t.timeout)
         new.retry_of = t.retry_of or t.n
+        new.switched_from = t.account if switched else None
         new.launcher = self._pinned_launcher(s)
         transitions.begin(s, new)
         return new

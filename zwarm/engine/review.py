@@ -274,13 +274,29 @@ def merge(
     out["committed"] = committed
     tip = git.resolve_commit(f"refs/heads/{ws.branch}", repo, environ)
     after = _next_step(s, ws, target, committed, done=True)
-    text = message or _message(s, ws, squash)
+    text = message or commit_message(s, ws, squash)
     if squash:
         _squash(where, environ, tip, text, ws.branch, target, after)
         ws.squashed_tip = tip
     else:
         _merge(where, environ, ws.branch, text, target, after)
     return {**out, "merged": True, "commit": git.resolve_commit("HEAD", where, environ)}
+
+
+def settle(s: Session, ws: Workspace, environ: Mapping[str, str]) -> str:
+    """The commit of ``s``'s branch with what its agent left uncommitted in its worktree
+    committed on it (the branch put there, as ``merge`` does: the merge queue takes this
+    commit in). Caller holds the session lock; refused while the session runs."""
+    if s.status is Status.RUNNING:
+        raise WorkspaceError(f"session {s.id} is running: wait for it (or kill it) first")
+    _check_worktree(s, ws)
+    assert ws.branch is not None
+    own = workspace.checked(ws, environ)
+    repo = workspace.repo_tree(ws, environ)
+    pending = _pending(s, ws, own, environ)
+    if pending:
+        _commit_pending(ws, own, repo, environ, pending)
+    return git.resolve_commit(f"refs/heads/{ws.branch}", repo, environ)
 
 
 def _next_step(
@@ -328,8 +344,8 @@ def _pending(s: Session, ws: Workspace, own: git.Tree, environ: Mapping[str, str
             f"the worktree {ws.tree} has uncommitted work but is not on its branch {ws.branch} "
             f"({on or 'detached HEAD'}): commit it there or switch back; nothing was merged"
         )
-    msg = _message(s, ws, squash=True)
-    who = _identity(own, environ)
+    msg = commit_message(s, ws, squash=True)
+    who = identity(own, environ)
     return snapshots.take(own, environ, "leftovers", message=msg, identity=who)
 
 
@@ -350,13 +366,13 @@ def _commit_pending(
     return commit
 
 
-def _identity(tree: git.Where, environ: Mapping[str, str]) -> dict[str, str]:
+def identity(tree: git.Where, environ: Mapping[str, str]) -> dict[str, str]:
     """zwarm's commit identity, only when the repository has none configured."""
     proc = git.run(["config", "--get", "user.email"], tree, environ, check=False)
     return {} if proc.returncode == 0 and proc.stdout.strip() else dict(git.IDENTITY)
 
 
-def _message(s: Session, ws: Workspace, squash: bool) -> str:
+def commit_message(s: Session, ws: Workspace, squash: bool) -> str:
     first = (s.task.strip().splitlines() or ["(no task)"])[0][:120]
     body = f"zwarm session {s.id} ({s.name or ws.branch})"
     if s.last_message:
@@ -491,10 +507,10 @@ def _merge(
         where,
         environ,
         check=False,
-        extra_env=_identity(where, environ),
+        extra_env=identity(where, environ),
     )
     if proc.returncode != 0:
-        files = _conflicts(where, environ)
+        files = conflict_files(where, environ)
         git.run(["merge", "--abort"], where, environ, check=False)
         _raise_failed(proc, branch, into, files, after)
 
@@ -508,10 +524,10 @@ def _squash(
     into: str,
     after: str,
 ) -> None:
-    who = _identity(where, environ)
+    who = identity(where, environ)
     proc = git.run(["merge", "--squash", tip], where, environ, check=False, extra_env=who)
     if proc.returncode != 0:
-        files = _conflicts(where, environ)
+        files = conflict_files(where, environ)
         git.run(["reset", "--merge"], where, environ, check=False)
         _raise_failed(proc, branch, into, files, after)
     staged = git.run(["diff", "--cached", "--quiet"], where, environ, check=False)
@@ -531,7 +547,7 @@ def _squash(
         )
 
 
-def _conflicts(where: git.Where, environ: Mapping[str, str]) -> list[str]:
+def conflict_files(where: git.Where, environ: Mapping[str, str]) -> list[str]:
     raw = git.run(
         ["diff", "--name-only", "-z", "--diff-filter=U", "--"],
         where,

@@ -2,7 +2,9 @@
 
 Owns the state dir's queue of waiting sessions (a ``queued`` or ``parked`` latest turn), the
 scheduler lock, and the *pass* that starts them: caps (``[limits] max_running``, an agent's
-``max_running``, ``[groups.NAME] max_running``, ``[limits] max_cost_per_day``), ``--after``
+``max_running``, ``[groups.NAME] max_running``, ``[limits] max_cost_per_day``, and each
+account's ``max_running``, ``budget_daily`` and cooldown, choosing the account a turn starts on:
+``engine.accounts``), ``--after``
 dependencies, ``--priority`` then FIFO order, and resuming parked turns at their time. It works
 whatever launcher runs a turn: it starts a turn through its manager (``_start``: the launcher).
 
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from zwarm.engine import limits, transitions
+from zwarm.engine import accounts, limits, transitions
 from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, SessionNotFound, StoreError, ZwarmError
 from zwarm.model import RUNS, WAITING, Reason, Session, Status, Turn
@@ -89,6 +91,8 @@ def capped(config: "Config") -> bool:
         return True
     if any(g.get("max_running") for g in config.groups().values()):
         return True
+    if accounts.any_configured(config):  # every turn is routed to an account by a pass
+        return True
     return any(_agent_cap(config, table) for table in config.data)
 
 
@@ -112,17 +116,20 @@ class Report(msgspec.Struct):
 
 
 class _Running(msgspec.Struct):
-    """How many sessions run, in all and per agent and group."""
+    """How many sessions run, in all and per agent, group and account."""
 
     total: int = 0
     agents: Counter[str] = msgspec.field(default_factory=Counter)
     groups: Counter[str] = msgspec.field(default_factory=Counter)
+    accounts: Counter[tuple[str, str]] = msgspec.field(default_factory=Counter)
 
     def add(self, s: Session) -> None:
         self.total += 1
         self.agents[s.adapter] += 1
         if s.group:
             self.groups[s.group] += 1
+        if s.account:
+            self.accounts[(s.adapter, s.account)] += 1
 
 
 class Scheduler:
@@ -276,8 +283,9 @@ class Scheduler:
             if s.status in RUNS:
                 running.add(s)
         spend = self._spend(sessions, now)
+        by_account = accounts.Spend(sessions, now) if accounts.any_configured(self.config) else None
         for s in sorted((s for s in sessions if s.status is Status.QUEUED), key=_order):
-            self._consider(s, found, running, spend, report)
+            self._consider(s, found, running, spend, report, by_account)
         self._upkeep(found)
         return report
 
@@ -327,9 +335,11 @@ class Scheduler:
         running: _Running,
         spend: float,
         report: Report,
+        by_account: accounts.Spend | None = None,
     ) -> None:
-        """Start queued ``s`` if it may, end it if a dependency failed, else say why it
-        waits (on its turn, only when that changes)."""
+        """Start queued ``s`` if it may (on the account ``accounts.choose`` routes it to), end
+        it if a dependency failed, else say why it waits (on its turn, only when that
+        changes)."""
         t = s.current
         assert t is not None
         after: list[Turn] = []  # what its launcher makes it wait for (a Slurm dependency)
@@ -344,10 +354,17 @@ class Scheduler:
                 self._note(s, "waiting for " + ", ".join(w[:8] for w in waiting))
                 return
         why = self._cap(s, running, spend)
+        account = None
+        if why is None:
+            now = self.env.clock()
+            account, why = accounts.choose(
+                self.config, self.store, s, running.accounts, by_account, now
+            )
         if why is not None:
             self._note(s, why)
             return
-        if self._start(s, after):
+        if self._start(s, after, account):
+            s.account = account
             running.add(s)
             report.started.append(s.id)
 
@@ -421,9 +438,12 @@ class Scheduler:
             transitions.defer(fresh, t, now)
         return True
 
-    def _start(self, s: Session, after: list[Turn] | None = None) -> bool:
+    def _start(
+        self, s: Session, after: list[Turn] | None = None, account: str | None = None
+    ) -> bool:
         """Start ``s``'s queued turn (its launcher, in the transaction that records it),
-        made to wait for the turns ``after`` by its launcher."""
+        made to wait for the turns ``after`` by its launcher, on ``account`` (recorded in
+        its launch pin first: what its agent's env comes from)."""
         mgr = self.manager(s.adapter)
         with self.store.transaction(s.id) as fresh:
             t = fresh.current
@@ -432,6 +452,8 @@ class Scheduler:
             now = self.env.now_iso()
             transitions.start(fresh, t, now)
             try:
+                if account is not None:
+                    mgr.use_account(fresh, account)
                 mgr._start(fresh, t, after or (), fresh.after_any)
             except ZwarmError as e:  # e.g. its launcher is not installed
                 why = f"could not start the turn: {e}"

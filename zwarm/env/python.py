@@ -9,8 +9,10 @@ working directory nor a script's directory on ``sys.path``, so nothing an agent 
 folder it can write is imported; and where the process needs no working directory it is
 started in ``NEUTRAL_CWD``. The one exception: an interpreter whose user site is on (no
 virtualenv) keeps it (``-E -P``, ``isolated``), as zwarm may be installed there; it lies in
-the user's home, outside every agent's writable roots. ``PYTHON`` is the interpreter running
-zwarm (``sys.executable``: a virtualenv's own ``bin/python``, kept as its path so the
+the user's home, outside every agent's writable roots. The filtering proxy of a sandboxed
+turn (``zwarm.sandbox.proxy``, standard library only, started on every turn's path) runs as
+``PYTHON -I -S FILE``: as isolated, and without any site at all. ``PYTHON`` is the interpreter
+running zwarm (``sys.executable``: a virtualenv's own ``bin/python``, kept as its path so the
 virtualenv stays in effect), or the one the user configured. Imports only the standard
 library.
 """

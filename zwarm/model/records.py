@@ -207,6 +207,7 @@ class Spend(Struct, array_like=True):
 
     ended_at: When
     cost_usd: Money
+    account: Annotated[str, Meta(pattern=NAME)] | None = None  # the account it ran on
 
 
 class Archive(Struct):
@@ -270,9 +271,29 @@ class Turn(Struct):
     parked_until: When | None = None  # a parked turn is resumed after this
     quiet_since: When | None = None  # a stalled turn's agent has written nothing since
     retry_of: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None  # re-runs that turn
+    # how its sandbox's limits held (zwarm.sandbox.limits: "memory 2G via cgroup v1, ..."),
+    # each one that did not saying why; None: no limit was set
+    limits: Short | None = None
+    # the account of its agent it ran on ([accounts.<agent>.<name>]: zwarm.engine.accounts),
+    # and, for a turn re-run on another account after a usage limit, the account it left
+    account: Annotated[str, Meta(pattern=NAME)] | None = None
+    switched_from: Annotated[str, Meta(pattern=NAME)] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+
+SET_ID = r"^set-[0-9a-f]{8}\Z"  # a best-of set (``zwarm.model.sets``)
+MAX_ATTEMPTS = 16
+AttemptNo = Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS)]
+
+
+class Attempt(Struct, forbid_unknown_fields=True):
+    """A session's place in a best-of set (``zwarm.model.sets``; rows: ``set``, ``attempt``,
+    distinct from ``group``, the ``[groups.NAME]`` caps)."""
+
+    set: Annotated[str, Meta(pattern=SET_ID)]
+    n: AttemptNo
 
 
 class Session(Struct):
@@ -326,6 +347,10 @@ class Session(Struct):
     max_tokens: Count | None = None  # budget: the whole session's total tokens
     stall_s: Seconds | None = None  # a turn silent this long is stalled
     auto_resumes: Count = 0  # times a parked turn was resumed by zwarm ([limits] wait)
+    # the account its turns run on (zwarm.engine.accounts): chosen by a scheduler pass, or
+    # spawn --account (``account_pinned``); what its agent's env comes from is its launch pin's
+    account: Annotated[str, Meta(pattern=NAME)] | None = None
+    account_pinned: bool = False
     # delegation (zwarm.engine.tree), fixed at spawn: the session whose agent started this
     # one (verified running then), or the orchestrator run that did; depth 1 is a root (the
     # user's or a run's), a child is its parent's + 1; a linked child is killed and removed
@@ -334,6 +359,7 @@ class Session(Struct):
     parent_run_id: Annotated[str, Meta(pattern=RUN_ID)] | None = None
     spawn_depth: Annotated[int, Meta(ge=1, le=MAX_DEPTH)] = 1
     lifecycle: Literal["linked", "detached"] = "linked"
+    attempt: Attempt | None = None  # its place in a best-of set (spawn --best-of)
     # derived (see refresh)
     status: Status = Status.RUNNING
     usage: Usage = msgspec.field(default_factory=Usage)
@@ -401,6 +427,23 @@ class Session(Struct):
             tokens += t.usage.total_tokens
             cost += t.cost_usd or 0.0
         return tokens, cost
+
+    def account_costs(self) -> list[tuple[str, float, str | None]]:
+        """(ended_at, cost, account) of the finished turns with a cost, latest first (as
+        ``ended_costs``): what an account's ``budget_daily`` counts."""
+        out = [
+            (t.ended_at, t.cost_usd, t.account)
+            for t in reversed(self.turns[1:])
+            if t.ended_at is not None and t.cost_usd is not None and t.status is not Status.QUEUED
+        ]
+        if self.archive is not None and self.head_only:
+            out += [(r.ended_at, r.cost_usd, r.account) for r in reversed(self.archive.recent)]
+        first = self.turns[0] if self.turns else None
+        ok = first is not None and first.ended_at and first.cost_usd is not None
+        if first is not None and ok and first.status is not Status.QUEUED:
+            assert first.ended_at is not None and first.cost_usd is not None
+            out.append((first.ended_at, first.cost_usd, first.account))
+        return out
 
     def ended_costs(self) -> list[tuple[str, float]]:
         """(ended_at, cost) of the finished turns with a cost, latest first: the archived

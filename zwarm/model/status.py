@@ -66,6 +66,8 @@ class Reason(enum.StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"  # the session used more than its --max-cost/--max-tokens
     STALLED = "stalled"  # the agent wrote nothing for stall_s and [limits] on_stall = "kill"
     DEPENDENCY_FAILED = "dependency_failed"  # a session it runs --after did not complete
+    # zwarm's sandbox (zwarm.sandbox.limits):
+    OUT_OF_MEMORY = "out_of_memory"  # the kernel killed its processes at its memory limit
 
 
 # any reason a record holds: a ``Reason``, or a launcher's own ``<launcher>_<word>``

@@ -58,6 +58,17 @@ _LOOKS: dict[str, tuple[str, str]] = {
 KINDS = tuple(_LOOKS)
 
 
+def switched_text(n: int, account: str | None, left: str) -> str:
+    """What a turn re-run on another account says (``show``, a trajectory's notice): turn
+    ``n`` ran on ``account`` (None: not started yet) after account ``left`` hit its usage
+    limit, as a new session of its agent with the summarized context."""
+    where = f"on account {account}" if account else "on another account"
+    return (
+        f"turn {n} re-run {where}: account {left} hit its usage limit; a new agent session "
+        "with the summarized context"
+    )
+
+
 def label(step: Step) -> str:
     """The word a trajectory shows before ``step``'s text: ``message``, ``$``, ``files``...;
     ``warning`` for an error that is not fatal; an unknown kind as it is."""

@@ -32,7 +32,7 @@ from zwarm.errors import (
 )
 from zwarm.model import ACTIVE, Session
 from zwarm.model.rows import row
-from zwarm.model.steps import Step, ended_turn
+from zwarm.model.steps import Step, ended_turn, switched_text
 from zwarm.ops import listing
 from zwarm.ops.waiting import finished, watch_sessions
 from zwarm.text import plural
@@ -70,7 +70,13 @@ def trajectory(api: Zwarm, ref: str, turn: int | None = None) -> Trajectory:
     # a turn that runs may have no log yet; one that never started has none
     running = {t.n: t.status in ACTIVE or not t.started for t in s.turns}
     numbers = _pick_turn(s.id, list(running), turn)
-    return Trajectory(api.reader(s.adapter), s.id, [(n, running[n]) for n in numbers])
+    notices = {  # a turn re-run on another account says so (engine.accounts)
+        t.n: switched_text(t.n, t.account, t.switched_from)
+        for t in s.turns
+        if t.switched_from is not None
+    }
+    turns = [(n, running[n]) for n in numbers]
+    return Trajectory(api.reader(s.adapter), s.id, turns, notices=notices)
 
 
 def _salvaged(api: Zwarm, e: DamagedSession, turn: int | None) -> Trajectory:
@@ -213,10 +219,12 @@ class Trajectory(Stream[Step]):
         sid: str,
         turns: list[tuple[int, bool]],  # (turn number, running: its log may not exist yet)
         note: str | None = None,
+        notices: dict[int, str] | None = None,  # said before a turn's steps (not problems)
     ) -> None:
         problems: list[str] = []  # shared with the generator, which holds no ``self``: a
         # dropped half-read trajectory is freed (its file closed) at once, not by the GC
-        super().__init__(_numbered(problems, mgr, sid, turns, note), problems)
+        steps = _numbered(problems, mgr, sid, turns, note, notices or {})
+        super().__init__(steps, problems)
 
     def __iter__(self) -> Iterator[Step]:
         """The steps' own generator (the same one ``next`` advances): a ``for`` loop over a
@@ -230,14 +238,19 @@ def _numbered(
     sid: str,
     turns: list[tuple[int, bool]],
     note: str | None,
+    notices: dict[int, str],
 ) -> Iterator[Step]:
-    """``Trajectory``'s steps, numbered across turns; each problem noted in ``problems``."""
+    """``Trajectory``'s steps, numbered across turns; each problem noted in ``problems``;
+    a turn's notice (a non-fatal error step) before its steps."""
     index = 0
     if note is not None:
         problems.append(note)
         yield _problem(note, turns[0][0] if turns else None, index)
         index += 1
     for n, running in turns:
+        if n in notices:
+            yield _problem(notices[n], n, index)
+            index += 1
         path = mgr.store.turn_path(sid, n)
         if not running and not os.path.lexists(path):
             what = f"turn {n}'s log is missing ({path})"

@@ -2,9 +2,8 @@
 
 Owns the rule for the orchestrator-only key variable (``ORCH_KEY_VAR``), the re-execution that
 takes it out of the process's environment block (``reexec_without_key``/``take_handed_key``),
-making the ``zwarm orchestrate`` process non-dumpable, the redaction of every value zwarm
-knows to be secret (``Secrets``), and the ``prctl`` calls (Linux, through ctypes) that this
-and the bash tool's child subreaper need. Must stay true:
+making the ``zwarm orchestrate`` process non-dumpable (``zwarm.system.prctl``) and the
+redaction of every value zwarm knows to be secret (``Secrets``). Must stay true:
 - ``ZWARM_ORCH_API_KEY`` is read once, when a run starts, and then removed from the
   environment given to the API (``without_key``): no supervisor, agent or bash command that
   the run starts inherits it, nor does any process another zwarm command starts when the user
@@ -39,7 +38,6 @@ what the command itself does with them.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import stat
@@ -53,16 +51,15 @@ from zwarm.env.children import for_children
 from zwarm.errors import OrchestratorError
 from zwarm.secret_names import looks_secret
 
+# the prctl calls are the system layer's (zwarm.system.prctl), re-exported here
+from zwarm.system.prctl import PR_GET_DUMPABLE as PR_GET_DUMPABLE
+from zwarm.system.prctl import PR_SET_DUMPABLE as PR_SET_DUMPABLE
+from zwarm.system.prctl import prctl as prctl
+from zwarm.system.prctl import prctl_get as prctl_get
+
 KEY_FD_VAR = "ZWARM_ORCH_KEY_FD"
 MAX_KEY_BYTES = 16384  # far below a pipe's buffer: the write never blocks before the exec
 MIN_SECRET = 8
-
-PR_SET_DUMPABLE = 4
-PR_GET_DUMPABLE = 3
-PR_SET_CHILD_SUBREAPER = 36
-PR_GET_CHILD_SUBREAPER = 37
-
-_libc: ctypes.CDLL | None = None
 
 
 def without_key(environ: Mapping[str, str]) -> dict[str, str]:
@@ -170,28 +167,6 @@ class Secrets:
         return value
 
 
-def prctl(option: int, value: int) -> bool:
-    """``prctl(option, value)``; False off Linux or when the kernel refuses."""
-    libc = _load_libc()
-    if libc is None:
-        return False
-    return int(libc.prctl(option, value, 0, 0, 0)) == 0
-
-
-def prctl_get(option: int) -> int | None:
-    """The value of a ``PR_GET_*`` option that returns it (dumpable) or stores it through a
-    pointer (child subreaper); None off Linux or on error."""
-    libc = _load_libc()
-    if libc is None:
-        return None
-    if option == PR_GET_CHILD_SUBREAPER:
-        out = ctypes.c_int(0)
-        ok = int(libc.prctl(option, ctypes.byref(out), 0, 0, 0)) == 0
-        return out.value if ok else None
-    got = int(libc.prctl(option, 0, 0, 0, 0))
-    return got if got >= 0 else None
-
-
 def make_undumpable() -> bool:
     """Make this process non-dumpable for the rest of its life; True if it now is.
 
@@ -199,17 +174,3 @@ def make_undumpable() -> bool:
     initial environment still holds the key until it exits.
     """
     return prctl(PR_SET_DUMPABLE, 0) and prctl_get(PR_GET_DUMPABLE) == 0
-
-
-def _load_libc() -> ctypes.CDLL | None:
-    global _libc
-    if not sys.platform.startswith("linux"):
-        return None
-    if _libc is None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _ = libc.prctl
-        except (OSError, AttributeError):  # pragma: no cover - every Linux libc has prctl
-            return None
-        _libc = libc
-    return _libc

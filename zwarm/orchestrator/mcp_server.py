@@ -56,7 +56,8 @@ INSTRUCTIONS = (
     "poll check_session); "
     "check_session and get_trajectory show what an agent did so you can verify it; get_diff "
     "shows exactly what it changed, comment annotates a line for its next turn, and merge "
-    "brings a finished worktree session's branch into the main checkout; converse continues "
+    "brings a finished worktree session's branch into the main checkout (merge_queue: many, "
+    "rebased, checked and merged one by one); converse continues "
     "a session; end_session stops it; list_sessions lists them all. Results are JSON; "
     "ok=false carries an error message."
 )

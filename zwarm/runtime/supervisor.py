@@ -12,11 +12,13 @@ lost if this process dies), waits for it (enforcing the turn's timeout), kills w
 agent left behind, then records the outcome and starts the next queued message. Around each
 agent run the engine prepares the session's workspace (``manager.prepare_turn``: a new
 worktree's setup, the snapshot before) and records the snapshot after
-(``manager.finish_turn``). When the session has ended, its hooks are started detached
-(``runtime.hooks``), never waited for. While an agent runs, a watch (``runtime.watch``) marks
-the turn stalled and enforces the session's budget. A turn parked on a usage or rate limit
-keeps its supervisor, which waits for the turn's time; at the end a scheduler pass
-(``engine.scheduler``) starts what may start.
+(``manager.finish_turn``). A best-of attempt's turn, once recorded, is settled before the next
+queued turn's agent starts (``engine.bestof.after_turn``: its protected paths restored, zwarm's
+checks run in its worktree, the evidence written once). When the session has ended, its hooks
+are started detached (``runtime.hooks``), never waited for. While an agent runs, a watch
+(``runtime.watch``) marks the turn stalled and enforces the session's budget. A turn parked on
+a usage or rate limit keeps its supervisor, which waits for the turn's time; at the end a
+scheduler pass (``engine.scheduler``) starts what may start.
 Must stay true:
 - it reads its turn under the session lock (its starter holds the lock until that turn is
   saved) and runs it only if the turn names it as supervisor and is running (a turn still
@@ -58,7 +60,7 @@ from zwarm.system import procs
 
 if TYPE_CHECKING:
     from zwarm.engine.manager import AgentLaunch, BaseSessionManager
-    from zwarm.model import Turn
+    from zwarm.model import Reason, Turn
     from zwarm.runtime.watch import Watch
     from zwarm.store import Store
     from zwarm.system.boot import ProcRef
@@ -81,6 +83,10 @@ def run(state_dir: Path, sid: str) -> int:
     n = turn.n if turn is not None and mine and turn.status in RUNS else None
     while n is not None:
         nxt = _one_turn(manager, sid, n)
+        if s.attempt is not None:  # a best-of attempt: zwarm's checks, before the next turn
+            from zwarm.engine import bestof
+
+            bestof.after_turn(store, manager.config, manager.env.environ, sid, n)
         n = nxt.n if nxt is not None else None
     if mine:  # a parked turn: wait for its time; then let the scheduler start what may start
         _afterwards(manager, sid, me)
@@ -145,7 +151,7 @@ def _one_turn(manager: BaseSessionManager, sid: str, n: int, hand_off: bool = Fa
     started = _start_agent(manager, sid, n, kept)
     if started is None:  # killed before it started, or it could not start (recorded)
         return None
-    proc, timeout = started
+    proc, timeout, launch = started
     watch = _watch(manager, sid, n, proc.pid)
     timed_out = _wait(proc.pid, sid, timeout)
     if watch is not None:
@@ -153,7 +159,22 @@ def _one_turn(manager: BaseSessionManager, sid: str, n: int, hand_off: bool = Fa
     returncode = proc.wait()
     _reap_orphans()
     stop = watch.stopped if watch is not None else None
+    stop = _out_of_memory(launch, returncode) or stop
     return manager.finish_turn(sid, n, returncode, timed_out, stop, hand_off=hand_off)
+
+
+def _out_of_memory(launch: AgentLaunch, returncode: int) -> tuple[Reason, str] | None:
+    """End the turn's sandbox (``end_launch``: its cgroup, its bridge); why the turn failed
+    if the kernel killed its processes at its memory limit and the agent did not succeed."""
+    from zwarm.engine.finishing import end_launch
+
+    ooms = end_launch(launch)
+    if not ooms or returncode == 0:
+        return None
+    from zwarm.model import Reason
+
+    why = f"out of memory: the kernel killed {ooms} process(es) of the turn at its limit"
+    return Reason.OUT_OF_MEMORY, f"{why} ([sandbox] memory)"
 
 
 def _manager(store: Store, adapter: str) -> BaseSessionManager:
@@ -167,7 +188,7 @@ def _manager(store: Store, adapter: str) -> BaseSessionManager:
 
 def _start_agent(
     manager: BaseSessionManager, sid: str, n: int, keep_stderr: bool = False
-) -> tuple[subprocess.Popen[bytes], float | None] | None:
+) -> tuple[subprocess.Popen[bytes], float | None, AgentLaunch] | None:
     """Start turn ``n``'s agent and record it, in one transaction; None if it must not run."""
     from zwarm.engine.manager import StartRefused
     from zwarm.errors import ZwarmError
@@ -183,8 +204,10 @@ def _start_agent(
             proc = _popen(manager, sid, n, launch, keep_stderr)
         except (StartRefused, ZwarmError, ValueError) as e:
             manager.fail_start(s, t, str(e))
+            _end_unstarted(locals().get("launch"))
             return None
         except OSError as e:
+            _end_unstarted(locals().get("launch"))
             argv0 = launch.argv[0] if "launch" in locals() else "?"
             why = f"could not start agent {argv0!r}: {e.strerror or e}"
             if "launch" in locals() and e.filename == launch.cwd:  # Popen could not enter it
@@ -192,7 +215,15 @@ def _start_agent(
             manager.fail_start(s, t, why)
             return None
         t.agent = procs.identify(proc.pid)
-        return proc, t.timeout
+        return proc, t.timeout, launch
+
+
+def _end_unstarted(launch: AgentLaunch | None) -> None:
+    """A launch whose agent never started: its cgroup and bridge go (``end_launch``)."""
+    if launch is not None:
+        from zwarm.engine.finishing import end_launch
+
+        end_launch(launch)
 
 
 def _watch(manager: BaseSessionManager, sid: str, n: int, pid: int) -> Watch | None:

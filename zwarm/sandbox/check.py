@@ -3,13 +3,18 @@
 Owns ``run`` (``zwarm sandbox check``, and what a spawn with the sandbox on asks first): in a
 private scratch directory it runs a scripted agent in bubblewrap under the same policy a turn
 gets (``bwrap.command``) and has it try to get out: write outside its tree, read a state dir
-inside its tree, reach a loopback port that is not its endpoint, see a process outside; each
-must fail, and writing its tree and reaching its endpoint (through the port bridge) must work.
+inside its tree, reach a loopback port that is not its endpoint, reach through its filtering
+proxy a host:port not allowed, see a process outside; each must fail, and writing its tree,
+reaching its endpoint (through the port bridge) and reaching an allowed host by name through
+the proxy (``PROXY_NAME``, pinned to the endpoint's address as ``[sandbox] resolve`` would)
+must work.
 Must stay true:
 - every probe is run, never assumed; a machine where bubblewrap cannot start says why in one
   line (missing tools, user namespaces off: the sysctl to change), and ``Report.holds`` is
   False whenever any probe did not go as it must;
-- nothing outside its scratch directory is touched, and everything it starts ends with it.
+- nothing outside its scratch directory is touched, and everything it starts ends with it,
+  but for what killed turns left (bridge directories and cgroups whose maker is gone: swept);
+- a limit the machine cannot apply is said (``Report.limits``), never a failed preflight.
 """
 
 import contextlib
@@ -26,6 +31,22 @@ from typing import NamedTuple
 from zwarm.sandbox import Policy, bwrap
 
 TIMEOUT_S = 20.0
+PROXY_NAME = "zwarm-preflight.test"  # the allowed host the proxy probe asks for by name
+
+
+def _connect(target: str) -> str:
+    """A probe's shell test: a CONNECT to ``target`` through the proxy inside, the tunnel's
+    first bytes read (the probed server's banner). It first waits (up to ~10 s) for the
+    proxy, which a turn does not wait for, to listen; then gives it 3 s."""
+    sock = f"{bwrap.BRIDGE_DIR}/proxy.sock"
+    wait = (
+        f"i=0; while [ -d {bwrap.BRIDGE_DIR} ] && [ ! -S {sock} ] && [ $i -lt 1000 ]; do "
+        "sleep 0.01; i=$((i+1)); done; "
+    )
+    req = f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n"
+    return f'{wait}printf "{req}" | timeout 3 socat -t 2 - "TCP:127.0.0.1:{bwrap.PROXY_PORT}"'
+
+
 # name -> (what it tries, whether it must work, the probe's shell test)
 PROBES: dict[str, tuple[str, bool, str]] = {
     "write_tree": ("write its worktree", True, "echo ok > tree/probe"),
@@ -41,7 +62,21 @@ PROBES: dict[str, tuple[str, bool, str]] = {
         False,
         'socat -u "TCP:127.0.0.1:$OTHER" - | grep -q zwarm-',
     ),
-    "see_parent": ("see the processes outside", False, "grep -l -F -f token /proc/[0-9]*/cmdline"),
+    "proxy": (
+        "reach its API host by name through the proxy",
+        True,
+        _connect(f"{PROXY_NAME}:$ALLOWED") + " | grep -q zwarm-endpoint",
+    ),
+    "proxy_other": (
+        "reach another host:port through the proxy",
+        False,
+        _connect("127.0.0.1:$OTHER") + " | grep -q zwarm-",
+    ),
+    "see_parent": (
+        "see the processes outside",
+        False,
+        "grep -q -s -F -f token /proc/[0-9]*/cmdline",  # -q: a match wins over a vanished file
+    ),
 }
 
 
@@ -56,6 +91,7 @@ class Row(NamedTuple):
 class Report(NamedTuple):
     rows: list[Row]
     reason: str  # why the sandbox cannot hold here ("" if it holds)
+    limits: str = ""  # how a turn's limits would be applied here (``limits.summary``)
 
     @property
     def holds(self) -> bool:
@@ -80,7 +116,19 @@ def why_not() -> str:
 
 
 def run() -> Report:
-    """Run every probe (``PROBES``) in a scratch sandbox; the table and any reason."""
+    """Run every probe (``PROBES``) in a scratch sandbox; the table, any reason, and how a
+    turn's limits would be applied here. Sweeps first what killed turns left (their bridge
+    directories, their cgroups: ``bwrap.sweep_bridges``, ``limits.sweep``)."""
+    from zwarm.sandbox import limits
+
+    how = limits.methods()
+    bwrap.sweep_bridges()
+    limits.sweep(how)
+    return run_probes()._replace(limits=limits.summary(how))
+
+
+def run_probes() -> Report:
+    """The probes alone (``run``)."""
     reason = why_not()
     if reason:
         return Report([_row(k, None) for k in PROBES], reason)
@@ -121,6 +169,8 @@ def _probe(root: str, tree: str, state: str, allowed: int, other: int) -> Report
         hidden=(state,),
         ports=(allowed,),
         home=os.path.join(root, "home"),
+        hosts=(f"{PROXY_NAME}:{allowed}",),
+        pins=(f"{PROXY_NAME}=127.0.0.1",),
     )
     sock_dir = bwrap.bridge_dir()
     argv = bwrap.command(["/bin/sh", "-c", "\n".join(lines)], policy, sock_dir)
@@ -137,7 +187,7 @@ def _probe(root: str, tree: str, state: str, allowed: int, other: int) -> Report
             [_row(k, None) for k in PROBES], f"the sandbox did not answer in {TIMEOUT_S:g} s"
         )
     finally:
-        shutil.rmtree(sock_dir, ignore_errors=True)
+        bwrap.remove_bridge(sock_dir)
     got = dict(
         line.split("=", 1) for line in proc.stdout.decode("utf-8", "replace").split() if "=" in line
     )

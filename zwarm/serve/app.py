@@ -124,6 +124,17 @@ class Server:
             Route("/api/sessions/{ref}/kill", h(self.kill), methods=["POST"]),
             Route("/api/sessions/{ref}/stream", h(self.stream)),
             Route("/api/events", h(self.events)),
+            Route("/api/sets", h(self.best_of), methods=["POST"]),
+            Route("/api/sets/{ref}", h(self.compare), methods=["GET"]),
+            Route("/api/sets/{ref}/messages", h(self.inject_set), methods=["POST"]),
+            Route("/api/accounts", h(self.accounts)),
+            Route("/api/usage", h(self.usage)),
+            Route("/api/merges", h(self.merges), methods=["GET"]),
+            Route("/api/merges", h(self.enqueue_merge), methods=["POST"]),
+            Route("/api/merges/run", h(self.run_merges), methods=["POST"]),
+            Route("/api/merges/pause", h(self.pause_merges), methods=["POST"]),
+            Route("/api/merges/resume", h(self.pause_merges), methods=["POST"]),
+            Route("/api/merges/{ref}", h(self.unqueue_merge), methods=["DELETE"]),
         ]
         if has_diff():
             out.append(Route("/api/sessions/{ref}/diff", h(self.diff)))
@@ -255,6 +266,14 @@ class Server:
 
         return _json(await run_in_threadpool(work))
 
+    async def accounts(self, request: Request) -> Response:
+        return _json(await run_in_threadpool(lambda: self.new_api().accounts()))
+
+    async def usage(self, request: Request) -> Response:
+        q = request.query_params
+        by, since = q.get("by") or "account", q.get("since")
+        return _json(await run_in_threadpool(lambda: self.new_api().usage(by, since)))
+
     async def show(self, request: Request) -> Response:
         ref = request.path_params["ref"]
         return _json(await run_in_threadpool(lambda: self.new_api().show(ref)))
@@ -293,6 +312,29 @@ class Server:
 
         return _json(await run_in_threadpool(work), 201)
 
+    async def best_of(self, request: Request) -> Response:
+        req = bodies.best_of_request(await _body(request, bodies.BestOf))
+
+        def work() -> dict[str, Any]:
+            from zwarm.orchestrator.tools import confine_cwd
+
+            api = self.new_api()
+            v = api.best_of(msgspec.structs.replace(req, cwd=str(confine_cwd(api, req.cwd))))
+            return {**v, "warnings": list(api.warnings)}
+
+        return _json(await run_in_threadpool(work), 201)
+
+    async def compare(self, request: Request) -> Response:
+        ref = request.path_params["ref"]
+        rank = request.query_params.get("rank")
+        return _json(await run_in_threadpool(lambda: self.new_api().compare(ref, rank)))
+
+    async def inject_set(self, request: Request) -> Response:
+        ref = request.path_params["ref"]
+        req = bodies.message_request(await _body(request, bodies.Message))
+        done = await run_in_threadpool(lambda: self.new_api().inject_set(ref, req))
+        return _json({"attempts": done})
+
     async def inject(self, request: Request) -> Response:
         ref = request.path_params["ref"]
         req = bodies.message_request(await _body(request, bodies.Message))
@@ -314,6 +356,38 @@ class Server:
         force = _bool(request.query_params.get("force"), "force")
         removed = await run_in_threadpool(lambda: self.new_api().rm([ref], force=force))
         return _json({"removed": removed})
+
+    # ---------------------------------------------------------------- the merge queue
+    async def merges(self, request: Request) -> Response:
+        target = request.query_params.get("target") or None
+        return _json(await run_in_threadpool(lambda: self.new_api().merge_queues(target)))
+
+    async def enqueue_merge(self, request: Request) -> Response:
+        b = await _body(request, bodies.Merges)
+
+        def work() -> dict[str, Any]:
+            api = self.new_api()
+            return api.enqueue_merge(list(b.sessions), target=b.target, priority=b.priority,
+                                     send=b.send, run=b.run)  # fmt: skip
+
+        return _json(await run_in_threadpool(work))
+
+    async def run_merges(self, request: Request) -> Response:
+        target = request.query_params.get("target") or None
+        runs = await run_in_threadpool(lambda: self.new_api().run_merge_queues(target))
+        return _json({"runs": runs})
+
+    async def pause_merges(self, request: Request) -> Response:
+        target = request.query_params.get("target") or None
+        paused = request.url.path.endswith("/pause")
+        return _json(
+            await run_in_threadpool(lambda: self.new_api().pause_merge_queue(paused, target))
+        )
+
+    async def unqueue_merge(self, request: Request) -> Response:
+        ref = request.path_params["ref"]
+        target = request.query_params.get("target") or None
+        return _json(await run_in_threadpool(lambda: self.new_api().unqueue_merge(ref, target)))
 
     # ---------------------------------------------------------------- live
     async def stream(self, request: Request) -> Response:

@@ -19,8 +19,9 @@ SSE = "text/event-stream"
 
 
 def spec(diff: bool, mcp: bool) -> dict[str, Any]:
-    (spawn, message), components = msgspec.json.schema_components(
-        [bodies.Spawn, bodies.Message], ref_template="#/components/schemas/{name}"
+    (spawn, message, best_of, merges), components = msgspec.json.schema_components(
+        [bodies.Spawn, bodies.Message, bodies.BestOf, bodies.Merges],
+        ref_template="#/components/schemas/{name}",
     )
     schemas = {**components, "Error": _ERROR, "Session": _SESSION}
     paths = {
@@ -75,6 +76,78 @@ def spec(diff: bool, mcp: bool) -> dict[str, Any]:
         },
         "/api/sessions/{ref}/stream": {"get": _stream_op()},
         "/api/events": {"get": _events_op()},
+        "/api/sets": {
+            "post": _op(
+                "Start a best-of set (as `zwarm spawn --best-of`): N attempts of one task, each "
+                "in its own worktree; its cwd must be inside [tools] allowed_roots.",
+                body=best_of,
+                status="201",
+            )
+        },
+        "/api/sets/{ref}": {
+            "get": _op(
+                "A best-of set's attempts ranked on zwarm's evidence (as `zwarm compare --json`).",
+                ref=True,
+                of_set=True,
+                params=[_q("rank", "Keys to rank by first: checks, flags, lines, cost, time.")],
+            )
+        },
+        "/api/sets/{ref}/messages": {
+            "post": _op(
+                "A follow-up to every attempt of a set still in the running (as `zwarm inject`).",
+                ref=True,
+                of_set=True,
+                body=message,
+            )
+        },
+        "/api/accounts": {
+            "get": _op("Each agent account's state now (as `zwarm accounts --json`).")
+        },
+        "/api/usage": {
+            "get": _op(
+                "Tokens and cost of the recorded turns, totalled (as `zwarm usage --json`).",
+                params=[
+                    _q("by", "account (default), agent, model, day or group."),
+                    _q("since", "Only turns from this local day on (YYYY-MM-DD)."),
+                ],
+            )
+        },
+        "/api/merges": {
+            "get": _op(
+                "The merge queues: entries with state (testing, waiting, held, merged, ejected, "
+                "removed) and why (as `zwarm merges --json`).",
+                params=[_q("target", "Only the queue of this branch.")],
+                schema={"type": "array", "items": {"type": "object"}},
+            ),
+            "post": _op(
+                "Queue finished worktree sessions for the merge queue and run it (as `zwarm "
+                "merge --queue`); the checks are the trusted [merge] check.",
+                body=merges,
+            ),
+        },
+        "/api/merges/run": {
+            "post": _op(
+                "Process the merge queues now, to completion.",
+                params=[_q("target", "Only the queue of this branch.")],
+            )
+        },
+        "/api/merges/pause": {
+            "post": _op(
+                "Pause a merge queue.", params=[_q("target", "Only the queue of this branch.")]
+            )
+        },
+        "/api/merges/resume": {
+            "post": _op(
+                "Resume a merge queue.", params=[_q("target", "Only the queue of this branch.")]
+            )
+        },
+        "/api/merges/{ref}": {
+            "delete": _op(
+                "Take a session out of its merge queue.",
+                ref=True,
+                params=[_q("target", "Only the queue of this branch.")],
+            )
+        },
     }
     if diff:
         paths["/api/sessions/{ref}/diff"] = {
@@ -158,11 +231,14 @@ def _op(
     body: dict[str, Any] | None = None,
     status: str = "200",
     schema: dict[str, Any] | None = None,
+    of_set: bool = False,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary}
     all_params = list(params or [])
     if ref:
         about = "A session id, a unique prefix of it (4+ characters), or its name."
+        if of_set:
+            about = "A best-of set's id (set-...), or a unique prefix of it (set- and 4+ digits)."
         all_params.insert(
             0, {"name": "ref", "in": "path", "required": True, "description": about,
                 "schema": {"type": "string"}}

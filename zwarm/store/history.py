@@ -87,7 +87,7 @@ def _account(a: Archive, t: Turn) -> None:
     if a.first_before is None and t.before:
         a.first_before = t.before
     if t.ended_at and t.cost_usd is not None and t.started:
-        a.recent.append(Spend(t.ended_at, t.cost_usd))
+        a.recent.append(Spend(t.ended_at, t.cost_usd, t.account))
 
 
 def _prune(a: Archive, now: float) -> None:

@@ -16,7 +16,8 @@ Must stay true:
 - a turn starts only if the session has a pin for this state dir and ``meta.json`` agrees
   with it on agent and directory; whether the sandbox is bypassed comes from the pin (or the
   trusted config), never from ``meta.json``; so does which launcher runs each new turn;
-- pins are written only by commands a user runs (spawn), atomically, 0600; they are read as
+- pins are written only by zwarm's own processes (spawn; a scheduler pass records the account
+  it routes a turn to, ``engine.accounts``), atomically, 0600; they are read as
   untrusted input too (one strict schema; a bad pin is no pin);
 - a turn's handle record is written only by the launcher that started the turn (in a command
   the user ran, or in the session's supervisor, which zwarm started), under the session lock,
@@ -33,7 +34,15 @@ import msgspec
 from msgspec import Meta
 
 from zwarm.errors import StoreError
-from zwarm.model.records import AGENT_NAME, SESSION_ID, AbsPath, Handle, SandboxMode, Workspace
+from zwarm.model.records import (
+    AGENT_NAME,
+    NAME,
+    SESSION_ID,
+    AbsPath,
+    Handle,
+    SandboxMode,
+    Workspace,
+)
 from zwarm.system.files import atomic_write, private_dir, read_file
 
 OptionKey = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,63}\Z")]
@@ -57,6 +66,9 @@ class Pin(msgspec.Struct):
     launcher_options: Annotated[dict[OptionKey, OptionValue], Meta(max_length=32)] = msgspec.field(
         default_factory=dict
     )
+    # the account of its agent its turns run on (``engine.accounts``): whose ``env`` its agent
+    # gets, every turn's, never meta.json's; set by the scheduler pass that routes its turn
+    account: Annotated[str, Meta(pattern=NAME)] | None = None
 
 
 class Handles(msgspec.Struct):

@@ -20,6 +20,9 @@ from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
 from zwarm.rules import Rule
 
+# what the CLI reaches (zwarm's sandbox allows these): the Messages API, and the OAuth token
+# endpoint a Claude subscription login refreshes at (platform.claude.com/v1/oauth/token)
+API_HOSTS = ("api.anthropic.com:443", "platform.claude.com:443")
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan", "auto")
 # the same, tightest first, as a headless run (-p) meets them: plan reads only; dontAsk and
 # default run reads and pre-approved tools (a prompt is a denial); acceptEdits adds edits; auto
@@ -69,6 +72,9 @@ class ClaudeAgent(Agent):
         # Claude Code refuses to skip its permission checks as root unless told it runs in a
         # sandbox: zwarm's is one
         return {**env, "IS_SANDBOX": "1"}
+
+    def api_hosts(self, table: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
+        return API_HOSTS
 
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
         return (env.get("CLAUDE_CONFIG_DIR") or os.path.join(env.get("HOME", "/"), ".claude"),)

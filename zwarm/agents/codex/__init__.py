@@ -16,12 +16,22 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from zwarm.agents.base import Agent, AgentOptions, ConformanceSamples, Price, Setting
+from zwarm.agents.base import (
+    Agent,
+    AgentOptions,
+    ConformanceSamples,
+    Price,
+    Setting,
+    url_endpoint,
+)
 from zwarm.model import TurnOutcome, Usage
 from zwarm.model.steps import Step
 from zwarm.rules import Rule
 
 SANDBOXES = ("read-only", "workspace-write", "danger-full-access")  # tightest first
+# what the CLI reaches (zwarm's sandbox allows these): the API (an API key); ChatGPT's backend
+# (/backend-api/codex) and its token refresh (auth.openai.com/oauth/token) for a ChatGPT login
+API_HOSTS = ("api.openai.com:443", "chatgpt.com:443", "auth.openai.com:443")
 
 # USD per 1M tokens. Shipped defaults (public list prices); override under [codex.prices.MODEL].
 # Standard tier, requests up to 272K input tokens (longer ones and the Fast tier cost more).
@@ -145,6 +155,18 @@ class CodexAgent(Agent):
 
     def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
         return codex_argv(opts, resume_id)
+
+    def api_hosts(self, table: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
+        """The OpenAI API (an API key), ChatGPT's backend and its login's token refresh (a
+        ChatGPT login), and the ``base_url`` of each provider ``[codex.config]`` declares
+        (its ``-c model_providers.NAME.base_url``, and ``openai_base_url``/``chatgpt_base_url``)."""
+        config = dict(table.get("config") or {})
+        urls = [config.get("openai_base_url"), config.get("chatgpt_base_url")]
+        providers = config.get("model_providers")
+        if isinstance(providers, Mapping):
+            urls += [p.get("base_url") for p in providers.values() if isinstance(p, Mapping)]
+        found = [url_endpoint(u) for u in urls if isinstance(u, str)]
+        return (*API_HOSTS, *(h for h in found if h is not None and h not in API_HOSTS))
 
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
         home = env.get("CODEX_HOME") or os.path.join(env.get("HOME", "/"), ".codex")

@@ -48,6 +48,14 @@ POLICIES = ("auto_edit", "yolo")
 # crate (docs.rs/gemini-cost, 2.5 family) and the ai-wish-generator v3.2.0 release notes
 # (Apr 2026: 2.5 Flash $0.30/$2.50, Flash-Lite $0.10/$0.40, Pro $1.25/$10, 3 Flash Preview
 # $0.50/$3, 3.1 Pro Preview $2/$12); cached input at Google's 90% caching discount.
+# what the CLI reaches (zwarm's sandbox allows these): the Gemini API (an API key), Code Assist
+# (a Google login) and the OAuth token refresh; Vertex AI's regional hosts are not listed
+# ([sandbox] hosts adds them)
+API_HOSTS = (
+    "generativelanguage.googleapis.com:443",
+    "cloudcode-pa.googleapis.com:443",
+    "oauth2.googleapis.com:443",
+)
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
     "gemini-2.5-pro": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
     "gemini-2.5-flash": {"input": 0.30, "cached_input": 0.03, "output": 2.50},
@@ -127,6 +135,9 @@ class GeminiAgent(Agent):
 
     def build_argv(self, opts: AgentOptions, resume_id: str | None) -> list[str]:
         return gemini_argv(opts, resume_id)
+
+    def api_hosts(self, table: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
+        return API_HOSTS
 
     def login_paths(self, env: Mapping[str, str]) -> tuple[str, ...]:
         return tuple(env[k] for k in ("GEMINI_CLI_HOME",) if env.get(k))  # the session's home

@@ -1,8 +1,10 @@
-"""The review tools: ``get_diff``, ``comment`` and ``merge``.
+"""The review tools: ``get_diff``, ``comment``, ``merge`` and ``merge_queue``.
 
 Owns how a session's diff is fitted to an LLM's context (file by file within
 ``[tools] diff_chars``, the files left out named). Must stay true: the work is ``Zwarm``'s
-(``diff``, ``comment``, ``merge``); a merge result never exposes the worktree's path.
+(``diff``, ``comment``, ``merge``, ``enqueue_merge``...); a merge result never exposes the
+worktree's path; the merge queue's checks are the user's ``[merge] check``, never a model's
+(a queue without one is refused, and a model cannot pass ``no_check``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from zwarm.orchestrator.tools.base import Result
+from zwarm.text import elide
 
 if TYPE_CHECKING:
     from zwarm.orchestrator.tools.toolbox import Toolbox
@@ -54,7 +57,7 @@ def _bounded_diff(text: str, budget: int) -> tuple[str, list[str]]:
             kept.append(block)
             used += len(block)
         elif not kept:
-            kept.append(block[:budget] + f"\n[... {len(block) - budget} chars cut ...]\n")
+            kept.append(elide(block, budget, head=budget, sep="\n") + "\n")
             used = budget
         else:
             cut.append(block.split("\n", 1)[0].removeprefix("diff --git "))
@@ -74,3 +77,45 @@ def comment(tb: Toolbox, a: dict[str, Any]) -> Result:
 def merge(tb: Toolbox, a: dict[str, Any]) -> Result:
     res = tb.api.merge(a["session_id"], into=a.get("into"), squash=bool(a.get("squash")))
     return {k: v for k, v in res.items() if k != "worktree"}
+
+
+QUEUE_ENTRIES = 50  # the latest entries of each queue a merge_queue call shows
+WHY_CHARS = 600  # of each entry's reason (a failing check's output tail is longer)
+
+
+def merge_queue(tb: Toolbox, a: dict[str, Any]) -> Result:
+    from zwarm.text import elide
+
+    out: Result = {}
+    target = a.get("target")
+    if a.get("add"):
+        prio, send, run = int(a.get("priority") or 0), bool(a.get("send")), a.get("run", True)
+        res = tb.api.enqueue_merge(list(a["add"]), target=target, priority=prio, send=send, run=run)
+        out["queued"] = [e["session_id"] for e in res["queued"]]
+        target = res["target"]
+        runs = [res["run"]] if res["run"] is not None else []
+    elif a.get("run"):
+        runs = tb.api.run_merge_queues(target)
+    else:
+        runs = []
+    if runs:
+        out["done"] = [
+            {k: d.get(k) for k in ("session_id", "branch", "state", "why", "commit")}
+            | {"why": elide(d.get("why") or "", WHY_CHARS, head=0)}
+            for r in runs
+            for d in r.get("done", [])
+        ]
+        out["stopped"] = [r.get("stopped") for r in runs]
+    queues = []
+    for q in tb.api.merge_queues(target):
+        entries = [
+            {k: e[k] for k in ("session_id", "branch", "state", "priority", "commit")}
+            | {"why": elide(e["why"], WHY_CHARS, head=0)}
+            for e in q["entries"][:QUEUE_ENTRIES]
+        ]
+        view = {k: q[k] for k in ("target", "paused", "blocked", "green")} | {"entries": entries}
+        if len(q["entries"]) > QUEUE_ENTRIES:
+            view["note"] = f"{len(q['entries']) - QUEUE_ENTRIES} older entries not shown"
+        queues.append(view)
+    out["queues"] = queues
+    return out

@@ -88,6 +88,7 @@ def fleet_view(s: Session) -> Result:
     for key, value in (
         ("group", s.group),
         ("priority", s.priority or None),
+        ("account", s.account),
         ("after", s.after or None),
         ("max_cost_usd", s.max_cost_usd),
         ("max_tokens", s.max_tokens),

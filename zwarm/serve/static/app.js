@@ -278,7 +278,9 @@
   }
   function route() {
     const m = location.hash.match(/^#\/s\/([0-9a-f-]{36})$/);
+    const g = location.hash.match(/^#\/set\/(set-[0-9a-f]{8})$/);
     if (m) showSession(m[1]);
+    else if (g) showSet(g[1]);
     else showBoard();
   }
 
@@ -299,7 +301,10 @@
       },
       (s) => setConn(s === "live" ? "live" : "down", s === "live" ? "live" : "reconnecting"),
     );
-    setInterval(queueDraw, 10000); // ages
+    setInterval(() => {
+      queueDraw(); // ages
+      if (!$("board").hidden) loadMerges();
+    }, 10000);
   }
   function queueDraw() {
     if (state.drawQueued) return;
@@ -335,6 +340,7 @@
     const who = el("td", "who");
     who.append(el("b", "", r.name || r.id.slice(0, 8)));
     if (r.name) who.append(el("span", "id", r.id.slice(0, 8) + " "));
+    if (r.set) who.append(setLink(r.set, r.attempt));
     who.append(el("span", "brief", oneLine(r.damaged ? r.error : r.task, 140)));
     const step = r.activity || (r.status === "failed" ? r.error : r.last_message) || "";
     tr.append(
@@ -349,12 +355,126 @@
     );
     return tr;
   }
+  function setLink(id, attempt) {
+    const a = el("a", "setlink", `${id} #${attempt}`);
+    a.href = "#/set/" + id;
+    a.addEventListener("click", (e) => e.stopPropagation());
+    return a;
+  }
+
+  // ------------------------------------------------------------------ a best-of set
+  async function showSet(id) {
+    stopView();
+    $("board").hidden = true;
+    $("session").hidden = true;
+    $("bestof").hidden = false;
+    $("g-title").textContent = id;
+    document.title = id + " · zwarm";
+    let v;
+    try {
+      v = await api("GET", "/api/sets/" + id);
+    } catch (e) {
+      toast(e.message, true);
+      location.hash = "#/";
+      return;
+    }
+    $("g-task").textContent = v.task;
+    const where = v.checks_sandboxed ? "sandboxed" : "unsandboxed (opted in)";
+    $("g-facts").textContent =
+      `base ${v.base.slice(0, 12)} · checks ${where} · ranked by ${v.rank.join(", ")}` +
+      (v.picked ? ` · picked attempt ${v.picked}` : "");
+    const head = el("tr");
+    for (const h of ["#", "Attempt", "Agent", "Model", ...v.checks.map((c, i) => `check ${i + 1}`),
+      "Files", "Lines", "Cost", "Time", "Status / flags"]) head.append(el("th", "", h));
+    const body = el("tbody");
+    for (const a of v.attempts) {
+      const tr = el("tr", a.passed ? "passed" : "");
+      tr.addEventListener("click", () => (location.hash = "#/s/" + a.session));
+      tr.append(el("td", "num", String(a.place)), el("td", "num", String(a.attempt)),
+        el("td", "", a.adapter), el("td", "", oneLine(a.model || "default", 28)));
+      v.checks.forEach((cmd, i) => {
+        const c = a.checks[i];
+        const mark = a.pending ? "…" : !c ? "-" : c.timed_out ? "⧗" : c.passed ? "✓" : "✗";
+        const td = el("td", "check " + (c && c.passed ? "ok" : "bad"), mark);
+        td.title = c ? `${cmd}\nexit ${c.exit_code}, ${c.duration_s}s\n${c.output_tail}` : cmd;
+        tr.append(td);
+      });
+      tr.append(el("td", "num", String(a.files)), el("td", "num", String(a.lines)),
+        el("td", "num", a.cost_usd == null ? "?" : "$" + a.cost_usd.toFixed(4)),
+        el("td", "num", a.wall_s.toFixed(1) + "s"),
+        el("td", "", [a.status, ...a.flags].join("; ")));
+      body.append(tr);
+    }
+    const table = el("table", "sessions");
+    table.id = "g-table";
+    const thead = el("thead");
+    thead.append(head);
+    table.append(thead, body);
+    $("g-table").replaceWith(table);
+  }
+
   function showBoard() {
     stopView();
+    $("bestof").hidden = true;
     $("session").hidden = true;
     $("board").hidden = false;
     document.title = "zwarm";
     queueDraw();
+    loadMerges();
+  }
+
+  // ------------------------------------------------------------------ the merge queue
+  async function loadMerges() {
+    let queues;
+    try {
+      queues = await api("GET", "/api/merges");
+    } catch (e) {
+      return; // the board still works; the next load tries again
+    }
+    const wrap = el("div");
+    for (const q of queues) {
+      wrap.append(el("h3", "", q.target + (q.paused ? " (paused)" : "")));
+      if (q.blocked) wrap.append(el("p", "error", "blocked: " + oneLine(q.blocked, 200)));
+      const ul = el("ul");
+      for (const e of q.entries.slice(0, 50)) {
+        const li = el("li", "mq-" + e.state);
+        li.dataset.session = e.session_id;
+        li.append(el("span", "status", e.state), el("b", "", " " + e.branch));
+        if (e.why) li.append(el("span", "dim", " " + oneLine(e.why, 160)));
+        ul.append(li);
+      }
+      wrap.append(ul);
+    }
+    $("merges-list").replaceChildren(wrap);
+    $("merges").hidden = queues.length === 0;
+  }
+  async function runMerges() {
+    $("merges-run").disabled = true;
+    try {
+      await api("POST", "/api/merges/run");
+    } catch (e) {
+      toast(e.message, true);
+    } finally {
+      $("merges-run").disabled = false;
+      loadMerges();
+    }
+  }
+  async function queueMerge() {
+    const view = state.view;
+    if (!view) return;
+    const name = view.detail.name || view.id.slice(0, 8);
+    $("queue-btn").disabled = true;
+    try {
+      const r = await api("POST", "/api/merges", { sessions: [view.id] });
+      const mine = ((r.run && r.run.done) || []).filter((d) => d.session_id === view.id);
+      const how = mine.length ? mine[mine.length - 1] : null;
+      toast(how ? `${name}: ${how.state}` + (how.why ? ": " + oneLine(how.why, 160) : "") : `${name} queued`, how && how.state !== "merged");
+      refetch(view);
+    } catch (e) {
+      toast(e.message, true);
+    } finally {
+      $("queue-btn").disabled = false;
+    }
   }
 
   // ------------------------------------------------------------------ one session
@@ -368,6 +488,7 @@
     const view = { id, detail: null, stream: null, steps: 0, dropped: 0, refetch: null, turn: null };
     state.view = view;
     $("board").hidden = true;
+    $("bestof").hidden = true;
     $("session").hidden = false;
     $("steps").replaceChildren();
     $("steps-cut").hidden = true;
@@ -461,6 +582,8 @@
       ["cwd", d.cwd],
     ];
     if (d.branch) facts.push(["branch", d.branch]);
+    if (d.set) facts.push(["best-of", `${d.set} attempt ${d.attempt}`]);
+    if (d.account) facts.push(["account", d.account]);
     if (d.error) facts.push(["error", oneLine(d.error, 200)]);
     const dl = el("dl", "facts");
     dl.id = "s-facts";
@@ -472,6 +595,8 @@
     $("s-facts").replaceWith(dl);
     $("s-task").textContent = d.task || "";
     $("kill-btn").hidden = !ACTIVE.has(d.status);
+    const worktree = d.workspace && d.workspace.mode === "worktree" && !d.workspace.removed;
+    $("queue-btn").hidden = !worktree || ACTIVE.has(d.status);
   }
   function drawTurns() {
     const view = state.view;
@@ -766,6 +891,8 @@
     });
     $("kill-btn").addEventListener("click", kill);
     $("rm-btn").addEventListener("click", remove);
+    $("queue-btn").addEventListener("click", queueMerge);
+    $("merges-run").addEventListener("click", runMerges);
     for (const b of $("tabs").querySelectorAll("button")) b.addEventListener("click", () => selectTab(b.dataset.tab));
     startBoard();
     window.addEventListener("hashchange", route);

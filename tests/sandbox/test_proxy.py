@@ -1,0 +1,210 @@
+"""The filtering proxy of a sandboxed turn (``zwarm.sandbox.proxy``, issue 34), run as zwarm
+runs it (``bwrap.proxy_argv``: its own process on a Unix socket), against a local fake
+target: CONNECT and plain ``http://`` reach an allowed ``host:port`` by name, at the address
+the trusted ``[sandbox] resolve`` map pins it to (nothing here reaches the internet); any other
+host, another port of an allowed host, a loopback port not allowed, an ``https://`` URL
+without CONNECT and an endless head are refused with a status and one logged line; a name
+whose DNS answer is not a public address is refused (DNS rebinding onto 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import wait_until
+from zwarm.sandbox import Policy, bwrap, proxy
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """Answers every GET with what it was asked: the request line and two headers."""
+
+    def do_GET(self) -> None:
+        body = (
+            f"line={self.requestline}\nhost={self.headers.get('Host')}\n"
+            f"auth={self.headers.get('Proxy-Authorization')}\n"
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def target() -> Iterator[int]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+class Proxy:
+    def __init__(self, sock: Path, log: Path, proc: subprocess.Popen[bytes]) -> None:
+        self.sock, self.log, self.proc = sock, log, proc
+
+    def ask(self, raw: bytes, then: bytes = b"") -> bytes:
+        """Send ``raw`` (and, once answered, ``then`` through the same connection); all the
+        bytes that come back until the proxy closes."""
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(30)
+            c.connect(str(self.sock))
+            c.sendall(raw)
+            out = b""
+            if then:
+                while b"\r\n\r\n" not in out:
+                    chunk = c.recv(65536)
+                    assert chunk, out
+                    out += chunk
+                c.sendall(then)
+                c.shutdown(socket.SHUT_WR)
+            while chunk := c.recv(65536):
+                out += chunk
+            return out
+
+    def logged(self) -> list[str]:
+        return self.log.read_text().splitlines()
+
+
+@pytest.fixture
+def run_proxy(tmp_path: Path) -> Iterator[Any]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(hosts: tuple[str, ...], pins: tuple[str, ...] = ()) -> Proxy:
+        sock, log = tmp_path / "proxy.sock", tmp_path / "proxy.log"
+        policy = Policy(cwd=str(tmp_path), tree=str(tmp_path), hosts=hosts, pins=pins)
+        with log.open("wb") as err:
+            proc = subprocess.Popen(bwrap.proxy_argv(policy, str(sock)), stderr=err)
+        procs.append(proc)
+        wait_until(sock.exists, message="the proxy's socket")
+        return Proxy(sock, log, proc)
+
+    try:
+        yield start
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+def test_connect_reaches_an_allowed_name_at_its_pinned_address(run_proxy: Any, target: int) -> None:
+    p = run_proxy((f"fake-llm.test:{target}",), ("fake-llm.test=127.0.0.1",))
+    # a tunnel: what goes through is the client's own (TLS with a real API), here plain HTTP
+    got = p.ask(
+        f"CONNECT fake-llm.test:{target} HTTP/1.1\r\nHost: fake-llm.test:{target}\r\n\r\n".encode(),
+        then=b"GET /v1/x HTTP/1.1\r\nHost: fake-llm.test\r\nConnection: close\r\n\r\n",
+    )
+    assert got.startswith(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.0 200"), got
+    assert b"line=GET /v1/x HTTP/1.1" in got
+    assert p.logged() == []
+
+
+def test_plain_http_is_forwarded_in_origin_form_without_proxy_headers(
+    run_proxy: Any, target: int
+) -> None:
+    p = run_proxy((f"fake-llm.test:{target}",), ("fake-llm.test=127.0.0.1",))
+    got = p.ask(
+        f"GET http://fake-llm.test:{target}/v1/models?a=1 HTTP/1.1\r\n"
+        f"Host: fake-llm.test:{target}\r\nProxy-Authorization: Basic eDp5\r\n"
+        "Proxy-Connection: keep-alive\r\n\r\n".encode()
+    )
+    assert got.startswith(b"HTTP/1.0 200"), got
+    assert b"line=GET /v1/models?a=1 HTTP/1.1\n" in got
+    assert f"host=fake-llm.test:{target}\n".encode() in got and b"auth=None\n" in got
+
+
+def test_everything_else_is_refused_with_a_status_and_one_logged_line(
+    run_proxy: Any, target: int
+) -> None:
+    other = socket.create_server(("127.0.0.1", 0))  # a loopback port nobody allowed
+    try:
+        p = run_proxy(
+            (f"fake-llm.test:{target}", f"127.0.0.1:{target}"), ("fake-llm.test=127.0.0.1",)
+        )
+        asks = {
+            "CONNECT evil.test:443": b"403",
+            f"CONNECT fake-llm.test:{target + 1}": b"403",  # an allowed host, another port
+            f"CONNECT 127.0.0.1:{other.getsockname()[1]}": b"403",
+            f"CONNECT localhost:{target}": b"403",  # another name for an allowed address
+            "GET http://evil.test/": b"403",
+            f"GET https://fake-llm.test:{target}/": b"400",  # TLS only through CONNECT
+        }
+        for line, status in asks.items():
+            got = p.ask(f"{line} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert got.startswith(b"HTTP/1.1 " + status), (line, got)
+        logged = p.logged()
+        assert len(logged) == len(asks), logged
+        for line, entry in zip(asks, logged, strict=True):
+            assert entry.startswith(f"zwarm proxy: refused {line}"), (line, entry)
+        assert "not an allowed host:port" in logged[0]
+        # the loopback endpoint it does allow still answers, by its literal address
+        got = p.ask(f"GET http://127.0.0.1:{target}/ok HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert got.startswith(b"HTTP/1.0 200"), got
+    finally:
+        other.close()
+
+
+def test_an_endless_or_broken_head_is_refused_and_the_proxy_lives_on(
+    run_proxy: Any, target: int
+) -> None:
+    p = run_proxy((f"fake-llm.test:{target}",), ("fake-llm.test=127.0.0.1",))
+    got = p.ask(b"GET http://fake-llm.test/ HTTP/1.1\r\nX: " + b"a" * (proxy.HEAD_MAX + 10))
+    assert got.startswith(b"HTTP/1.1 431"), got[:100]
+    assert p.ask(b"\x16\x03\x01 not http\r\n\r\n").startswith(b"HTTP/1.1 400")
+    got = p.ask(f"GET http://fake-llm.test:{target}/ HTTP/1.1\r\n\r\n".encode())
+    assert got.startswith(b"HTTP/1.0 200"), got
+    assert p.proc.poll() is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["127.0.0.1", "127.0.1.1", "::1", "::ffff:127.0.0.1", "10.1.2.3", "192.168.0.9",
+     "169.254.169.254", "0.0.0.0", "fd00::1", "100.64.0.1"],
+)  # fmt: skip
+def test_a_name_resolving_to_a_non_public_address_is_refused(
+    answer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS is the world's (a name's owner may point it at 127.0.0.1 after it was allowed):
+    its answer is played here, every other part is the proxy's own."""
+    family = socket.AF_INET6 if ":" in answer else socket.AF_INET
+
+    def dns(host: str, port: int, *args: Any, **kw: Any) -> list[Any]:
+        return [(family, socket.SOCK_STREAM, 6, "", (answer, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", dns)
+    allowed = proxy.Allowed.parse(
+        ["api.example.com:443", "pinned.test:8080"], ["pinned.test=127.0.0.1"]
+    )
+    with pytest.raises(proxy.Refused, match="non-public address") as e:
+        asyncio.run(allowed.addresses("api.example.com", 443))
+    assert e.value.status == 403
+    # a public answer is used; a pinned name never asks DNS
+    monkeypatch.setattr(
+        socket, "getaddrinfo", lambda h, p, *a, **k: [(2, 1, 6, "", ("8.8.8.8", p))]
+    )
+    assert asyncio.run(allowed.addresses("api.example.com", 443)) == ["8.8.8.8"]
+    assert asyncio.run(allowed.addresses("pinned.test", 8080)) == ["127.0.0.1"]
+
+
+def test_bad_allow_entries_are_refused_at_start(tmp_path: Path) -> None:
+    for bad in (["--allow", "no-port"], ["--allow", "h:99999"], ["--pin", "h=not-an-ip"], ["-x"]):
+        res = subprocess.run(
+            bwrap.proxy_argv(Policy(cwd="/", tree="/"), str(tmp_path / "s")) + bad,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert res.returncode == 2 and res.stderr.startswith("zwarm proxy: "), (bad, res.stderr)
+        assert "Traceback" not in res.stderr
