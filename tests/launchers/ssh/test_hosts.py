@@ -68,7 +68,7 @@ def test_output_streams_line_by_line(ssh_hosts: HostBed) -> None:
     """A line reaches this side while the remote command still runs (it waits for a file
     that this test makes only once it has read the first line)."""
     c = conn(ssh_hosts, "host-b")
-    gate = f"/tmp/zwarm-gate-{uuid.uuid4().hex}"
+    gate = f"{ssh_hosts.hosts['host-b'].home}/gate-{uuid.uuid4().hex}"
     script = f"echo one; while [ ! -e {gate} ]; do sleep 0.05; done; echo two; rm -f {gate}; exit 3"
     proc = subprocess.Popen(
         c.argv(["sh", "-c", script]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE

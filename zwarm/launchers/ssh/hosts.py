@@ -303,7 +303,8 @@ class Connection:
     ) -> "subprocess.CompletedProcess[bytes]":
         """Run ``remote`` on the host and wait (its output read whole); ``HostUnreachable``
         when ssh cannot connect (its exit 255) or no answer comes within ``timeout``
-        seconds. A remote command's own exit code is the result's."""
+        seconds. A remote command's own exit code is the result's (but its 255 is ssh's own
+        failure code: it reads as unreachable, so zwarm's remote commands never exit 255)."""
         import subprocess
 
         argv = self.argv(remote, cwd=cwd)
