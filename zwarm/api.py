@@ -527,6 +527,20 @@ class Zwarm:
 
         return removal.rm(self, refs, finished, force, detail)
 
+    # ------------------------------------------------------------------ hosts
+    def hosts(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every configured host (``[hosts.NAME]``): whether it answers, its zwarm version, one
+        command's latency (``zwarm.ops.hosts``)."""
+        from zwarm.ops import hosts
+
+        return hosts.listing(self, timeout)
+
+    def host_check(self, name: str, timeout: float | None = None) -> dict[str, Any]:
+        """Host ``name`` checked step by step: connect, zwarm, git, its cwd, agent CLIs."""
+        from zwarm.ops import hosts
+
+        return hosts.check(self, name, timeout)
+
     # ------------------------------------------------------------------ for layers built on top
     # (the orchestrator tools and loop use these, never ``store`` or ``config`` directly)
     @property

@@ -158,14 +158,13 @@ def commented(config: Config, tables: dict[str, dict[str, Any]] | None = None) -
 
 
 def _family(table: str, family: Any, members: dict[str, Any]) -> str:
-    """A family's table (``[hosts]``): its doc and a commented-out example member with each
-    key's doc, then the configured members, one inline table each."""
+    """A family's table (``[hosts]``): its doc, a commented-out example member (one inline
+    table), each key's doc, then the configured members, one inline table each."""
     lines = [f"# {family.doc}\n"] if family.doc else []
-    lines.append(f"# [{table}.NAME] (for example [{table}.a]):\n")
-    for key, setting in family.settings.items():
-        shown = family.example.get(key)
-        text = f"{key} = {value(shown)}" if shown is not None else f"{key} = ...  (unset)"
-        lines.append(f"#   {text:<42} # {setting.doc}\n")
+    if family.example:
+        lines.append(f"# For example ([{table}.a]; a key left out is unset):\n")
+        lines.append(f"#   a = {value(dict(family.example))}\n")
+    lines += [f"# {key}: {setting.doc}\n" for key, setting in family.settings.items()]
     lines += [f"{_key(name)} = {value(member)}\n" for name, member in members.items()]
     return "".join(lines)
 

@@ -29,7 +29,8 @@ def test_every_key_is_written_under_a_one_line_comment() -> None:
     text = commented(config.defaults())
     assert tomllib.loads(text) == config.defaults().data
     lines = key_lines(text)
-    want = {(t, k) for t, keys in config.schema().items() for k in keys}
+    # a family of named tables ([hosts.NAME]) has no key of its own: its example is commented
+    want = {(t, k) for t, keys in config.schema().items() for k in keys if k != config.FAMILY}
     assert {(t, k) for t, k, _ in lines} == want
     for table, key, above in lines:
         assert above.startswith("# ") and len(above) <= 100, (table, key, above)

@@ -73,6 +73,11 @@ LAZY_COMMANDS = {
         "sandbox_group",
         "zwarm's own sandbox of each turn; check proves it holds here.",
     ),
+    "hosts": (
+        "zwarm.cli.hosts",
+        "hosts_group",
+        "The ssh hosts sessions may run on; hosts check NAME checks one.",
+    ),
     "serve": (
         "zwarm.cli.serve",
         "serve_command",
