@@ -3,8 +3,8 @@
 A facade: it holds the state dir (``store``), the config and the session managers, and hands
 each operation to its module in ``zwarm.ops``: starting (what ``spawn`` settles before the
 engine makes the session), checks (what a new turn is refused for), listing, reading,
-following, waiting, removal, review; each is given this ``Zwarm``. The session row contract
-is ``zwarm.model.rows``'s (``row``, re-exported here).
+following, waiting, removal, review, bestof (best-of sets); each is given this ``Zwarm``.
+The session row contract is ``zwarm.model.rows``'s (``row``, re-exported here).
 Must stay true:
 - it raises only ``ZwarmError`` subclasses for bad input or state (callers map them once);
 - read operations never create the state dir, and ``sessions()`` reads one meta.json per
@@ -41,7 +41,7 @@ from zwarm.errors import (
     ZwarmError,
 )
 from zwarm.model import RUNS, Session
-from zwarm.model.records import Workspace
+from zwarm.model.records import Attempt, Workspace
 from zwarm.model.rows import row
 from zwarm.ops import checks, listing, starting
 from zwarm.store import Store
@@ -162,17 +162,29 @@ class Zwarm:
         (the keys the launcher takes per session: ``Launcher.spawn_options``). ``host``
         (default ``[defaults] host``): its agent runs on that host (``[hosts.NAME]``, over
         ssh), in ``cwd`` there (default: the host's ``cwd``)."""
-        from msgspec import structs
-
         from zwarm.model.requests import SpawnRequest
 
         req = _request(SpawnRequest, request, "task", options)
+        if req.best_of is not None:
+            raise InvalidInput("a best-of set is started with Zwarm.best_of (spawn --best-of)")
+        return self._spawn(req)
+
+    def _spawn(self, req: SpawnRequest, attempt: Attempt | None = None) -> Session:
+        """``spawn`` of a settled request type; ``attempt``: its place in a best-of set."""
+        from msgspec import structs
+
+        from zwarm.ops.bestof import SET_FIELDS
+
         checks.request(req)
+        given = [f for f in SET_FIELDS if getattr(req, f) not in ((), None)]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise InvalidInput(f"{flag} belongs to a best-of set: give --best-of N with it")
         adapter, model = starting.route(self, req.adapter, req.model)
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd
 
-        site = starting.site_for(self, req)  # a host's (ssh): its cwd is there, unchecked here
+        site = starting.site_for(self, req)  # a host's (ssh): its cwd resolved there
         if site is None:
             here = Path(req.cwd) if req.cwd is not None else self.env.cwd
             workdir = check_cwd(here, self.state_dir)
@@ -213,7 +225,70 @@ class Zwarm:
             fleet=fleet,
             lineage=lineage,
             launcher_options=runner_opts,
+            attempt=attempt,
         )
+
+    # ------------------------------------------------------------------ best-of sets
+    def best_of(self, request: SpawnRequest | str, /, **options: Any) -> dict[str, Any]:
+        """Start ``best_of`` attempts of one task as a set (``ops.bestof``): each an ordinary
+        worktree session from the same base, agents/models round-robin; when each turn
+        ends zwarm restores the ``protect`` paths and runs the ``check`` commands in its
+        worktree (sandboxed, or where the user opted in). Returns the set's view."""
+        from zwarm.model.requests import SpawnRequest
+        from zwarm.ops import bestof
+
+        req = _request(SpawnRequest, request, "task", options)
+        if req.best_of is None:
+            raise InvalidInput("best_of needs the number of attempts (--best-of N)")
+        return bestof.start(self, req)
+
+    def compare(self, ref: str, rank: str | None = None) -> dict[str, Any]:
+        """A set's attempts with zwarm's evidence, ranked (``--rank``: the keys first);
+        an ended attempt's missing evidence is made first (``ops.bestof.view``)."""
+        from zwarm.ops import bestof
+
+        return bestof.view(self, ref, rank)
+
+    def compare_diff(self, ref: str, a: int, b: int) -> bytes:
+        """How attempt ``b`` of set ``ref`` differs from attempt ``a`` (a unified diff)."""
+        from zwarm.ops import bestof
+
+        return bestof.diff(self, ref, a, b)
+
+    def pick(
+        self,
+        ref: str,
+        attempt: int | None = None,
+        *,
+        into: str | None = None,
+        squash: bool = False,
+        message: str | None = None,
+        judge: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Merge a set's top-ranked attempt (or ``attempt``) as ``merge`` does; the other
+        attempts' worktrees are removed, their branches and snapshots kept until ``rm``.
+        ``judge`` (``model``, ``attempt``, ``reason``): an LLM's tie-break, taken only among
+        the attempts tied on the evidence, and recorded (``orchestrator.judge``)."""
+        from zwarm.ops import bestof
+
+        return bestof.pick(
+            self, ref, attempt, into=into, squash=squash, message=message, judge=judge
+        )
+
+    def inject_set(
+        self, ref: str, request: MessageRequest | str, /, **options: Any
+    ) -> list[dict[str, Any]]:
+        """A follow-up to every attempt of set ``ref`` still in the running."""
+        from zwarm.model.requests import MessageRequest
+        from zwarm.ops import bestof
+
+        return bestof.inject(self, ref, _request(MessageRequest, request, "message", options))
+
+    def is_set(self, ref: str) -> bool:
+        """Whether ``ref`` looks like a best-of set's id (``set-`` and hex digits)."""
+        from zwarm.store import sets as set_store
+
+        return set_store.looks_like(ref)
 
     def route(self, adapter: str | None, model: str | None) -> tuple[str, str | None]:
         """Pick (adapter, model): explicit > implied by the model > configured defaults."""
@@ -464,6 +539,20 @@ class Zwarm:
         from zwarm.ops import removal
 
         return removal.rm(self, refs, finished, force, detail)
+
+    # ------------------------------------------------------------------ hosts
+    def hosts(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every configured host (``[hosts.NAME]``): whether it answers, its zwarm version, one
+        command's latency (``zwarm.ops.hosts``)."""
+        from zwarm.ops import hosts
+
+        return hosts.listing(self, timeout)
+
+    def host_check(self, name: str, timeout: float | None = None) -> dict[str, Any]:
+        """Host ``name`` checked step by step: connect, zwarm, git, its cwd, agent CLIs."""
+        from zwarm.ops import hosts
+
+        return hosts.check(self, name, timeout)
 
     # ------------------------------------------------------------------ for layers built on top
     # (the orchestrator tools and loop use these, never ``store`` or ``config`` directly)

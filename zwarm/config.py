@@ -84,6 +84,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any, Rule]]] = {
         "max_tokens": ((int,), 0, CAP),
         "max_cost_usd": ((int, float), 0, CAP),
         "bash_timeout_s": ((int, float), 60, FREE),
+        # the bash tool's project writable in zwarm's sandbox (zwarm.orchestrator.bash)
+        "bash_writable": ((bool,), False, EXECUTES),
         "prices": ((dict,), {}, PRICES),
         # the run's context (zwarm.orchestrator.compaction): 0 = known by model
         "context_window": ((int,), 0, FREE),

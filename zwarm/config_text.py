@@ -57,6 +57,7 @@ DOCS: dict[str, dict[str, str]] = {
         "max_tokens": "Stop when the run has used this many orchestrator tokens; 0 = no limit.",
         "max_cost_usd": "Stop when the run's cost (orchestrator + agents) passes this; 0 = none.",
         "bash_timeout_s": "Time limit of the orchestrator's read-only bash tool, in seconds.",
+        "bash_writable": "true = the bash tool may write the project in zwarm's sandbox.",
         "prices": "Orchestrator model prices, USD per 1M tokens: {input, cached_input, output}.",
         "context_window": "The orchestrator model's context, in tokens; 0 = known by model.",
         "compact_at": "Compact the run's transcript past this share of the window; 0 = never.",
@@ -158,14 +159,13 @@ def commented(config: Config, tables: dict[str, dict[str, Any]] | None = None) -
 
 
 def _family(table: str, family: Any, members: dict[str, Any]) -> str:
-    """A family's table (``[hosts]``): its doc and a commented-out example member with each
-    key's doc, then the configured members, one inline table each."""
+    """A family's table (``[hosts]``): its doc, a commented-out example member (one inline
+    table), each key's doc, then the configured members, one inline table each."""
     lines = [f"# {family.doc}\n"] if family.doc else []
-    lines.append(f"# [{table}.NAME] (for example [{table}.a]):\n")
-    for key, setting in family.settings.items():
-        shown = family.example.get(key)
-        text = f"{key} = {value(shown)}" if shown is not None else f"{key} = ...  (unset)"
-        lines.append(f"#   {text:<42} # {setting.doc}\n")
+    if family.example:
+        lines.append(f"# For example ([{table}.a]; a key left out is unset):\n")
+        lines.append(f"#   a = {value(dict(family.example))}\n")
+    lines += [f"# {key}: {setting.doc}\n" for key, setting in family.settings.items()]
     lines += [f"{_key(name)} = {value(member)}\n" for name, member in members.items()]
     return "".join(lines)
 

@@ -137,4 +137,5 @@ class Family(NamedTuple):
 OWN_TABLES = frozenset(
     {"defaults", "workspace", "summary", "tools", "orchestrator", "limits", "groups", "hooks"}
     | {"launcher", "serve", "gemini-settings", "notify", "trust", "zwarm", "sandbox", "checks"}
+    | {"accounts", "merge"}
 )

@@ -142,6 +142,13 @@ def test_twenty_spawns_at_once_never_exceed_either_accounts_cap(zw: ZW) -> None:
     assert not any("ACCT_KEY" in e for e in envs if e["ACCT"] == "B")
     shown = zw.run("show", sids[0], env_extra=extra, check=True).stdout
     assert f"account {rows[sids[0]]['account']}" in shown
+    ledger = {r["key"]: r for r in zw.json("usage", "--by", "account")["rows"]}
+    assert ledger["A"]["turns"] == a["runs"] and ledger["B"]["turns"] == b["runs"]
+    costs = [rows[s]["cost_usd"] for s in sids]
+    total = zw.json("usage")["total"]
+    assert total["cost_usd"] == round(sum(c or 0 for c in costs), 8)
+    estimated = sum(rows[s]["cost_source"] == "estimated" for s in sids)  # codex: by prices
+    assert total["estimated_turns"] == estimated and total["unpriced_turns"] == costs.count(None)
 
 
 def test_spawn_account_pins_it_and_an_unknown_account_is_one_error_line(zw: ZW) -> None:
@@ -201,7 +208,7 @@ def test_every_account_cooling_parks_until_the_first_reset_and_resumes_once(zw: 
     """A then B hit their usage limits (A resets in seconds, B in an hour): the session parks
     until A's reset and resumes exactly once, on A, while two zwarm processes list (and so
     reconcile and schedule) over and over at the same time."""
-    soon = time.time() + 6
+    soon = time.time() + 15
     fa = _usage_limited(zw, soon, "a.jsonl")
     fb = _usage_limited(zw, time.time() + 3600, "b.jsonl")
     configure(
@@ -323,3 +330,52 @@ def test_a_planted_cooldown_only_holds_an_account_back(zw: ZW) -> None:
     m = wait_status(zw, sid, "failed")
     assert "disagrees with the session's launch record about its account" in m["turns"][-1]["error"]
     assert zw.calls() == calls
+
+
+def test_a_summary_follow_up_moves_off_a_cooling_account_a_native_one_waits(zw: ZW) -> None:
+    """Both sessions ran on A, which then cools down: a native follow-up (its agent's own
+    session lives with A's login) waits for A, said; a summary one (a new agent session
+    anyway) runs now on B, and the session stays on B."""
+    from zwarm.engine import accounts
+
+    configure(
+        zw,
+        '[accounts.claude.A]\nenv = { ACCT = "A" }\npriority = 1\n'
+        '[accounts.claude.B]\nenv = { ACCT = "B" }\n',
+    )
+    env = zw.replay("claude_simple")
+    one, two = (zw.spawn(t, "--adapter", "claude", env_extra=env) for t in ("one", "two"))
+    for sid in (one, two):
+        assert wait_status(zw, sid, "completed")["account"] == "A"
+    now = time.time()
+    accounts.cool(zw.api().store, "claude", "A", now + 3600, "usage_limit", "used up", now)
+    zw.run("inject", one, "more", "--context", "native", env_extra=env, check=True)
+    m = zw.meta(one)
+    assert m["status"] == "queued" and "account A cooling down until" in m["turns"][1]["wait"]
+    zw.run("inject", two, "more", env_extra=env, check=True)
+    m = wait_status(zw, two, "completed")
+    assert [t["account"] for t in m["turns"]] == ["A", "B"] and m["account"] == "B"
+    argv, prompt = zw.recorded()
+    assert "--resume" not in argv["argv"] and b"more" in prompt
+    assert json.loads((zw.record / f"env{zw.calls()}.json").read_text())["ACCT"] == "B"
+    assert zw.meta(one)["status"] == "queued"
+
+
+def test_a_second_limit_with_an_account_still_ready_resumes_there_at_once(zw: ZW) -> None:
+    """A and B hit their limits one after the other, C is ready: the session is not parked
+    for an hour until the first reset, it resumes at once on C (each move a turn of its own,
+    within max_auto_resumes)."""
+    hour = time.time() + 3600
+    fa, fb = _usage_limited(zw, hour, "a.jsonl"), _usage_limited(zw, hour, "b.jsonl")
+    configure(
+        zw,
+        '[limits]\non_usage_limit = "switch"\n'
+        f'[accounts.claude.A]\nenv = {{ FAKE_REPLAY = "{fa}" }}\npriority = 3\n'
+        f'[accounts.claude.B]\nenv = {{ FAKE_REPLAY = "{fb}" }}\npriority = 2\n'
+        f'[accounts.claude.C]\nenv = {{ FAKE_REPLAY = "{zw.sample("claude_simple")}" }}\n',
+    )
+    sid = zw.spawn("the task", "--adapter", "claude")
+    m = wait_status(zw, sid, "completed")
+    assert [t["account"] for t in m["turns"]] == ["A", "B", "C"]
+    assert "resumed on an account ready again" in m["turns"][1]["error"]
+    assert m["auto_resumes"] == 2 and zw.calls() == 3

@@ -192,8 +192,9 @@ def test_the_control_dir_is_private_and_short(short: Path, tmp_path: Path) -> No
 def test_init_shows_an_example_and_parses_back(tmp_path: Path) -> None:
     cfg = load(tmp_path, A)
     text = config_text.commented(cfg, tables())
-    assert "# [hosts.NAME] (for example [hosts.a]):" in text
-    assert '#   ssh = "me@build-box"' in text
+    assert "# For example ([hosts.a]; a key left out is unset):" in text
+    assert '#   a = { ssh = "me@build-box", port = 22, ' in text
+    assert "# ssh: Where to connect" in text
     assert config.validate(tomllib.loads(text), "x", tables()) == cfg.data
     empty = config_text.commented(config.Config(config._defaults(tables())), tables())
     assert config.validate(tomllib.loads(empty), "x", tables())["hosts"] == {}

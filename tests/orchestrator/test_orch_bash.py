@@ -266,3 +266,85 @@ def test_a_flood_of_output_costs_neither_memory_nor_disk(tmp_path) -> None:
     assert yes["timed_out"] is True and yes["output"].startswith("y\ny\ny\n")
     assert yes["output_cut_bytes"] > 1_000_000
     assert got["grown_kib"] < 32 * 1024  # far less than the 50 MB that went through
+
+
+# ---------------------------------------------------------------------------- zwarm's sandbox
+def test_in_the_sandbox_the_project_is_read_only_and_the_state_dir_hidden(zw, box) -> None:
+    """[sandbox] mode = "bwrap": reading works; writing the project, reading the state dir,
+    writing outside, reaching a loopback port all fail; the result says it was sandboxed."""
+    import socket
+
+    write_config(zw, '[sandbox]\nmode = "bwrap"\n')
+    (zw.cwd / "sub").mkdir()
+    (zw.cwd / "sub" / "f.txt").write_text("content\n")
+    outside = zw.tmp / "outside"
+    outside.mkdir()
+    b = box()
+    r = ok(b.dispatch("bash", {"command": "pwd; cat sub/f.txt; ls sub; echo $((6*7))"}))
+    assert r["sandboxed"] is True and r["exit_code"] == 0
+    assert r["output"] == f"{zw.cwd.resolve()}\ncontent\nf.txt\n42\n"
+    r = ok(b.dispatch("bash", {"command": "echo x > new.txt", "cwd": "sub"}))
+    assert r["exit_code"] != 0 and "Read-only file system" in r["output"], r
+    assert not (zw.cwd / "sub" / "new.txt").exists()
+    assert ok(b.dispatch("bash", {"command": f"touch {outside}/x"}))["exit_code"] != 0
+    assert not (outside / "x").exists()
+    r = ok(b.dispatch("bash", {"command": f"ls -A {zw.state_dir}; cat {zw.state_dir}/config.toml"}))
+    assert r["exit_code"] != 0 and "mode" not in r["output"], r
+    srv = socket.create_server(("127.0.0.1", 0))
+    try:
+        connect = f"exec 3<>/dev/tcp/127.0.0.1/{srv.getsockname()[1]} && echo reached"
+        r = ok(b.dispatch("bash", {"command": connect}))
+    finally:
+        srv.close()
+    assert r["exit_code"] != 0 and "reached" not in r["output"], r
+
+
+def test_bash_writable_makes_the_project_writable_in_the_sandbox(zw, box) -> None:
+    from tests.support.workspace import make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    write_config(zw, '[sandbox]\nmode = "bwrap"\n[orchestrator]\nbash_writable = true\n')
+    r = ok(box().dispatch("bash", {"command": "echo made > made.txt", "cwd": "repo"}))
+    assert r["sandboxed"] is True and r["exit_code"] == 0, r
+    assert (repo.path / "made.txt").read_text() == "made\n"
+    # the repository's git metadata stays read-only; its history readable
+    r = ok(box().dispatch("bash", {"command": "git log -1 --format=%s", "cwd": "repo"}))
+    assert r["output"] == "init\n", r
+    r = ok(box().dispatch("bash", {"command": "echo 0 > .git/refs/heads/moved", "cwd": "repo"}))
+    assert r["exit_code"] != 0 and not (repo.path / ".git" / "refs" / "heads" / "moved").exists()
+
+
+def test_an_untrusted_bash_writable_is_refused(zw, box) -> None:
+    write_config(zw, '[sandbox]\nmode = "bwrap"\n')
+    (zw.state_dir / "config.toml").write_text(
+        '[sandbox]\nmode = "bwrap"\n[orchestrator]\nbash_writable = true\n'
+    )
+    msg = err(box().dispatch("bash", {"command": "echo x > new.txt"}))
+    assert "orchestrator.bash_writable" in msg and "trust" in msg, msg
+    assert not (zw.cwd / "new.txt").exists()
+
+
+def test_a_sandbox_that_cannot_hold_refuses_rather_than_run_unsandboxed(
+    zw, box, tmp_path, monkeypatch
+) -> None:
+    write_config(zw, '[sandbox]\nmode = "bwrap"\n')
+    fake = tmp_path / "fakebwrap"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: no user namespaces' >&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ.get('PATH', '')}")
+    msg = err(box().dispatch("bash", {"command": "touch ran"}))
+    assert "cannot hold on this machine" in msg and "does not run unsandboxed" in msg, msg
+    assert not (zw.cwd / "ran").exists()
+
+
+def test_without_the_sandbox_it_runs_as_before_and_says_so(zw, box) -> None:
+    from zwarm.orchestrator.bash import sandbox_line
+
+    r = ok(box().dispatch("bash", {"command": "echo x > new.txt"}))
+    assert r["sandboxed"] is False and r["exit_code"] == 0 and (zw.cwd / "new.txt").exists()
+    assert sandbox_line(zw.api()).startswith("bash tool: unsandboxed")
+    assert "sandboxed: false" in BASH_TOOL.description
+    write_config(zw, '[sandbox]\nmode = "bwrap"\n')
+    line = sandbox_line(zw.api())
+    assert "in zwarm's sandbox" in line and "read-only" in line and "no network" in line

@@ -74,6 +74,9 @@ def test_delegate_two_wait_read_converse_verify_finish(zw) -> None:
         "comment",
         "merge",
         "merge_queue",
+        "best_of",
+        "compare",
+        "pick",
         "bash",
     ]
     system = first.messages[0]

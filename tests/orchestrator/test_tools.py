@@ -28,6 +28,9 @@ NAMES = {
     "get_diff",
     "comment",
     "merge",
+    "best_of",
+    "compare",
+    "pick",
     "merge_queue",
 }
 

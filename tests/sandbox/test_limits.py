@@ -109,7 +109,10 @@ def test_the_rlimit_fallback_still_limits_memory(zw: ZW) -> None:
     _config(zw, 'memory = "256M"\n')
     forced = {limits.FORCE_VAR: "rlimit"}  # zwarm's own environment, never a file
     sid = zw.spawn(
-        "--sandbox", "bwrap", "big", env_extra={**_env(zw, FAKE_ALLOC_MB="512"), **forced}
+        "--sandbox",
+        "bwrap",
+        "big",
+        env_extra={**_env(zw, FAKE_ALLOC_MB="512", FAKE_SHELL="env > agent-env.txt"), **forced},
     )
     zw.wait(sid)
     show = zw.json("show", sid)
@@ -117,6 +120,9 @@ def test_the_rlimit_fallback_still_limits_memory(zw: ZW) -> None:
     assert show["status"] == "failed", show
     assert turn["limits"] == "memory 256M via rlimit (RLIMIT_AS)", turn
     assert not (zw.cwd / "alloc.txt").exists()
+    # the override is the supervisor's: the agent (and what it would spawn) does not get it
+    seen = (zw.cwd / "agent-env.txt").read_text()
+    assert "ZWARM_PARENT_SESSION=" in seen and limits.FORCE_VAR not in seen
     assert "MemoryError" in zw.run("logs", sid, "--stderr").stdout + turn.get("error", "")
 
 
@@ -259,3 +265,24 @@ def test_a_signal_killed_turn_leaves_no_bridge_directory_behind(zw: ZW) -> None:
         assert other.is_symlink() and zw.tmp.exists()
     finally:
         other.unlink()
+
+
+def test_a_timed_out_turn_leaves_no_cgroup(zw: ZW) -> None:
+    parent = _cgroup("pids")
+    _config(zw, "pids = 64\n")
+    env = _env(zw, FAKE_HANG="1")
+    sid = zw.spawn("--sandbox", "bwrap", "--timeout", "1", "slow", env_extra=env)
+    wait_until(lambda: zw.meta(sid)["turns"][0].get("supervisor"))
+    sup = zw.meta(sid)["turns"][0]["supervisor"]["pid"]
+    zw.wait(sid)
+    m = zw.meta(sid)
+    assert m["status"] == "failed" and m["turns"][0]["reason"] == "timeout", m
+    wait_until(lambda: not _left(parent, sup))
+
+
+def test_limits_without_the_sandbox_are_said_not_applied(zw: ZW) -> None:
+    _config(zw, 'memory = "1G"\n')
+    sid = zw.spawn("--sandbox", "off", "t", env_extra=_env(zw))
+    zw.wait(sid)
+    turn = zw.json("show", sid)["turns_detail"][0]
+    assert turn["limits"] == "none applied: the sandbox is off (they hold in it only)", turn

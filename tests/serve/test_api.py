@@ -466,6 +466,32 @@ def test_without_the_extra_it_says_what_to_install(monkeypatch) -> None:
     assert "pip install 'zwarm[serve]'" in res.output and "Traceback" not in res.output
 
 
+def test_best_of_routes_start_compare_and_follow_up_a_set(zw, serve) -> None:
+    from tests.support.workspace import make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    env = {**zw.replay("codex_simple"), "FAKE_SHELL": "echo {MODEL} >> src/app.py"}
+    srv = serve(env_extra=env)
+    body = {"task": "edit", "cwd": str(repo.path), "best_of": 2, "models": ["a", "bb"]}
+    r = srv.post("/api/sets", {**body, "protect": ["../etc"]})
+    assert r.status == 422, r.json()  # a protected path stays inside the repository
+    r = srv.post("/api/sets", body)
+    assert r.status == 201, r.json()
+    set_id = r.json()["set"]
+    wait_until(
+        lambda: not any(a["pending"] for a in srv.get(f"/api/sets/{set_id}").json()["attempts"])
+    )
+    v = srv.get(f"/api/sets/{set_id}?rank=time").json()
+    assert v["rank"][0] == "time" and v == {
+        **zw.json("compare", set_id, "--rank", "time"),
+        "attempts": v["attempts"],
+    }
+    assert sorted(a["model"] for a in v["attempts"]) == ["a", "bb"]
+    done = srv.post(f"/api/sets/{set_id}/messages", {"message": "more"}).json()["attempts"]
+    assert [d["attempt"] for d in done] == [1, 2]
+    assert srv.get("/api/sets/set-0000").status in (404, 400, 422)
+
+
 def test_the_merge_queue_routes(zw, serve) -> None:
     """POST /api/merges queues and runs (the trusted [merge] check only: a body naming a
     check or no_check is refused), GET lists as `zwarm merges --json`, pause/resume, DELETE."""

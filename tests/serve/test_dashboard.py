@@ -278,6 +278,39 @@ def test_session_text_is_never_markup(zw, serve, browser) -> None:
     page.close()
 
 
+def test_a_best_of_set_shows_its_evidence_table(zw, serve, browser) -> None:
+    """The group view of a set: one row per attempt in ranked order, a mark per check; an
+    attempt's row on the board links to it; what an agent names (a model) is text."""
+    from tests.support.workspace import make_repo
+
+    repo = make_repo(zw.cwd / "repo", zw.env)
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config("[checks]\nunsandboxed = true\n")
+    env = {**zw.replay("codex_simple"), "FAKE_SHELL": "echo {MODEL} >> src/app.py"}
+    srv = serve(env_extra=env)
+    evil = "<img src=x onerror=alert(1)>"
+    body = {"task": "edit", "cwd": str(repo.path), "best_of": 2, "models": ["m1", evil],
+            "check": ["grep -q m1 src/app.py"]}  # fmt: skip
+    set_id = srv.post("/api/sets", body).json()["set"]
+    wait_until(
+        lambda: not any(a["pending"] for a in srv.get(f"/api/sets/{set_id}").json()["attempts"])
+    )
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector(f".setlink:has-text('{set_id} #2')")
+    page.click(f".setlink:has-text('{set_id} #1')")
+    page.wait_for_selector("#g-table td.check")
+    rows = page.locator("#g-table tbody tr")
+    assert rows.count() == 2
+    assert "✓" in rows.nth(0).text_content() and "m1" in rows.nth(0).text_content()
+    assert "✗" in rows.nth(1).text_content() and evil in rows.nth(1).text_content()
+    assert page.locator("#bestof img").count() == 0
+    assert "checks unsandboxed" in page.text_content("#g-facts")
+    rows.nth(0).click()
+    page.wait_for_selector(f"#s-facts:has-text('{set_id} attempt')")
+    page.close()
+
+
 def test_costs_read_as_the_cli_shows_them(zw, server: Server, browser) -> None:
     """A session with an unknown part of its cost (a turn cut off after the model answered)
     and one whose cost is unknown: the board and the session view say what ``ls`` says."""
@@ -410,6 +443,40 @@ def test_a_pending_slurm_job_reads_as_the_cli_shows_it(sl, serve, browser) -> No
     assert "running" not in page.text_content("#s-status")
     page.close()
     assert sl.run("kill", sid).returncode == 0
+
+
+def test_the_sandbox_and_its_limits_read_as_the_cli_shows_them(zw, serve, browser) -> None:
+    """A session whose turns run in zwarm's sandbox under limits: the board marks its agent
+    ``bwrap`` (``ls --json``'s ``sandbox``), the session view says the sandbox and how the
+    latest turn's limits held, each turn its own, as ``zwarm show`` does."""
+    if not os.path.exists("/usr/bin/bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    from tests.support import SAMPLES
+
+    zw.state_dir.mkdir(exist_ok=True)
+    zw.write_config(f'[sandbox]\nread_only = ["{SAMPLES}"]\nmemory = "256M"\npids = 128\n')
+    srv = serve()
+    boxed = zw.spawn("--sandbox", "bwrap", "boxed", env_extra=zw.replay("codex_simple"))
+    plain = zw.spawn("--sandbox", "off", "plain", env_extra=zw.replay("codex_simple"))
+    zw.wait(boxed, plain)
+    limits = zw.json("show", boxed)["turns_detail"][0]["limits"]
+    assert limits.startswith("memory 256M via ") and "pids 128 via " in limits, limits
+    assert {r["id"]: r["sandbox"] for r in zw.json("ls")} == {boxed: "bwrap", plain: "off"}
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{srv.base}/#token={srv.token}")
+    flag = page.wait_for_selector(f"tr[data-id='{boxed}'] .c-agent .sbx-flag")
+    assert flag is not None and flag.text_content() == "bwrap"
+    assert page.locator(f"tr[data-id='{plain}'] .sbx-flag").count() == 0
+    page.click(f"tr[data-id='{boxed}']")
+    page.wait_for_selector(f"#s-facts:has-text('bwrap · limits: {limits}')")
+    page.click("#tabs [data-tab=turns]")
+    page.wait_for_selector(f"#turns .dim:has-text('limits: {limits}')")
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.click(f"tr[data-id='{plain}']")
+    page.wait_for_selector(f"#s-title:has-text('{plain}')")
+    page.wait_for_selector("#s-facts dt:has-text('cwd')")
+    assert "sandbox" not in page.locator("#s-facts dt").all_text_contents()
+    page.close()
 
 
 def test_the_merge_queue_on_the_dashboard(zw, serve, browser) -> None:

@@ -20,8 +20,9 @@ user; else sshd runs as this user and logs this user in. Each host has its own r
 The remote ``zwarm`` is this checkout's, run by its venv's python: when the hosts' user
 cannot read the checkout or the venv (a checkout under /root), a readable copy of the package
 and the venv's site-packages is made under ``base`` once per test session, and that is said
-on stderr. Must stay true: the only thing outside ``base`` this touches is the ``zwarmtest``
-user (and, under root, ``/run/sshd``, sshd's privilege-separation directory); every wait is
+on stderr. Must stay true: the only things outside ``base`` this touches are the ``zwarmtest``
+user (made under the lock ``/tmp/zwarm-hosts-useradd.lock``) and, under root, ``/run/sshd``
+(sshd's privilege-separation directory); every wait is
 on a condition with a deadline; every sshd started is stopped (``stop``, by its own pid).
 """
 

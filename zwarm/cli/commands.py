@@ -60,6 +60,8 @@ LAZY_COMMANDS = {
     "diff": ("zwarm.cli.review", "diff_command", "What a session (or one turn) changed."),
     "comment": ("zwarm.cli.review", "comment_command", "Review comments for a session's agent."),
     "merge": ("zwarm.cli.review", "merge_command", "Merge a worktree session's branch."),
+    "compare": ("zwarm.cli.bestof", "compare_command", "A best-of set's attempts, ranked."),
+    "pick": ("zwarm.cli.bestof", "pick_command", "Merge the winner of a best-of set."),
     "apply": ("zwarm.cli.review", "apply_command", "Apply a session's diff here, uncommitted."),
     "merges": (
         "zwarm.cli.mergeq",
@@ -70,6 +72,11 @@ LAZY_COMMANDS = {
         "zwarm.cli.sandbox",
         "sandbox_group",
         "zwarm's own sandbox of each turn; check proves it holds here.",
+    ),
+    "hosts": (
+        "zwarm.cli.hosts",
+        "hosts_group",
+        "The ssh hosts sessions may run on; hosts check NAME checks one.",
     ),
     "serve": (
         "zwarm.cli.serve",

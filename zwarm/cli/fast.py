@@ -378,9 +378,29 @@ def spawn(api: Zwarm, task: str, as_json: bool = False, **opts: Any) -> int:
     """``zwarm spawn TASK`` but ``--wait``: start the session (``task``: the prompt, ``-``
     for stdin), print what ``started`` prints. ``opts``: the CLI's ``SpawnRequest`` fields
     (``zwarm.cli.options.SPAWN``)."""
+    if opts.get("best_of") is not None:
+        return best_of(api, task, as_json, opts)
     s = api.spawn(spawn_request(task, opts))
     started(api, s.id, as_json)
     return spawned(api, s)
+
+
+def best_of(api: Zwarm, task: str, as_json: bool, opts: dict[str, Any]) -> int:
+    """``zwarm spawn --best-of N``: start the set; print its id (stdout), where its checks
+    run and each attempt (stderr), or its view as JSON."""
+    v = api.best_of(spawn_request(task, opts))
+    if as_json:
+        output.emit_json(v)
+        return 0
+    if v["checks"]:
+        where = "sandboxed" if v["checks_sandboxed"] else "UNSANDBOXED (you opted in here)"
+        output.note(f"checks run {where} in each attempt's worktree when its turn ends")
+    for a in sorted(v["attempts"], key=lambda a: a["attempt"]):
+        shown = a["adapter"] + (f" {a['model']}" if a["model"] else "")
+        output.note(f"attempt {a['attempt']}: {a['session']} ({shown}, {a['status']})")
+    sys.stdout.write(v["set"] + "\n")
+    sys.stdout.flush()
+    return 0
 
 
 def spawn_request(task: str, opts: dict[str, Any]) -> Any:

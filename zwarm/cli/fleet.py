@@ -139,7 +139,8 @@ def usage_command(ctx: click.Context, by: str, since: str | None, as_json: bool)
     from zwarm.cli.render import fmt_cost, fmt_tokens
 
     for r in [*got["rows"], got["total"]]:
-        cost = fmt_cost(r["cost_usd"], None, r["cost_complete"])
+        source = "estimated" if r["estimated_turns"] else None  # "~$": from token prices
+        cost = fmt_cost(r["cost_usd"], source, r["cost_complete"])
         unpriced = f"  ({r['unpriced_turns']} turns unpriced)" if r["unpriced_turns"] else ""
         click.echo(
             f"{r['key']:<24} {r['turns']:>6} turns  {fmt_tokens(r['total_tokens']):>8} tokens  "

@@ -58,6 +58,13 @@ SPAWN = (
     Opt("max_cost", "--max-cost"),
     Opt("max_tokens", "--max-tokens"),
     Opt("stall", "--stall"),
+    Opt("best_of", "--best-of", metavar="N"),
+    Opt("agents", "--agents", metavar="AGENT[,AGENT...]"),
+    Opt("models", "--models", metavar="MODEL[,MODEL...]"),
+    Opt("check", "--check", metavar="CMD"),
+    Opt("check_timeout", "--check-timeout", metavar="S"),
+    Opt("protect", "--protect", metavar="PATH"),
+    Opt("set_budget", "--set-budget", metavar="USD"),
 )
 SPAWN_LEFT_OUT = {
     "task": "the TASK argument (- reads it from stdin)",

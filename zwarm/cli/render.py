@@ -224,6 +224,7 @@ _COLUMNS = (
     ("NAME", 8),
     ("BRANCH", 1),  # shown only when a session has one (a worktree)
     ("HOST", 9),  # shown only when a session runs on a host
+    ("SET", 2),  # shown only when a session is an attempt of a best-of set: "set-3f2a9b1c #2"
     ("STATUS", None),
     ("ADAPTER", 2),
     ("MODEL", 4),
@@ -240,6 +241,7 @@ _COLUMNS = (
 _SQUEEZE = (
     ("BRANCH", 16),
     ("HOST", 12),
+    ("SET", 0),
     ("SOURCE", 12),
     ("MODEL", 16),
     ("NAME", 14),
@@ -278,6 +280,8 @@ def session_table(
         del widths["BRANCH"]
     if not any(r.get("host") for r in rows):
         del widths["HOST"]
+    if not any(r.get("set") for r in rows):
+        del widths["SET"]
     if width is not None:  # fitted: a column with nothing in it goes first
         for i, h in enumerate(header):
             if h in _SQUEEZABLE and all(row[i] == "-" for row in table[1:]):
@@ -353,6 +357,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         oneline(r.get("name") or "-", 20),
         oneline(r.get("branch") or "-", 32),
         oneline(r.get("host") or "-", 24),
+        f"{r['set']} #{r.get('attempt')}" if r.get("set") else "-",
         status,
         oneline(r.get("adapter") or "-", 16),
         oneline(r.get("model") or "default", 24),
@@ -478,6 +483,8 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
 def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
     """Its group, priority, budget and what it runs after; why it waits, if it does."""
     parts = []
+    if d.get("set"):
+        parts.append(f"attempt {d.get('attempt')} of best-of {esc(d['set'], False)}")
     if d.get("group"):
         parts.append(f"group {esc(d['group'], False)}")
     if d.get("priority"):

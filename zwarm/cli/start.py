@@ -53,6 +53,8 @@ def spawn(ctx: click.Context, /, task: str, as_json: bool, wait_: bool, **opts: 
     api = get_api(ctx)
     if not wait_:  # the fast path's body (``fast.spawn``)
         ctx.exit(fast.spawn(api, task, as_json, **opts))
+    if opts.get("best_of") is not None:
+        raise click.UsageError("--wait waits for one session: wait for a set with zwarm compare")
     s = api.spawn(fast.spawn_request(task, opts))
     if not as_json:
         click.echo(s.id)  # first: the wait may be long, and may be interrupted
@@ -74,8 +76,9 @@ def inject(ctx: click.Context, /, session: str, message: str, as_json: bool, wai
            confirm_dir: str | None, confirm_agent: str | None, **opts: Any) -> None:  # fmt: skip
     """Continue SESSION with MESSAGE; queued if a turn is running.
 
-    SESSION is a session id, a unique prefix of it (4+ characters), or its name; MESSAGE -
-    reads the message from stdin. With --wait the command blocks until this turn ends and
+    SESSION is a session id, a unique prefix of it (4+ characters), or its name, or a
+    best-of set's id (set-...: every attempt still in the running); MESSAGE - reads the
+    message from stdin. With --wait the command blocks until this turn ends and
     exits 0 if it completed, 1 if not. A session made by zwarm 3.x is continued once you
     confirm its folder and agent (asked on a terminal, or --confirm-dir and --confirm-agent).
 
@@ -89,6 +92,15 @@ def inject(ctx: click.Context, /, session: str, message: str, as_json: bool, wai
     from zwarm.model.requests import MessageRequest
 
     api = get_api(ctx)
+    if api.is_set(session):  # a best-of set: every attempt still in the running
+        if wait_:
+            raise click.UsageError("--wait waits for one session, not a set")
+        done = api.inject_set(session, MessageRequest(message=fast.read_task(message), **opts))
+        if as_json:
+            output.emit_json(done)
+        for d in [] if as_json else done:
+            click.echo(f"{d['session']} {d['state']} (attempt {d['attempt']})")
+        return
     tty = message != "-" and sys.stdin.isatty()
     ask = (lambda q: click.confirm(q, default=False, err=True)) if tty else None
     legacy.confirm(api, session, confirm_dir, confirm_agent, ask)

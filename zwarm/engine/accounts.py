@@ -243,15 +243,20 @@ def choose(
     now: float,
 ) -> tuple[str | None, str | None]:
     """(the account ``s``'s queued turn starts on, None) or (None, why it waits); (None, None)
-    when its agent has no accounts. A session on an account (a follow-up continues its native
-    session there), or pinned to one, stays on it; a new one takes the first account by
-    priority with headroom."""
+    when its agent has no accounts. A new session takes the first account by priority with
+    headroom; one pinned to an account, or whose turn resumes its agent's own session there
+    (native), stays on it; another follow-up (a summary one: a new agent session anyway)
+    stays on its account while it has headroom, else takes the first other one that has."""
     accounts = configured(config, s.adapter)
     if not accounts:
         return None, None
     if s.account is not None:
         own = [a for a in accounts if a.name == s.account]
-        if own:
+        t = s.current
+        movable = not s.account_pinned and t is not None and t.context != "native"
+        if own and movable:
+            accounts = own + [a for a in accounts if a.name != s.account]
+        elif own:
             accounts = own
         elif s.account_pinned:
             return None, f"waiting: account {s.account} of {s.adapter} is no longer configured"

@@ -175,6 +175,8 @@ class ManagerCore(abc.ABC):
         if pin.account != name:
             pin.account = name
             pins.write(self.env.environ, pin)
+        if s.account is not None and s.account != name:
+            s.agent_session_id = None  # its agent's session lives with the other login
         s.account = name
 
     def _launcher_settings(self, s: Session, runner: Launcher) -> dict[str, Any]:

@@ -174,6 +174,7 @@ class Finishing(ManagerCore):
                 "refusing to run the turn without them"
             ) from None
         t.limits = applied.line or None
+        env.pop(limits_mod.FORCE_VAR, None)  # zwarm's own: not passed on to what it starts
         bwrap.sweep_bridges()  # those a SIGKILLed supervisor left
         # every turn gets a bridge directory: its ports, its proxy, and the zwarm stub (zwarm
         # itself cannot run inside: the state dir is hidden), first on PATH and as $ZWARM
@@ -403,7 +404,8 @@ class Finishing(ManagerCore):
         "switch": a turn not re-run on another account already, of a session not pinned to
         its account, is resumed at once on another account, ready now (its account cleared:
         the pass routes it; ``_begin_rerun`` makes it a new native session with the
-        summarized context), else parked until the earliest reset of its agent's accounts;
+        summarized context), else parked until the earliest reset of its agent's accounts (at
+        once when one is ready again);
         "wait": parked until its own account's reset. Lock held."""
         lim = self.config.table("limits")
         reset = o.reset_at if o.reset_at is not None and o.reset_at > now else None
@@ -426,10 +428,14 @@ class Finishing(ManagerCore):
         if other is not None:
             s.account = None  # the pass that resumes it routes it
             return now + limits.MIN_PARK_S, f"{why}; re-run on another account ({other})"
-        earliest = accounts.earliest_reset(self.config, self.store, self.name, now) or reset
+        earliest = accounts.earliest_reset(self.config, self.store, self.name, now)
+        if earliest is None:  # another account is ready again already (its reset passed)
+            earliest = now
         if earliest < reset:
             s.account = None  # another account resets first: the pass routes it then
         until = max(min(earliest, reset), now + limits.MIN_PARK_S)
+        if earliest <= now:
+            return until, f"{why}; resumed on an account ready again"
         return until, f"{why}; every {self.name} account is cooling down"
 
     def _apply_outcome(self, s: Session, t: Turn, o: TurnOutcome) -> None:

@@ -57,7 +57,7 @@ from zwarm.engine.finishing import AgentLaunch, StartRefused
 from zwarm.engine.recovery import Recovery
 from zwarm.errors import ZwarmError
 from zwarm.model import ACTIVE, QueuedMessage, Session, Status, Turn
-from zwarm.model.records import Workspace
+from zwarm.model.records import Attempt, Workspace
 from zwarm.model.requests import SpawnRequest
 from zwarm.store import pins
 
@@ -87,6 +87,7 @@ class BaseSessionManager(Recovery):
         fleet: limits.Fleet | None = None,
         lineage: tree.Lineage | None = None,
         launcher_options: Mapping[str, Any] | None = None,
+        attempt: Attempt | None = None,
     ) -> Session:
         """Create a session and start its first turn (the launcher runs it detached), as
         ``req`` asks once the caller has settled it (``Zwarm.spawn``: its model routed, its
@@ -95,7 +96,8 @@ class BaseSessionManager(Recovery):
         removed if this fails). ``lineage``: its parent and depth, verified by the caller
         (``engine.tree``). ``req.launcher``: what runs its turns (``zwarm.launchers``),
         pinned with the session, and ``launcher_options`` its ``req.launcher_option``s,
-        parsed and checked by the caller, pinned too."""
+        parsed and checked by the caller, pinned too. ``attempt``: its place in a best-of set
+        (``ops.bestof``)."""
         task, name, dangerous = req.task, req.name, bool(req.dangerous)
         opts = dict(launcher_options or {})
         now = self.env.now_iso()
@@ -105,6 +107,7 @@ class BaseSessionManager(Recovery):
             s = self._new_session(sid, req, cwd, now, dangerous)
             s.workspace = ws
             s.notify = req.notify  # a desktop notification when it ends (runtime.hooks)
+            s.attempt = attempt
             (lineage or tree.Lineage()).apply(s)
             transitions.begin(s, _first_turn(task, now, req.timeout, req.launcher or "local"))
             limits.settle(s, fleet or limits.Fleet(), self.config)

@@ -275,6 +275,19 @@ def remove(ws: Workspace, environ: Mapping[str, str], force: bool = False) -> No
             git.run(["branch", "-D", "--", ws.branch], repo, environ)
 
 
+def remove_tree(ws: Workspace, environ: Mapping[str, str]) -> None:
+    """Remove the worktree folder alone (a best-of attempt not picked: ``ops.bestof``), keeping
+    its branch (``rm`` removes it, as it would a folder deleted by hand). A worktree whose
+    ``.git`` was pointed elsewhere is refused (``GitError``)."""
+    assert ws.mode == "worktree"
+    repo = repo_tree(ws, environ)
+    with _repo_lock(Path(ws.tree).parent):
+        if os.path.isdir(ws.tree):
+            checked(ws, environ)
+            git.run(["worktree", "remove", "--force", "--force", "--", ws.tree], repo, environ)
+        git.run(["worktree", "prune"], repo, environ)
+
+
 def session_cwd(ws: Workspace, rel: str) -> Path:
     """Where the agent runs in worktree ``ws``: the same place relative to the top as the
     directory asked for, if the worktree has it, else the worktree's top."""

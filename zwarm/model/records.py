@@ -283,6 +283,19 @@ class Turn(Struct):
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
 
 
+SET_ID = r"^set-[0-9a-f]{8}\Z"  # a best-of set (``zwarm.model.sets``)
+MAX_ATTEMPTS = 16
+AttemptNo = Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS)]
+
+
+class Attempt(Struct, forbid_unknown_fields=True):
+    """A session's place in a best-of set (``zwarm.model.sets``; rows: ``set``, ``attempt``,
+    distinct from ``group``, the ``[groups.NAME]`` caps)."""
+
+    set: Annotated[str, Meta(pattern=SET_ID)]
+    n: AttemptNo
+
+
 class Session(Struct):
     """A session's whole state, as kept in ``meta.json``.
 
@@ -346,6 +359,7 @@ class Session(Struct):
     parent_run_id: Annotated[str, Meta(pattern=RUN_ID)] | None = None
     spawn_depth: Annotated[int, Meta(ge=1, le=MAX_DEPTH)] = 1
     lifecycle: Literal["linked", "detached"] = "linked"
+    attempt: Attempt | None = None  # its place in a best-of set (spawn --best-of)
     # derived (see refresh)
     status: Status = Status.RUNNING
     usage: Usage = msgspec.field(default_factory=Usage)

@@ -20,7 +20,15 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import msgspec
 from msgspec import Meta, Struct
 
-from zwarm.model.records import RUN_ID, Priority, SandboxMode, Seconds
+from zwarm.model.records import (
+    MAX_ATTEMPTS,
+    RUN_ID,
+    AttemptNo,
+    Priority,
+    SandboxMode,
+    Seconds,
+)
+from zwarm.model.sets import MAX_CHECKS, MAX_PROTECT, Protected
 
 ContextMode = Literal["summary", "native"]
 CONTEXT_MODES: tuple[str, ...] = get_args(ContextMode)
@@ -29,6 +37,7 @@ Short = Annotated[str, Meta(min_length=1, max_length=200)]
 Budget = Annotated[float, Meta(gt=0, le=1e9)]  # records.Money, and positive
 Tokens = Annotated[int, Meta(ge=1, le=2**53)]  # records.Count, and positive
 Setting = Annotated[str, Meta(min_length=1, max_length=1100)]  # a launcher's KEY=VALUE
+CheckCommand = Annotated[str, Meta(min_length=1, max_length=4096)]
 Source = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,59}$")]
 
 
@@ -164,6 +173,44 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     run: Annotated[
         Annotated[str, Meta(pattern=RUN_ID)] | None,
         _help("The orchestrator run starting it (a root of its own)."),
+    ] = None
+    # ------------------------------------------------------------ best-of sets (zwarm.ops.bestof)
+    best_of: Annotated[
+        AttemptNo | None,
+        _help(
+            "Run the task as N attempts, each in its own worktree from the same base, as a "
+            "set: zwarm runs the checks when each turn ends; compare ranks them, pick merges one."
+        ),
+    ] = None
+    agents: Annotated[
+        Annotated[tuple[Short, ...], Meta(max_length=MAX_ATTEMPTS)],
+        _help("With best_of: the attempts' agents, round-robin (with models: paired)."),
+    ] = ()
+    models: Annotated[
+        Annotated[tuple[Short, ...], Meta(max_length=MAX_ATTEMPTS)],
+        _help("With best_of: the attempts' models, round-robin (with agents: paired)."),
+    ] = ()
+    check: Annotated[
+        Annotated[tuple[CheckCommand, ...], Meta(max_length=MAX_CHECKS)],
+        _help(
+            "With best_of: a command that decides (e.g. 'pytest -q'), run by zwarm in each "
+            "attempt's worktree when its turn ends, sandboxed where it can be."
+        ),
+    ] = ()
+    check_timeout: Annotated[
+        Seconds | None,
+        _help("With best_of: each check is killed after this many seconds (default 600)."),
+    ] = None
+    protect: Annotated[
+        Annotated[tuple[Protected, ...], Meta(max_length=MAX_PROTECT)],
+        _help(
+            "With best_of: a path the checks read (tests, their config), restored from the "
+            "base before the checks run; an attempt that changed one is flagged."
+        ),
+    ] = ()
+    set_budget: Annotated[
+        Budget | None,
+        _help("With best_of: USD for the whole set, each attempt's budget its equal share."),
     ] = None
 
 

@@ -25,8 +25,10 @@ from zwarm.model.records import (
     AGENT_NAME,
     NAME,
     RUN_ID,
+    SET_ID,
     AbsPath,
     AgentSessionId,
+    AttemptNo,
     Branch,
     Changes,
     Count,
@@ -80,6 +82,8 @@ class Row(Struct, forbid_unknown_fields=True):
     turn_changes: Annotated[list[Changes | None], Meta(max_length=1_000_000)]
     group: _Name | None
     priority: Priority
+    set: Annotated[str, Meta(pattern=SET_ID)] | None
+    attempt: AttemptNo | None
     account: _Name | None
     after: Annotated[list[SessionId], Meta(max_length=100)]
     max_cost_usd: Money | None
@@ -209,6 +213,8 @@ def _session_row(s: Session) -> dict[str, Any]:
         "turn_changes": _all_turn_changes(s),
         "group": s.group,
         "priority": s.priority,
+        "set": s.attempt.set if s.attempt else None,
+        "attempt": s.attempt.n if s.attempt else None,
         "account": s.account,
         "after": list(s.after),
         "max_cost_usd": s.max_cost_usd,
@@ -290,7 +296,8 @@ def _tree_row(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fleet_row(m: dict[str, Any], turns: list[Any]) -> dict[str, Any]:
-    """A row's fleet fields (``engine.scheduler``): its group, priority, budget, what it runs
+    """A row's fleet fields (``engine.scheduler``): its group, priority, best-of set and
+    attempt number (``set``, ``attempt``: ``spawn --best-of``; not ``group``), budget, what it runs
     after; of its latest turn why it waits (queued), until when it is parked, since when it
     is silent (stalled). ``queue_position`` and ``waiting_for`` are filled in by a listing."""
     cur = turns[-1] if turns else None
@@ -301,6 +308,8 @@ def _fleet_row(m: dict[str, Any], turns: list[Any]) -> dict[str, Any]:
     return {
         "group": m.get("group"),
         "priority": m.get("priority") or 0,
+        "set": (m.get("attempt") or {}).get("set"),
+        "attempt": (m.get("attempt") or {}).get("n"),
         "account": m.get("account"),
         "after": list(m.get("after") or []),
         "max_cost_usd": m.get("max_cost_usd"),

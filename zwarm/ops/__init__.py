@@ -5,7 +5,8 @@ the config and the managers, and hands each operation to its module here: ``star
 ``spawn`` settles first), ``listing`` (every session as a row), ``reading`` (``show``,
 ``trajectory``, ``logs``), ``following`` (a growing turn log, for the live views),
 ``waiting`` (``wait``, ``wait_turn``), ``removal`` (``kill``, ``rm``), ``review`` (``diff``,
-``comment``, ``merge``, ``apply``) and ``checks`` (what a new turn is refused for, before
+``comment``, ``merge``, ``apply``), ``bestof`` (best-of sets: start, compare, pick, a
+follow-up to every attempt) and ``checks`` (what a new turn is refused for, before
 anything starts). Each takes the ``Zwarm`` it works for as its first argument. Must stay
 true: nothing outside ``zwarm.api``, ``zwarm.ops`` and the engine reads the store
 (``Zwarm.store``): the front ends (cli, serve, the orchestrator) go through ``Zwarm``'s

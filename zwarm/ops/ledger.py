@@ -5,8 +5,9 @@ Owns how the turns of every session are totalled by account, agent, model, day o
 themselves (each turn's usage and cost are deltas: ``engine.finishing``), archived turns
 included, so the ledger equals the sum of the turns ``show`` prints; a turn that ran without
 a known cost adds nothing to ``cost_usd`` and is counted in ``unpriced_turns`` (the cost is
-then a lower bound, ``cost_complete`` false), never guessed; a session that cannot be read
-is counted in ``damaged``, never silently dropped; nothing is written.
+then a lower bound, ``cost_complete`` false), never guessed; one whose cost zwarm estimated
+from token prices (its agent reports none) is counted in ``estimated_turns``; a session that
+cannot be read is counted in ``damaged``, never silently dropped; nothing is written.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ NONE = "-"  # the key of turns without one (no account, no group, no model known
 def usage(api: Zwarm, by: str = "account", since: str | None = None) -> dict[str, Any]:
     """Totals of the turns that ran (ended, or started if still running, on or after local
     day ``since``, YYYY-MM-DD), grouped ``by`` one of ``BY``: {"by", "since", "rows": [{key,
-    turns, sessions, *token counts, total_tokens, cost_usd, cost_complete, unpriced_turns}],
+    turns, sessions, *token counts, total_tokens, cost_usd, cost_complete, unpriced_turns,
+    estimated_turns}],
     "total": the same over every row, "damaged": sessions not read}."""
     if by not in BY:
         raise InvalidInput(f"--by must be one of {', '.join(BY)}, not {by!r}")
@@ -100,7 +102,7 @@ def _key(s: Session, t: Turn, by: str, day: str) -> str:
 def _zero(key: str) -> dict[str, Any]:
     r: dict[str, Any] = {"key": key, "turns": 0, "_ids": set()}
     r.update({k: 0 for k in _USAGE})
-    r.update({"total_tokens": 0, "cost_usd": 0.0, "unpriced_turns": 0})
+    r.update({"total_tokens": 0, "cost_usd": 0.0, "unpriced_turns": 0, "estimated_turns": 0})
     return r
 
 
@@ -111,5 +113,6 @@ def _add(r: dict[str, Any], s: Session, t: Turn) -> None:
         r[k] += getattr(t.usage, k)
     if t.cost_usd is not None:
         r["cost_usd"] += t.cost_usd
+        r["estimated_turns"] += s.cost_source == "estimated" and t.usage.total_tokens > 0
     else:  # unknown (or not recorded yet: it runs)
         r["unpriced_turns"] += 1

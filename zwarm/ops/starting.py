@@ -140,8 +140,9 @@ def launcher_for(api: Zwarm, name: str | None) -> str:
 
 def sandbox_for(api: Zwarm, asked: str | None, adapter: str) -> Any:
     """The sandbox mode of a new session of ``adapter`` (``zwarm.sandbox.mode_for``); with
-    one on, the preflight runs first (``sandbox.check``): ``SandboxUnavailable`` if it does
-    not hold here, rather than a session that would run unsandboxed."""
+    one on, the preflight runs first (``sandbox.check``; a pass remembered for this machine
+    as it is: ``sandbox.cache``): ``SandboxUnavailable`` if it does not hold here, rather
+    than a session that would run unsandboxed."""
     from zwarm import sandbox
 
     mode = sandbox.mode_for(asked, adapter, api.config)
@@ -149,8 +150,8 @@ def sandbox_for(api: Zwarm, asked: str | None, adapter: str) -> Any:
         from zwarm.errors import SandboxUnavailable
         from zwarm.sandbox import check
 
-        report = check.run()
-        if not report.holds:
+        report = check.holds_here(api.env.environ)  # a remembered pass, else the probes
+        if report is not None and not report.holds:
             raise SandboxUnavailable(
                 f"sandbox {mode} cannot hold on this machine: {check.refusal(report)}; "
                 "nothing started (see zwarm sandbox check)"

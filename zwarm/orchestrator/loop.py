@@ -49,7 +49,7 @@ from zwarm import agents
 from zwarm.agents import list_price
 from zwarm.errors import InvalidInput, OrchestratorError, ZwarmError
 from zwarm.orchestrator import compaction
-from zwarm.orchestrator.bash import BASH_TOOL
+from zwarm.orchestrator.bash import BASH_TOOL, sandbox_line
 from zwarm.orchestrator.chat import ChatLLM, Completion, OpenAIChat, Retry, Retrying
 from zwarm.orchestrator.guard import ORCH_KEY_VAR, Secrets, without_key
 from zwarm.orchestrator.progress import Progress, Quiet, RichProgress, compacted_text, cost_text
@@ -606,6 +606,7 @@ def execute(api: Zwarm, p: Prepared, llm: ChatLLM, progress: Progress) -> Run:
             for m in p.messages[before:]:
                 p.rs.append(p.run, m)
         progress.start(p.run, p.settings, p.resumed)
+        progress.note(sandbox_line(api))
         orch = Orchestrator(api, p.rs, p.run, p.messages, llm, p.settings, progress)
         orch.go()
         progress.end(p.run, p.run.total_cost_usd)

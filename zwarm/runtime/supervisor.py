@@ -12,11 +12,13 @@ lost if this process dies), waits for it (enforcing the turn's timeout), kills w
 agent left behind, then records the outcome and starts the next queued message. Around each
 agent run the engine prepares the session's workspace (``manager.prepare_turn``: a new
 worktree's setup, the snapshot before) and records the snapshot after
-(``manager.finish_turn``). When the session has ended, its hooks are started detached
-(``runtime.hooks``), never waited for. While an agent runs, a watch (``runtime.watch``) marks
-the turn stalled and enforces the session's budget. A turn parked on a usage or rate limit
-keeps its supervisor, which waits for the turn's time; at the end a scheduler pass
-(``engine.scheduler``) starts what may start.
+(``manager.finish_turn``). A best-of attempt's turn, once recorded, is settled before the next
+queued turn's agent starts (``engine.bestof.after_turn``: its protected paths restored, zwarm's
+checks run in its worktree, the evidence written once). When the session has ended, its hooks
+are started detached (``runtime.hooks``), never waited for. While an agent runs, a watch
+(``runtime.watch``) marks the turn stalled and enforces the session's budget. A turn parked on
+a usage or rate limit keeps its supervisor, which waits for the turn's time; at the end a
+scheduler pass (``engine.scheduler``) starts what may start.
 Must stay true:
 - it reads its turn under the session lock (its starter holds the lock until that turn is
   saved) and runs it only if the turn names it as supervisor and is running (a turn still
@@ -80,6 +82,10 @@ def run(state_dir: Path, sid: str) -> int:
     n = turn.n if turn is not None and mine and turn.status in RUNS else None
     while n is not None:
         nxt = _one_turn(manager, sid, n)
+        if s.attempt is not None:  # a best-of attempt: zwarm's checks, before the next turn
+            from zwarm.engine import bestof
+
+            bestof.after_turn(store, manager.config, manager.env.environ, sid, n)
         n = nxt.n if nxt is not None else None
     if mine:  # a parked turn: wait for its time; then let the scheduler start what may start
         _afterwards(manager, sid, me)

@@ -156,11 +156,11 @@ def mounts(policy: Policy) -> list[str]:
     if policy.home and policy.home not in ("/", "/tmp"):
         args += ["--tmpfs", policy.home]
     for p in policy.read_only:
-        if not _inside(p, policy.tree):
+        if not _inside(p, policy.tree) and p != policy.tree:
             args += ["--ro-bind-try", p, p]
     args += ["--bind", policy.tree, policy.tree]
-    for p in policy.read_only:  # read-only where it lies inside the writable tree
-        if _inside(p, policy.tree):
+    for p in policy.read_only:  # read-only where it lies inside (or is) the writable tree
+        if _inside(p, policy.tree) or p == policy.tree:
             args += ["--ro-bind-try", p, p]
     for p in policy.hidden:
         if os.path.isdir(p) and _visible(p, policy):

@@ -1,6 +1,7 @@
 """The sandbox preflight: proof, on this machine, that a sandboxed turn is held as promised.
 
-Owns ``run`` (``zwarm sandbox check``, and what a spawn with the sandbox on asks first): in a
+Owns ``run`` (``zwarm sandbox check``, and what a spawn with the sandbox on asks first,
+through ``holds_here``, unless a pass is remembered for this machine: ``cache``): in a
 private scratch directory it runs a scripted agent in bubblewrap under the same policy a turn
 gets (``bwrap.command``) and has it try to get out: write outside its tree, read a state dir
 inside its tree, reach a loopback port that is not its endpoint, reach through its filtering
@@ -25,12 +26,12 @@ import socket
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from zwarm.sandbox import Policy, bwrap
 
-TIMEOUT_S = 20.0
+TIMEOUT_S = 60.0  # a sandbox that answers takes well under 1 s; a loaded machine, some 20
 PROXY_NAME = "zwarm-preflight.test"  # the allowed host the proxy probe asks for by name
 
 
@@ -115,16 +116,51 @@ def why_not() -> str:
     return ""
 
 
-def run() -> Report:
-    """Run every probe (``PROBES``) in a scratch sandbox; the table, any reason, and how a
-    turn's limits would be applied here. Sweeps first what killed turns left (their bridge
-    directories, their cgroups: ``bwrap.sweep_bridges``, ``limits.sweep``)."""
-    from zwarm.sandbox import limits
+def run(environ: Mapping[str, str] | None = None) -> Report:
+    """Run every probe (``PROBES``) in a scratch sandbox, fresh; the table, any reason, and
+    how a turn's limits would be applied here. Sweeps first what killed turns left (their
+    bridge directories, their cgroups: ``bwrap.sweep_bridges``, ``limits.sweep``), and
+    remembers the outcome for ``holds_here`` (``cache``: a pass kept, a failure forgotten)."""
+    from zwarm.sandbox import cache, limits
 
     how = limits.methods()
     bwrap.sweep_bridges()
     limits.sweep(how)
-    return run_probes()._replace(limits=limits.summary(how))
+    report = run_probes()._replace(limits=limits.summary(how))
+    cache.remember(report.holds, fingerprint(), os.environ if environ is None else environ)
+    return report
+
+
+def holds_here(environ: Mapping[str, str] | None = None) -> Report | None:
+    """What a sandboxed spawn asks: None if a passing preflight is remembered for this
+    machine as it is now (``cache.hit``), else a fresh run's report (``run``)."""
+    from zwarm.sandbox import cache
+
+    env = os.environ if environ is None else environ
+    return None if cache.hit(fingerprint(), env) else run(env)
+
+
+def fingerprint() -> str:
+    """What a passing preflight proved, for its cache (``cache.Key.policy``): the probes, the
+    command line of a fixed policy (a bridged port, a limits prefix), and the sandbox's code
+    (its files' inode, size, mtime)."""
+    import hashlib
+
+    from zwarm.store.rowcache import code_tag
+
+    fixed = Policy(
+        cwd="/zwarm-preflight/tree",
+        tree="/zwarm-preflight/tree",
+        read_only=("/zwarm-preflight",),
+        hidden=("/zwarm-preflight/tree/.zwarm",),
+        ports=(1,),
+        home="/zwarm-preflight/home",
+    )
+    argv = bwrap.command(["probe"], fixed, "/zwarm-preflight/sock", ["prefix"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = code_tag(sorted(os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py")))
+    text = repr((PROBES, argv, code))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def run_probes() -> Report:

@@ -17,7 +17,8 @@ which removes the cgroups a killed supervisor left. Must stay true:
   removes only directories of that name, owned by this uid, whose supervisor is gone;
 - the method is chosen from the machine only; the one override, ``ZWARM_SANDBOX_LIMITS=rlimit``
   (forcing the rlimit fallback, for tests), is read from the supervisor's own environment,
-  never from a file, and only ever weakens nothing it does not say (the line names rlimit).
+  never from a file, is not passed on to the agent (``engine.finishing``), and is said like
+  any method (the line names rlimit).
 """
 
 import contextlib
@@ -25,6 +26,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import time
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -37,7 +39,6 @@ CONTROLLERS = {"memory": "memory", "cpus": "cpu", "pids": "pids"}  # limit -> co
 CPU_PERIOD_US = 100_000
 RELEASE_WAIT_S = 5.0  # longest a turn's end waits for its cgroup to empty
 _NAME = re.compile(r"^zwarm-([0-9]{1,10})-([0-9]{1,20})-[0-9a-f]{8}\Z")
-_CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 class Limits(NamedTuple):
@@ -208,7 +209,7 @@ def make(limits: Limits, environ: dict[str, str] | None = None) -> Applied:
     parts: list[str] = []
     rlimits: list[tuple[str, int]] = []
     files: dict[str, list[tuple[str, str]]] = {}  # cgroup parent dir -> (file, value)
-    oom = ""
+    oom = ("", "")  # (the parent dir of the memory cgroup, the file counting its OOM kills)
     for key, value in wanted.items():
         method, where = how[key]
         text = shown(key, value)
@@ -216,8 +217,7 @@ def make(limits: Limits, environ: dict[str, str] | None = None) -> Applied:
             parts.append(f"{text} via {method}")
             files.setdefault(where, []).extend(_files(key, value, method))
             if key == "memory":
-                oom = "memory.events" if method == "cgroup v2" else "memory.oom_control"
-                oom = f"{where}\0{oom}"
+                oom = (where, "memory.events" if method == "cgroup v2" else "memory.oom_control")
         elif method == "rlimit":
             parts.append(f"{text} via rlimit ({where})")
             rlimits.append(("as" if key == "memory" else "nproc", int(value)))
@@ -233,8 +233,11 @@ def make(limits: Limits, environ: dict[str, str] | None = None) -> Applied:
             made.append(d)
             for fname, text in writes:
                 _write(os.path.join(d, fname), text)
-            if oom.startswith(parent + "\0"):
-                oom_file = os.path.join(d, oom.split("\0", 1)[1])
+            if parent == oom[0]:
+                oom_file = os.path.join(d, oom[1])
+                if oom[1] == "memory.oom_control":  # v1: swap counts too, where it is kept
+                    with contextlib.suppress(OSError):
+                        _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(limits.memory))
     except OSError:
         for d in made:
             with contextlib.suppress(OSError):
@@ -372,18 +375,12 @@ def sweep(how: dict[str, tuple[str, str]] | None = None) -> list[str]:
                 st = os.lstat(d)
             except OSError:
                 continue
-            if st.st_uid != uid or not _isdir(st.st_mode):
+            if st.st_uid != uid or not stat.S_ISDIR(st.st_mode):
                 continue
             ref = ProcRef(int(m.group(1)), int(m.group(2)), boot)
             if not procs.is_alive(ref) and _remove(d):
                 gone.append(d)
     return gone
-
-
-def _isdir(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISDIR(mode)
 
 
 def _ticks() -> int:

@@ -3,9 +3,11 @@
 
 Owns ``run_tree`` (one command, bounded: its own session and process group, a time limit, its
 output drained as it comes with only a head and a tail kept, and everything it started killed
-when it ends: ``kill_everything``), and the checks: ``check_plan`` (whether checks run in
-zwarm's sandbox here, unsandboxed by the user's trusted opt-in, or not at all:
-``ChecksRefused``), ``run_checks`` and ``CheckResult``. Must stay true:
+when it ends: ``kill_everything``), ``holds`` (whether the sandbox holds here: the
+preflight, cached a while), ``confine`` (the sandbox policy of such a command, for checks and
+the bash tool alike), and the checks: ``check_plan`` (whether checks run in zwarm's sandbox
+here, unsandboxed by the user's trusted opt-in, or not at all: ``ChecksRefused``),
+``run_checks`` and ``CheckResult``. Must stay true:
 - a check's command is the user's (``[checks]``/``--check``, config values that execute, read
   through trust by its caller) and runs as ``["/bin/sh", "-c", command]`` in its directory, a
   worktree an agent wrote (its ``conftest.py`` runs): never unsandboxed unless the trusted
@@ -30,8 +32,6 @@ zwarm's sandbox here, unsandboxed by the user's trusted opt-in, or not at all:
 A process started on the command's behalf by a daemon that was already running (``at``, a tmux
 server) is not found; an unsandboxed check can do whatever the user can.
 """
-
-from __future__ import annotations
 
 import contextlib
 import os
@@ -94,22 +94,29 @@ class CheckResult(msgspec.Struct, frozen=True):
         return self.exit_code == 0 and not self.timed_out
 
 
-def check_plan(config: Config, repo: Path) -> bool:
+def holds(mode: str) -> str:
+    """Whether zwarm's sandbox holds here under ``mode`` (``[sandbox] mode``): "" if it does,
+    else why not, in words. A pass the preflight remembered for this machine
+    (``check.holds_here``, the one cache) is used, else the probes run."""
+    from zwarm.sandbox import OFF
+
+    if mode == OFF:
+        return f'the sandbox is off ([sandbox] mode = "{OFF}")'
+    from zwarm.sandbox import check
+
+    report = check.holds_here()
+    if report is None or report.holds:
+        return ""
+    return f"sandbox {mode} cannot hold on this machine ({check.refusal(report)})"
+
+
+def check_plan(config: "Config", repo: Path) -> bool:
     """How checks run for ``repo`` here: True in zwarm's sandbox (``[sandbox] mode`` is
     ``bwrap`` and the preflight holds), False unsandboxed by the user's opt-in (the trusted
     ``[checks] unsandboxed = true``); ``ChecksRefused`` when neither, saying how to opt in."""
-    from zwarm.sandbox import OFF
-
-    mode = str(config.get("sandbox", "mode"))
-    if mode == OFF:
-        why = f'the sandbox is off ([sandbox] mode = "{OFF}")'
-    else:
-        from zwarm.sandbox import check
-
-        report = check.run()
-        if report.holds:
-            return True
-        why = f"sandbox {mode} cannot hold on this machine ({check.refusal(report)})"
+    why = holds(str(config.get("sandbox", "mode")))
+    if not why:
+        return True
     where = config.path or "the state dir's config.toml"
     try:
         if config.get("checks", "unsandboxed") is True:
@@ -130,7 +137,7 @@ def run_checks(
     commands: Sequence[str],
     cwd: Path,
     *,
-    config: Config,
+    config: "Config",
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     repo: Path | None = None,
@@ -143,12 +150,25 @@ def run_checks(
     repo = cwd if repo is None else repo
     sandboxed = check_plan(config, repo)
     base = allowed_env(os.environ) if env is None else dict(env)
-    policy = _policy(cwd, repo, config, base) if sandboxed else None
+    policy = None
+    if sandboxed:
+        hidden = [cwd / ".zwarm", repo / ".zwarm"]
+        if config.path is not None:
+            hidden.append(Path(config.path).parent)
+        policy = confine(
+            cwd,
+            cwd,
+            writable=True,
+            repos=[repo, cwd],
+            hidden=hidden,
+            read_only=[str(p) for p in config.table("sandbox")["read_only"]],
+            env=base,
+        )
     return [_check(c, cwd, policy, base, timeout_s) for c in commands]
 
 
 def _check(
-    command: str, cwd: Path, policy: Policy | None, env: dict[str, str], timeout_s: float
+    command: str, cwd: Path, policy: "Policy | None", env: dict[str, str], timeout_s: float
 ) -> CheckResult:
     from zwarm import text
 
@@ -181,30 +201,40 @@ def _check(
     )
 
 
-def _policy(cwd: Path, repo: Path, config: Config, env: Mapping[str, str]) -> Policy:
-    """What a check may do: write ``cwd``, read the repository's git metadata, the ``PATH``
-    directories outside the home and ``[sandbox] read_only``; see nothing of the state dir,
-    zwarm's per-user files and the home (a private one)."""
+def confine(
+    cwd: Path,
+    tree: Path,
+    *,
+    writable: bool,
+    repos: Sequence[Path],
+    hidden: Sequence[Path],
+    read_only: Sequence[str],
+    env: Mapping[str, str],
+) -> "Policy":
+    """The policy of a command zwarm does not trust, run in ``cwd`` (inside ``tree``): ``tree``
+    writable (else read-only), the git metadata of ``repos`` read-only, ``read_only`` (the
+    trusted ``[sandbox] read_only``, more roots) and the ``PATH`` directories of ``env``
+    outside the home readable; nothing of ``hidden`` (the state dir), zwarm's per-user files
+    nor the home (a private one) visible; no network. Every path comes from the caller and
+    the trusted config, never from a file the command's directory holds."""
     from zwarm import sandbox
 
-    tree = os.path.realpath(cwd)
+    real = os.path.realpath(tree)
     home = os.path.realpath(env.get("HOME") or os.environ.get("HOME") or "/")
     private = [*sandbox.private_dirs(os.environ), *sandbox.private_dirs(env)]
-    hidden = [os.path.realpath(p) for p in private]
-    hidden += [os.path.join(tree, ".zwarm"), os.path.join(os.path.realpath(repo), ".zwarm")]
-    if config.path is not None:
-        hidden.append(os.path.dirname(os.path.realpath(config.path)))
-    read_only: list[str] = []
-    for d in (sandbox.git_dir(str(repo)), sandbox.git_dir(tree)):
-        if d is not None and os.path.realpath(d) not in read_only:
-            read_only.append(os.path.realpath(d))
-    read_only += [str(p) for p in config.table("sandbox")["read_only"]]
-    read_only += _path_dirs(env.get("PATH") or os.defpath, [home, *hidden])
+    gone = [os.path.realpath(str(p)) for p in [*private, *hidden]]
+    ro: list[str] = [] if writable else [real]
+    for r in repos:
+        d = sandbox.git_dir(str(r))
+        if d is not None and os.path.realpath(d) not in ro:
+            ro.append(os.path.realpath(d))
+    ro += [str(p) for p in read_only if str(p) not in ro]
+    ro += [d for d in _path_dirs(env.get("PATH") or os.defpath, [home, *gone]) if d not in ro]
     return sandbox.Policy(
-        cwd=tree,
-        tree=tree,
-        read_only=tuple(read_only),
-        hidden=tuple(dict.fromkeys(hidden)),
+        cwd=os.path.realpath(cwd),
+        tree=real,
+        read_only=tuple(ro),
+        hidden=tuple(dict.fromkeys(gone)),
         home=home,
     )
 

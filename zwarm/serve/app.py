@@ -124,6 +124,9 @@ class Server:
             Route("/api/sessions/{ref}/kill", h(self.kill), methods=["POST"]),
             Route("/api/sessions/{ref}/stream", h(self.stream)),
             Route("/api/events", h(self.events)),
+            Route("/api/sets", h(self.best_of), methods=["POST"]),
+            Route("/api/sets/{ref}", h(self.compare), methods=["GET"]),
+            Route("/api/sets/{ref}/messages", h(self.inject_set), methods=["POST"]),
             Route("/api/accounts", h(self.accounts)),
             Route("/api/usage", h(self.usage)),
             Route("/api/merges", h(self.merges), methods=["GET"]),
@@ -308,6 +311,29 @@ class Server:
             return {**row(api.get(s.id)), "warnings": list(api.warnings)}
 
         return _json(await run_in_threadpool(work), 201)
+
+    async def best_of(self, request: Request) -> Response:
+        req = bodies.best_of_request(await _body(request, bodies.BestOf))
+
+        def work() -> dict[str, Any]:
+            from zwarm.orchestrator.tools import confine_cwd
+
+            api = self.new_api()
+            v = api.best_of(msgspec.structs.replace(req, cwd=str(confine_cwd(api, req.cwd))))
+            return {**v, "warnings": list(api.warnings)}
+
+        return _json(await run_in_threadpool(work), 201)
+
+    async def compare(self, request: Request) -> Response:
+        ref = request.path_params["ref"]
+        rank = request.query_params.get("rank")
+        return _json(await run_in_threadpool(lambda: self.new_api().compare(ref, rank)))
+
+    async def inject_set(self, request: Request) -> Response:
+        ref = request.path_params["ref"]
+        req = bodies.message_request(await _body(request, bodies.Message))
+        done = await run_in_threadpool(lambda: self.new_api().inject_set(ref, req))
+        return _json({"attempts": done})
 
     async def inject(self, request: Request) -> Response:
         ref = request.path_params["ref"]

@@ -2,7 +2,8 @@
 
 Owns which fields of ``SpawnRequest`` and ``MessageRequest`` (``zwarm.model.requests``, where
 their types, bounds and help are declared) the HTTP API offers: ``SPAWN`` and ``MESSAGE``,
-each field it leaves out named with why. ``Spawn`` and ``Message`` are generated from those
+each field it leaves out named with why; ``BEST_OF``, a best-of set's (``POST /api/sets``).
+``Spawn``, ``BestOf`` and ``Message`` are generated from those
 lists (``requests.subset``), and the OpenAPI description from them, so neither can drift.
 ``Merges`` is the body that queues sessions for the merge queue (``Zwarm.enqueue_merge``):
 no check command and no ``no_check``, which are the user's (``[merge] check``), never a
@@ -29,11 +30,23 @@ SPAWN_LEFT_OUT = {
     "run": "set by zwarm orchestrate for its own sessions, never by a client",
     "sandbox": "zwarm's sandbox is the trusted config's ([sandbox] mode) or the user's at the "
     "command line (spawn --sandbox), never a client's to turn off",
+    **dict.fromkeys(
+        ("best_of", "agents", "models", "check", "check_timeout", "protect", "set_budget"),
+        "a best-of set's: a set is started by its own call (Zwarm.best_of), not a session's",
+    ),
 }
 MESSAGE = ("message", "context", "timeout")
 MESSAGE_LEFT_OUT: dict[str, str] = {}
 
+# a best-of set (POST /api/sets): the task, where, the set's own fields and the caps
+BEST_OF = (
+    "task", "cwd", "base", "best_of", "agents", "models", "check", "check_timeout", "protect",
+    "set_budget", "timeout", "context", "group", "priority", "max_cost", "max_tokens", "stall",
+    "source",
+)  # fmt: skip
+
 Spawn = requests.subset(SpawnRequest, "Spawn", SPAWN, {"source": "serve"})
+BestOf = requests.subset(SpawnRequest, "BestOf", BEST_OF, {"source": "serve"})
 Message = requests.subset(MessageRequest, "Message", MESSAGE)
 
 
@@ -42,6 +55,12 @@ def spawn_request(body: Any) -> SpawnRequest:
     req: SpawnRequest = requests.to_request(SpawnRequest, body)
     # false is "not asked": the agent's [<agent>] dangerous applies, as for the CLI's flag
     return msgspec.structs.replace(req, dangerous=req.dangerous or None)
+
+
+def best_of_request(body: Any) -> SpawnRequest:
+    """The ``SpawnRequest`` of a set a decoded ``BestOf`` body asks for."""
+    req: SpawnRequest = requests.to_request(SpawnRequest, body)
+    return req
 
 
 def message_request(body: Any) -> MessageRequest:

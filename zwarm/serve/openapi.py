@@ -19,8 +19,9 @@ SSE = "text/event-stream"
 
 
 def spec(diff: bool, mcp: bool) -> dict[str, Any]:
-    (spawn, message, merges), components = msgspec.json.schema_components(
-        [bodies.Spawn, bodies.Message, bodies.Merges], ref_template="#/components/schemas/{name}"
+    (spawn, message, best_of, merges), components = msgspec.json.schema_components(
+        [bodies.Spawn, bodies.Message, bodies.BestOf, bodies.Merges],
+        ref_template="#/components/schemas/{name}",
     )
     schemas = {**components, "Error": _ERROR, "Session": _SESSION}
     paths = {
@@ -75,6 +76,30 @@ def spec(diff: bool, mcp: bool) -> dict[str, Any]:
         },
         "/api/sessions/{ref}/stream": {"get": _stream_op()},
         "/api/events": {"get": _events_op()},
+        "/api/sets": {
+            "post": _op(
+                "Start a best-of set (as `zwarm spawn --best-of`): N attempts of one task, each "
+                "in its own worktree; its cwd must be inside [tools] allowed_roots.",
+                body=best_of,
+                status="201",
+            )
+        },
+        "/api/sets/{ref}": {
+            "get": _op(
+                "A best-of set's attempts ranked on zwarm's evidence (as `zwarm compare --json`).",
+                ref=True,
+                of_set=True,
+                params=[_q("rank", "Keys to rank by first: checks, flags, lines, cost, time.")],
+            )
+        },
+        "/api/sets/{ref}/messages": {
+            "post": _op(
+                "A follow-up to every attempt of a set still in the running (as `zwarm inject`).",
+                ref=True,
+                of_set=True,
+                body=message,
+            )
+        },
         "/api/accounts": {
             "get": _op("Each agent account's state now (as `zwarm accounts --json`).")
         },
@@ -206,11 +231,14 @@ def _op(
     body: dict[str, Any] | None = None,
     status: str = "200",
     schema: dict[str, Any] | None = None,
+    of_set: bool = False,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary}
     all_params = list(params or [])
     if ref:
         about = "A session id, a unique prefix of it (4+ characters), or its name."
+        if of_set:
+            about = "A best-of set's id (set-...), or a unique prefix of it (set- and 4+ digits)."
         all_params.insert(
             0, {"name": "ref", "in": "path", "required": True, "description": about,
                 "schema": {"type": "string"}}

@@ -21,8 +21,6 @@ change a target or unpause a queue by writing a file. Must stay true:
   ``[merge] check`` or the command line), never from this file.
 """
 
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import os

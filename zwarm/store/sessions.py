@@ -149,6 +149,11 @@ class Store:
                 f"invalid session name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit"
             )
+        if re.match(r"^set-[0-9a-f]{4,8}\Z", name):  # ``store.sets.looks_like``
+            raise InvalidInput(
+                f"invalid session name {name!r}: it looks like a best-of set's id (set- and hex "
+                "digits), which a name must never shadow"
+            )
         if len(name) >= MIN_PREFIX and id_like(name.lower()):
             raise InvalidInput(
                 f"invalid session name {name!r}: it looks like a session id or id prefix "

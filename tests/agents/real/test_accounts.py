@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.llm import Reply, broken_stream, failed_stream, http_error, text
+from tests.fakes.llm import Reply, Usage, broken_stream, failed_stream, http_error, text
 from tests.support.real import RealWorld, wait_until
 from zwarm.env import parse_iso
 
@@ -147,3 +147,29 @@ def test_claude_moves_to_another_account_and_resumes_once_after_the_first_reset(
     assert h[1].get("x-api-key") == h[2].get("x-api-key") == "sk-ant-account-b"
     assert h[3].get("authorization") == "Bearer sk-ant-oat01-account-a"
     assert Path(real.tmp / "login-B").is_dir()
+
+
+def test_a_daily_budget_stops_new_work_on_its_account_only(real: RealWorld) -> None:
+    """Claude's own cost of a turn passes A's ``budget_daily``: the next session goes to B
+    (with B's key), and one pinned to A waits, said; ``zwarm usage`` totals what claude
+    reported per account."""
+    used = Usage(input=1000, output=100)
+    srv = real.use("claude", [Reply([text("one")], used), Reply([text("two")], used)])
+    table = real.agents["claude"].table
+    table["env"] = {k: v for k, v in table["env"].items() if k != "ANTHROPIC_API_KEY"}
+    _accounts(real, "claude", {"ANTHROPIC_API_KEY": "sk-ant-a"}, {"ANTHROPIC_API_KEY": "sk-ant-b"})
+    real.tables["accounts"]["claude"]["A"]["budget_daily"] = 1e-9
+    real.write_config()
+    first = real.wait(real.spawn("One.", "claude"))
+    assert (first["status"], first["account"]) == ("completed", "A") and first["cost_usd"] > 0
+    second = real.wait(real.spawn("Two.", "claude"))
+    assert (second["status"], second["account"]) == ("completed", "B")
+    keys = [{k.lower(): v for k, v in r.headers.items()}.get("x-api-key") for r in srv.requests]
+    assert keys == ["sk-ant-a", "sk-ant-b"]
+    pinned = real.spawn("Three.", "claude", account="A")
+    d = real.show(pinned)
+    assert d["status"] == "queued" and "account A over budget" in d["wait"], d["wait"]
+    assert _states(real)["A"]["state"] == "over_budget" and _states(real)["B"]["state"] == "ready"
+    by = {r["key"]: r for r in real.cli_json("usage")["rows"]}
+    assert by["A"]["cost_usd"] == round(first["cost_usd"], 8)
+    assert by["B"]["cost_usd"] == round(second["cost_usd"], 8)

@@ -1,10 +1,10 @@
-"""The real ``codex``, ``claude`` and ``gemini`` in zwarm's own sandbox (``zwarm.sandbox``,
-issue 34), against the fake LLMs: a normal turn works (a shell command, a file written in its
-working directory), reaching the fake through the port bridge, with the agent's own sandbox
-standing down inside zwarm's (claude told so by IS_SANDBOX); and each reaches an endpoint
-configured BY NAME (``http://fake-llm.test:PORT``, pinned to the fake by the trusted
-``[sandbox] resolve``: no port is bridged, the sandbox has no DNS) only through zwarm's
-filtering proxy, which the CLI finds in ``HTTPS_PROXY``/``HTTP_PROXY`` as it would a real API's
+"""The real ``codex``, ``claude`` and ``gemini`` in zwarm's own sandbox (``zwarm.sandbox``, issue
+34), against the fake LLMs: a normal turn works (a shell command, a file written in its working
+directory), reaching the fake through the port bridge, with the agent's own sandbox standing down
+inside zwarm's (claude told so by IS_SANDBOX), under the turn's limits; and each reaches an
+endpoint configured BY NAME (``http://fake-llm.test:PORT``, pinned to the fake by the trusted
+``[sandbox] resolve``: no port is bridged, the sandbox has no DNS) only through zwarm's filtering
+proxy, which the CLI finds in ``HTTPS_PROXY``/``HTTP_PROXY`` as it would a real API's
 ``https://`` host (TLS itself is not exercised offline)."""
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def test_a_sandboxed_turn_works_with_the_real_cli(real: RealWorld, adapter: str)
         Reply([text("Again.")]),
     ]
     srv = real.use(adapter, script, **shell_args(adapter))
-    # codex's endpoint is in its -c config, not a *_BASE_URL variable: allowed by port
-    real.tables["sandbox"] = {"ports": [srv.port]}
+    # codex's endpoint is in its -c config, not a *_BASE_URL variable: allowed by port; the
+    # turn under limits (zwarm.sandbox.limits) a real CLI works within
+    real.tables["sandbox"] = {"ports": [srv.port], "memory": "2G", "cpus": 1, "pids": 512}
     real.write_config()
     sid = real.spawn("Write the files.", adapter, sandbox="bwrap")
     d = real.wait(sid)
@@ -41,6 +42,8 @@ def test_a_sandboxed_turn_works_with_the_real_cli(real: RealWorld, adapter: str)
     assert target.read_text() == "written in the sandbox\n"
     assert (real.work / "seen.txt").read_text() == "from-inside\n"
     assert d["dangerous"] is False
+    limits = d["turns_detail"][0]["limits"]
+    assert "memory 2G via" in limits and "cpus 1 via" in limits and "pids 512 via" in limits
     # a follow-up resumes the agent's own session (its login/state dir writable inside)
     real.api().inject(sid, "Once more.", context="native")
     d = real.wait(sid)

@@ -47,3 +47,38 @@ def test_codex_writes_in_its_worktree_and_zwarm_diff_shows_it(real: RealWorld) -
     assert f["hunks"][0]["lines"] == ["+line one", "+line two"]
     unified = real.cli("diff", "wt", "--turn", "1").stdout
     assert "+++ b/notes/hello.txt\n@@ -0,0 +1,2 @@\n+line one\n+line two\n" in unified
+
+
+def test_a_best_of_set_across_the_three_real_clis_is_decided_by_zwarms_checks(
+    real: RealWorld,
+) -> None:
+    """codex, claude and gemini, one attempt each, one worktree each from one base: the
+    check zwarm runs decides (claude's answer claims success, its file says otherwise), the
+    smaller of the two passing ones is picked and merged."""
+    from tests.fakes.llm import shell
+    from tests.support.real import shell_args
+
+    repo = real.work
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# demo\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "init")
+    real.use("codex", [Reply([write_file("done.txt", "ok\n")]), Reply([text("Done.")])])
+    claude = [Reply([shell("echo broken > done.txt")]), Reply([text("All checks pass.")])]
+    real.use("claude", claude, **shell_args("claude"))
+    gemini = [Reply([write_file("done.txt", "ok\nand more\n")]), Reply([text("Done.")])]
+    real.use("gemini", gemini)
+    real.tables["checks"] = {"unsandboxed": True}
+    real.write_config()
+    out = real.cli("spawn", "Write done.txt.", "--best-of", "3", "--agents",
+                   "codex,claude,gemini", "--check", "grep -qx ok done.txt")  # fmt: skip
+    set_id = out.stdout.strip()
+    rows = [r for r in real.cli_json("ls") if r["set"] == set_id]
+    for r in rows:
+        real.wait(r["id"])
+    v = real.cli_json("compare", set_id)
+    assert [a["adapter"] for a in v["attempts"]] == ["codex", "gemini", "claude"], v
+    assert [a["passed"] for a in v["attempts"]] == [True, True, False]
+    assert v["attempts"][2]["claim"] == "All checks pass."
+    assert real.cli_json("pick", set_id)["picked"] == 1
+    assert (repo / "done.txt").read_text() == "ok\n"

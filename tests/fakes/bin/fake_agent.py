@@ -19,6 +19,8 @@ Installed on PATH as ``codex`` and ``claude`` (symlinks to this file). Controlle
   output on stderr) after FAKE_SLEEP/FAKE_WAIT_FILE, before printing: how a test makes the
   "agent" change files. FAKE_SHELL_N (N = 1, 2 ...) instead, for the agent's Nth run in a
   FAKE_RECORD directory, if set.
+- {MODEL} in FAKE_SHELL(_N) and FAKE_REPLAY is replaced by the model its argv names
+  (``--model M``; empty if none): how one setting makes attempts of a best-of set differ.
 - FAKE_ALLOC_MB: after FAKE_SHELL, the agent itself allocates (and touches) this many MiB;
   it writes "allocated" to alloc.txt in its working directory if it could, else exits 4.
 """
@@ -61,11 +63,16 @@ def _record(argv, prompt):
     os.rename(tmp, os.path.join(rec, f"argv{n}.json"))
 
 
-def _shell():
+def _model(argv):
+    return argv[argv.index("--model") + 1] if "--model" in argv[:-1] else ""
+
+
+def _shell(argv):
     rec = os.environ.get("FAKE_RECORD")
     calls = len([f for f in os.listdir(rec) if f.startswith(".claim")]) if rec else 0
     cmd = os.environ.get(f"FAKE_SHELL_{calls}") or os.environ.get("FAKE_SHELL")
     if cmd:
+        cmd = cmd.replace("{MODEL}", _model(argv))
         subprocess.run(["/bin/sh", "-c", cmd], stdout=sys.stderr, check=False)
 
 
@@ -102,7 +109,7 @@ def main():
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     while os.environ.get("FAKE_WAIT_FILE") and not os.path.exists(os.environ["FAKE_WAIT_FILE"]):
         time.sleep(0.02)
-    _shell()
+    _shell(argv)
     _alloc()
     children = os.environ.get("FAKE_CHILDREN")
     if children == "1":
@@ -112,7 +119,7 @@ def main():
         subprocess.Popen(
             ["/bin/sh", "-c", f'{trap}/bin/sh -c "{inner}" & sleep 301 & setsid sleep 302 & wait']
         )
-    replay = os.environ.get("FAKE_REPLAY")
+    replay = os.environ.get("FAKE_REPLAY", "").replace("{MODEL}", _model(argv))
     thread = (
         argv[argv.index("resume") + 1]
         if "resume" in argv

@@ -23,8 +23,10 @@ from zwarm.launchers.ssh.hosts import (
     Connection,
     Host,
     HostUnreachable,
+    check,
     hosts,
     remote_version,
+    statuses,
 )
 
 SLACK = 5.0  # seconds a slow machine may add to a timeout before the test calls it a hang
@@ -66,7 +68,7 @@ def test_output_streams_line_by_line(ssh_hosts: HostBed) -> None:
     """A line reaches this side while the remote command still runs (it waits for a file
     that this test makes only once it has read the first line)."""
     c = conn(ssh_hosts, "host-b")
-    gate = f"/tmp/zwarm-gate-{uuid.uuid4().hex}"
+    gate = f"{ssh_hosts.hosts['host-b'].home}/gate-{uuid.uuid4().hex}"
     script = f"echo one; while [ ! -e {gate} ]; do sleep 0.05; done; echo two; rm -f {gate}; exit 3"
     proc = subprocess.Popen(
         c.argv(["sh", "-c", script]), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
@@ -201,3 +203,79 @@ def test_latency_cold_and_warm(ssh_hosts: HostBed, capsys: pytest.CaptureFixture
             f"\nssh true: cold {cold_ms:.0f} ms, warm {warm_ms:.1f} ms ({cold_ms / warm_ms:.0f}x)"
         )
     assert min(cold) > sorted(warm)[0]
+
+
+def test_status_of_each_host_never_waits_past_its_timeout(ssh_hosts: HostBed) -> None:
+    """``zwarm hosts``' rows: both hosts answer with this zwarm and a latency; a host that
+    hangs and one that refuses say so, each within the timeout, asked at once."""
+    sock, port = silent_port()
+    gone, gone_port = silent_port()
+    gone.close()
+    try:
+        found = {
+            "a": hosts({"a": ssh_hosts.config("host-a")})["a"],
+            "b": hosts({"b": ssh_hosts.config("host-b")})["b"],
+            "hung": Host("hung", "127.0.0.1", port=port),
+            "gone": Host("gone", "127.0.0.1", port=gone_port),
+        }
+        rows, took = elapsed(statuses, found, ssh_hosts.control, 10)
+        assert took < 10 * 2 + SLACK  # the hung host's timeout once, not once per host
+        by = {r["name"]: r for r in rows}
+        assert [r["name"] for r in rows] == ["a", "b", "gone", "hung"]
+        for name in ("a", "b"):
+            assert by[name]["reachable"] and by[name]["version"] == __version__, by[name]
+            assert by[name]["latency_ms"] > 0 and by[name]["error"] is None
+        assert by["hung"]["reachable"] is False and by["hung"]["version"] is None
+        # whichever gives up first: ssh's ConnectTimeout or the command's timeout
+        assert by["hung"]["error"].startswith("host 'hung' unreachable: ")
+        assert by["gone"]["reachable"] is False and "refused" in by["gone"]["error"]
+    finally:
+        sock.close()
+    old = ssh_hosts.base / f"old-{uuid.uuid4().hex}"
+    old.write_text("#!/bin/sh\necho 'zwarm 0.0.1'\n")
+    old.chmod(0o755)
+    (row,) = statuses(
+        {"a": Host("a", "host-a", ssh_config=str(ssh_hosts.ssh_config), zwarm=str(old))},
+        ssh_hosts.control,
+    )
+    assert row["reachable"] is True and row["version"] is None
+    assert "runs zwarm 0.0.1" in row["error"]
+
+
+def test_check_says_what_a_host_has(ssh_hosts: HostBed) -> None:
+    repo = str(ssh_hosts.hosts["host-b"].repo)
+    (h,) = hosts({"b": ssh_hosts.config("host-b", cwd=repo)}).values()
+    report = check(h, ssh_hosts.control, ["sh", "no-such-agent-cli", "bad name;x"], timeout=30)
+    steps = {s["what"]: s for s in report["steps"]}
+    assert report["ok"] is True and list(steps) == [
+        "connect",
+        "zwarm",
+        "git",
+        "cwd",
+        "sh",
+        "no-such-agent-cli",
+    ]
+    assert steps["zwarm"]["detail"] == f"zwarm: zwarm {__version__}"
+    assert steps["git"]["detail"].startswith("git version")
+    assert steps["cwd"] == {"what": "cwd", "ok": True, "detail": repo, "needed": True}
+    assert steps["sh"]["ok"] and steps["sh"]["detail"].endswith("/sh")
+    assert steps["no-such-agent-cli"] == {
+        "what": "no-such-agent-cli", "ok": False, "detail": "not found on the PATH", "needed": False
+    }  # fmt: skip
+    (h,) = hosts({"b": ssh_hosts.config("host-b", cwd="/no/such/dir")}).values()
+    report = check(h, ssh_hosts.control, [], timeout=30)
+    assert report["ok"] is False
+    assert report["steps"][-1] == {
+        "what": "cwd", "ok": False, "detail": "/no/such/dir: no such directory", "needed": True
+    }  # fmt: skip
+    sock, port = silent_port()
+    try:
+        report, took = elapsed(
+            check, Host("hung", "127.0.0.1", port=port), ssh_hosts.control, ["sh"], 2
+        )
+    finally:
+        sock.close()
+    assert took < 2 + SLACK and report["ok"] is False
+    (step,) = report["steps"]  # whichever gives up first: ssh's ConnectTimeout or the timeout
+    assert step["what"] == "connect" and step["ok"] is False
+    assert step["detail"].startswith("host 'hung' unreachable: ")

@@ -6,7 +6,8 @@ reading it (``hosts``, ``host``: trusted values only), the ssh command line zwar
 host (``Connection.argv``), running one command there (``Connection.run``), the one
 connection per host every command shares (an OpenSSH ControlMaster whose socket is in a
 private directory of this user's, ``control_dir``), and which remote zwarm may be talked to
-(``remote_version``: the same version only). Must stay true:
+(``remote_version``: the same version only), and what ``zwarm hosts`` reports of a host
+(``status``, ``statuses``: all at once; ``check``: step by step). Must stay true:
 - every key of a host executes (what to connect to, as whom, what runs there): a host is used
   only as the user trusted it (``zwarm trust``), whole;
 - ssh gets an argv: the destination is never an option (``ssh`` never starts with ``-``, and
@@ -134,7 +135,8 @@ class HostUnreachable(ZwarmError):
 class _Config(Protocol):
     """What is read of a ``zwarm.config.Config`` (this package never imports the config)."""
 
-    data: dict[str, dict[str, Any]]
+    @property
+    def data(self) -> Mapping[str, Mapping[str, Any]]: ...
 
     def table(self, table: str) -> Mapping[str, Any]: ...
 
@@ -301,7 +303,8 @@ class Connection:
     ) -> "subprocess.CompletedProcess[bytes]":
         """Run ``remote`` on the host and wait (its output read whole); ``HostUnreachable``
         when ssh cannot connect (its exit 255) or no answer comes within ``timeout``
-        seconds. A remote command's own exit code is the result's."""
+        seconds. A remote command's own exit code is the result's (but its 255 is ssh's own
+        failure code: it reads as unreachable, so zwarm's remote commands never exit 255)."""
         import subprocess
 
         argv = self.argv(remote, cwd=cwd)
@@ -403,3 +406,112 @@ def remote_version(conn: Connection, timeout: float = 30) -> str:
             "install the same version there"
         )
     return theirs
+
+
+# ---------------------------------------------------------------------------- reports
+CHECK_TIMEOUT = 10.0  # seconds a host has to answer each step of a report
+_PROGRAM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}\Z")
+# prints "NAME<TAB>PATH" for each program name given, PATH empty when it is not on the PATH
+_WHICH = 'for p in "$@"; do printf "%s\\t%s\\n" "$p" "$(command -v "$p")"; done'
+
+
+def status(h: Host, control: Path, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
+    """One row of ``zwarm hosts``: whether ``h`` answers, the zwarm it runs, and what one
+    command costs over its shared connection (ms); ``error``: why not, one line. Answers
+    within about twice ``timeout``, whatever the host does."""
+    row: dict[str, Any] = {"name": h.name, "ssh": h.ssh, "reachable": False}
+    row |= {"version": None, "latency_ms": None, "error": None}
+    conn = Connection(h, control, connect_timeout=timeout)
+    try:
+        try:
+            row["version"] = remote_version(conn, timeout)
+        finally:
+            row["reachable"] = conn.alive()
+        row["latency_ms"] = round(_timed(conn, timeout) * 1000, 1)
+    except HostUnreachable as e:
+        row["reachable"] = False
+        row["error"] = str(e)
+    except ZwarmError as e:  # it answers, but not with a zwarm this one may talk to
+        row["error"] = str(e)
+    return row
+
+
+def statuses(
+    found: Mapping[str, Host], control: Path, timeout: float = CHECK_TIMEOUT
+) -> list[dict[str, Any]]:
+    """``status`` of every host, asked at once (a host that does not answer costs its
+    timeout, not the others'), in name order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = sorted(found)
+    if not names:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+        return list(pool.map(lambda n: status(found[n], control, timeout), names))
+
+
+def check(
+    h: Host, control: Path, programs: Sequence[str], timeout: float = CHECK_TIMEOUT
+) -> dict[str, Any]:
+    """What ``zwarm hosts check`` says of ``h``: each step (connect, its zwarm, git, its
+    default directory, each of ``programs``, the agent CLIs, on its PATH) with whether it is
+    there and what was found; ``ok`` when the host can run sessions (it answers, runs this
+    zwarm, has git and its directory; a missing agent CLI is said, not a failure)."""
+    conn = Connection(h, control, connect_timeout=timeout)
+    steps: list[dict[str, Any]] = []
+
+    def step(what: str, ok: bool, detail: str, needed: bool = True) -> None:
+        steps.append({"what": what, "ok": ok, "detail": detail, "needed": needed})
+
+    try:
+        took = _timed(conn, timeout)  # opens the shared connection if it is not open
+        step("connect", True, f"{h.ssh} ({took * 1000:.0f} ms)")
+        try:
+            step("zwarm", True, f"{h.zwarm}: zwarm {remote_version(conn, timeout)}")
+        except HostUnreachable:
+            raise
+        except ZwarmError as e:
+            step("zwarm", False, str(e))
+        git = conn.run(["git", "--version"], timeout=timeout)
+        step("git", git.returncode == 0, _first_line(git.stdout) or "not found on the PATH")
+        if h.cwd is not None:
+            there = conn.run(["test", "-d", HomePath(h.cwd)], timeout=timeout).returncode == 0
+            step("cwd", there, h.cwd if there else f"{h.cwd}: no such directory")
+        names = [p for p in dict.fromkeys(programs) if _PROGRAM_NAME.match(p)]
+        found = _which(conn, names, timeout) if names else {}
+        for p in names:
+            step(p, bool(found.get(p)), found.get(p) or "not found on the PATH", needed=False)
+    except HostUnreachable as e:
+        step("connect", False, str(e))
+    ok = all(s["ok"] for s in steps if s["needed"])
+    return {"name": h.name, "ssh": h.ssh, "ok": ok, "steps": steps}
+
+
+def _which(conn: Connection, names: Sequence[str], timeout: float) -> dict[str, str]:
+    """``{name: its path there}`` of ``names`` found on the host's PATH (its answer is
+    untrusted: only the names asked for, each path one clean line)."""
+    from zwarm.text import oneline
+
+    done = conn.run(["sh", "-c", _WHICH, "sh", *names], timeout=timeout)
+    out: dict[str, str] = {}
+    for line in done.stdout[:MAX_OUTPUT].decode("utf-8", "replace").splitlines():
+        name, _, path = line.partition("\t")
+        if name in names and path.strip():
+            out[name] = oneline(path, 200)
+    return out
+
+
+def _timed(conn: Connection, timeout: float) -> float:
+    """Seconds ``true`` takes on the host (its shared connection opened first if need be)."""
+    import time
+
+    start = time.monotonic()
+    conn.run(["true"], timeout=timeout)
+    return time.monotonic() - start
+
+
+def _first_line(data: bytes) -> str:
+    from zwarm.text import oneline
+
+    lines = data[:MAX_OUTPUT].decode("utf-8", "replace").strip().splitlines()
+    return oneline(lines[0], 200) if lines else ""

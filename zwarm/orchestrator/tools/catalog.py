@@ -27,6 +27,7 @@ from zwarm.orchestrator.tools.sessions import (
     end_session,
     list_sessions,
 )
+from zwarm.orchestrator.tools.sets import best_of, compare, pick
 from zwarm.orchestrator.tools.trajectory import get_trajectory
 from zwarm.orchestrator.tools.waiting import wait
 
@@ -52,7 +53,16 @@ DELEGATE_LEFT_OUT = {
     "run": "the orchestrator run calling: the toolbox's, not the model's to say",
     "sandbox": "zwarm's sandbox is the trusted config's ([sandbox] mode) or the user's "
     "(zwarm spawn --sandbox), never a model's to turn off",
+    **dict.fromkeys(
+        ("best_of", "agents", "models", "check", "check_timeout", "protect", "set_budget"),
+        "a best-of set's: a set is started by its own call (Zwarm.best_of), not a session's",
+    ),
 }
+# what best_of offers of SpawnRequest: the task, where, the set's own fields, and the caps
+BEST_OF = (
+    "task", "cwd", "base", "best_of", "agents", "models", "check", "check_timeout", "protect",
+    "set_budget", "timeout", "context", "group", "priority", "max_cost", "max_tokens", "stall",
+)  # fmt: skip
 CONVERSE = ("message", "context", "timeout")
 CONVERSE_LEFT_OUT: dict[str, str] = {}
 
@@ -62,6 +72,16 @@ def _delegate_schema() -> dict[str, Any]:
     schema = requests.object_schema(requests.subset(SpawnRequest, "delegate", DELEGATE))
     schema["properties"]["adapter"]["enum"] = list(agents.names())
     return schema
+
+
+def _best_of_schema() -> dict[str, Any]:
+    """``SpawnRequest``'s ``BEST_OF`` fields, ``best_of`` required."""
+    schema = requests.object_schema(requests.subset(SpawnRequest, "best_of", BEST_OF))
+    schema["required"] = ["task", "best_of"]
+    return schema
+
+
+_SET_ID = _s("A best-of set's id (set-...) or a unique prefix of it (set- and 4+ hex digits).")
 
 
 def _converse_schema() -> dict[str, Any]:
@@ -319,6 +339,56 @@ TOOLS: tuple[Tool, ...] = (
             },
         ),
         merge_queue,
+    ),
+    Tool(
+        "best_of",
+        "zwarm: run one coding task as N attempts at once (best_of), each by its own agent "
+        "in its own git worktree from the same commit, agents and models round-robin over "
+        "the lists given, so the best can be kept. Give check commands (e.g. 'pytest -q'): "
+        "zwarm runs them itself in each attempt's worktree when its turn ends (sandboxed), "
+        "and protect the test files they read (restored from the base; an attempt that "
+        "changed them is flagged). Returns the set_id and each attempt's session_id at "
+        "once; call wait on them, then compare, then pick.",
+        _best_of_schema(),
+        best_of,
+    ),
+    Tool(
+        "compare",
+        "zwarm: the attempts of a best-of set, ranked on the evidence zwarm gathered (not "
+        "on what the agents said): every check passing first, then not flagged, then fewer "
+        "changed lines, then lower cost, then shorter time. Each with its checks (exit code, "
+        "a failed one's output tail), files and lines changed, tokens, cost and flags.",
+        object_schema(
+            {
+                "set_id": _SET_ID,
+                "rank": _s(
+                    "Keys to rank by first, comma-separated: checks, flags, lines, cost, time."
+                ),
+            },
+            ["set_id"],
+        ),
+        compare,
+        read_only=True,
+    ),
+    Tool(
+        "pick",
+        "zwarm: merge the winner of a best-of set (the top-ranked attempt, or the one named) "
+        "as merge does (every rule of merge holds), then remove the other attempts' "
+        "worktrees, keeping their branches. Refused while an attempt runs or when none "
+        "passes its checks, unless an attempt is named.",
+        object_schema(
+            {
+                "set_id": _SET_ID,
+                "attempt": {"type": "integer", "minimum": 1, "description": "The attempt."},
+                "into": _s("The branch to merge into (default: the main worktree's)."),
+                "squash": {
+                    "type": "boolean",
+                    "description": "One commit on the target instead of a merge (default false).",
+                },
+            },
+            ["set_id"],
+        ),
+        pick,
     ),
 )
 

@@ -128,6 +128,16 @@
     if (r.dangerous) span.append(el("span", "danger-flag", "!danger"));
     return span;
   }
+  // zwarm's own sandbox of its turns ("bwrap"), as `zwarm show` says it; "off": none
+  function sandboxed(r) {
+    return Boolean(r.sandbox) && r.sandbox !== "off";
+  }
+  // the sandbox and how the latest turn's limits held (each turn says its own)
+  function sandboxText(d) {
+    const turns = d.turns_detail || [];
+    const last = turns.filter((t) => t.limits).pop();
+    return d.sandbox + (last ? " · limits: " + oneLine(last.limits, 200) : "");
+  }
   function tokensOf(r) {
     if (r.live_tokens !== null && r.live_tokens !== undefined) return r.live_tokens;
     return r.usage ? r.usage.total_tokens : null;
@@ -278,7 +288,9 @@
   }
   function route() {
     const m = location.hash.match(/^#\/s\/([0-9a-f-]{36})$/);
+    const g = location.hash.match(/^#\/set\/(set-[0-9a-f]{8})$/);
     if (m) showSession(m[1]);
+    else if (g) showSet(g[1]);
     else showBoard();
   }
 
@@ -338,12 +350,15 @@
     const who = el("td", "who");
     who.append(el("b", "", r.name || r.id.slice(0, 8)));
     if (r.name) who.append(el("span", "id", r.id.slice(0, 8) + " "));
+    if (r.set) who.append(setLink(r.set, r.attempt));
     who.append(el("span", "brief", oneLine(r.damaged ? r.error : r.task, 140)));
     const step = r.activity || (r.status === "failed" ? r.error : r.last_message) || "";
+    const agent = el("td", "c-agent", r.adapter || "-");
+    if (sandboxed(r)) agent.append(el("span", "sbx-flag", r.sandbox));
     tr.append(
       st,
       who,
-      el("td", "c-agent", r.adapter || "-"),
+      agent,
       el("td", "c-model", oneLine(r.model || "default", 28)),
       el("td", "num c-tokens", fmtTokens(tokensOf(r))),
       el("td", "num c-cost", fmtCost(r.cost_usd, r.cost_source, r.cost_complete)),
@@ -352,8 +367,67 @@
     );
     return tr;
   }
+  function setLink(id, attempt) {
+    const a = el("a", "setlink", `${id} #${attempt}`);
+    a.href = "#/set/" + id;
+    a.addEventListener("click", (e) => e.stopPropagation());
+    return a;
+  }
+
+  // ------------------------------------------------------------------ a best-of set
+  async function showSet(id) {
+    stopView();
+    $("board").hidden = true;
+    $("session").hidden = true;
+    $("bestof").hidden = false;
+    $("g-title").textContent = id;
+    document.title = id + " · zwarm";
+    let v;
+    try {
+      v = await api("GET", "/api/sets/" + id);
+    } catch (e) {
+      toast(e.message, true);
+      location.hash = "#/";
+      return;
+    }
+    $("g-task").textContent = v.task;
+    const where = v.checks_sandboxed ? "sandboxed" : "unsandboxed (opted in)";
+    $("g-facts").textContent =
+      `base ${v.base.slice(0, 12)} · checks ${where} · ranked by ${v.rank.join(", ")}` +
+      (v.picked ? ` · picked attempt ${v.picked}` : "");
+    const head = el("tr");
+    for (const h of ["#", "Attempt", "Agent", "Model", ...v.checks.map((c, i) => `check ${i + 1}`),
+      "Files", "Lines", "Cost", "Time", "Status / flags"]) head.append(el("th", "", h));
+    const body = el("tbody");
+    for (const a of v.attempts) {
+      const tr = el("tr", a.passed ? "passed" : "");
+      tr.addEventListener("click", () => (location.hash = "#/s/" + a.session));
+      tr.append(el("td", "num", String(a.place)), el("td", "num", String(a.attempt)),
+        el("td", "", a.adapter), el("td", "", oneLine(a.model || "default", 28)));
+      v.checks.forEach((cmd, i) => {
+        const c = a.checks[i];
+        const mark = a.pending ? "…" : !c ? "-" : c.timed_out ? "⧗" : c.passed ? "✓" : "✗";
+        const td = el("td", "check " + (c && c.passed ? "ok" : "bad"), mark);
+        td.title = c ? `${cmd}\nexit ${c.exit_code}, ${c.duration_s}s\n${c.output_tail}` : cmd;
+        tr.append(td);
+      });
+      tr.append(el("td", "num", String(a.files)), el("td", "num", String(a.lines)),
+        el("td", "num", a.cost_usd == null ? "?" : "$" + a.cost_usd.toFixed(4)),
+        el("td", "num", a.wall_s.toFixed(1) + "s"),
+        el("td", "", [a.status, ...a.flags].join("; ")));
+      body.append(tr);
+    }
+    const table = el("table", "sessions");
+    table.id = "g-table";
+    const thead = el("thead");
+    thead.append(head);
+    table.append(thead, body);
+    $("g-table").replaceWith(table);
+  }
+
   function showBoard() {
     stopView();
+    $("bestof").hidden = true;
     $("session").hidden = true;
     $("board").hidden = false;
     document.title = "zwarm";
@@ -426,6 +500,7 @@
     const view = { id, detail: null, stream: null, steps: 0, dropped: 0, refetch: null, turn: null };
     state.view = view;
     $("board").hidden = true;
+    $("bestof").hidden = true;
     $("session").hidden = false;
     $("steps").replaceChildren();
     $("steps-cut").hidden = true;
@@ -518,7 +593,9 @@
       ["age", fmtAge(d.created_at)],
       ["cwd", d.cwd],
     ];
+    if (sandboxed(d)) facts.push(["sandbox", sandboxText(d)]);
     if (d.branch) facts.push(["branch", d.branch]);
+    if (d.set) facts.push(["best-of", `${d.set} attempt ${d.attempt}`]);
     if (d.account) facts.push(["account", d.account]);
     if (d.error) facts.push(["error", oneLine(d.error, 200)]);
     const dl = el("dl", "facts");
@@ -553,6 +630,7 @@
       const what = el("td", "prompt");
       what.append(el("div", "", oneLine(t.message, 400)));
       if (t.error) what.append(el("div", "err", oneLine(t.error, 400)));
+      if (t.limits) what.append(el("div", "dim", "limits: " + oneLine(t.limits, 300)));
       if (t.final_message) what.append(el("div", "dim", "final: " + oneLine(t.final_message, 400)));
       tr.append(
         el("td", "", t.n),
