@@ -30,6 +30,9 @@ NEEDS = {  # what each description must mention (lower case)
     "comment": ["review comment", "get_diff", "converse"],
     "merge": ["worktree session", "get_diff", "conflict"],
     "merge_queue": ["worktree sessions", "rebased", "check", "ejects", "review comment"],
+    "best_of": ["attempts", "worktree", "check commands", "protect", "compare", "pick"],
+    "compare": ["best-of set", "evidence", "not on what the agents said", "checks"],
+    "pick": ["best-of set", "merge", "refused", "none passes"],
 }
 
 
