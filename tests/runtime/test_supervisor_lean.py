@@ -62,7 +62,9 @@ state, sid = sys.argv[-2:]
 try:
     rc = supervisor.main([state, sid])
 finally:
-    Path(__file__).with_name("modules-" + sid).write_text("\\n".join(sorted(sys.modules)))
+    _tmp = Path(__file__).with_name(".modules-" + sid)  # renamed whole: never read half-written
+    _tmp.write_text("\\n".join(sorted(sys.modules)))
+    _tmp.rename(_tmp.with_name("modules-" + sid))
 sys.exit(rc)
 """
 

@@ -68,6 +68,39 @@ def _mark() -> str:
     return f"3{secrets.randbelow(10**6):06d}.5"
 
 
+_ALONE = """
+import json, sys
+from pathlib import Path
+import msgspec
+from zwarm import config
+from zwarm.sandbox.run import run_checks
+cfg = config.load(Path(sys.argv[1]), {**__import__("os").environ})
+env = json.loads(sys.argv[4])
+t = float(sys.argv[5])
+[r] = run_checks([sys.argv[2]], Path(sys.argv[3]), config=cfg, timeout_s=t, env=env)
+sys.stdout.write(msgspec.json.encode(r).decode())
+"""
+
+
+def _alone(zw: ZW, cfg: config_mod.Config, cmd: str, cwd: Path, timeout_s: float) -> CheckResult:
+    """``run_checks`` of ``cmd`` in a process of its own, single-threaded as zwarm's commands
+    are (unsandboxed, orphans are adopted only then: a thread another test left in this one,
+    e.g. a fake server's, would turn that off and make the test depend on the order)."""
+    assert cfg.path is not None
+    args = [cfg.path, cmd, str(cwd), json.dumps(_env(zw)), str(timeout_s)]
+    res = subprocess.run(
+        [sys.executable, "-c", _ALONE, *args],
+        env={**zw.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert res.returncode == 0, res.stderr
+    import msgspec
+
+    return msgspec.json.decode(res.stdout, type=CheckResult)
+
+
 # ---------------------------------------------------------------------------- running
 @pytest.mark.parametrize("boxed", [True, False], ids=["sandboxed", "unsandboxed"])
 def test_pass_fail_and_what_is_recorded(zw: ZW, boxed: bool) -> None:
@@ -97,7 +130,7 @@ def test_timeout_kills_the_whole_tree(zw: ZW, boxed: bool, tmp_path: Path) -> No
     daemon = f"(unset ZWARM_RUN_TOKEN; setsid sh -c 'sleep {m} & exec sleep {m}' &)"
     cmd = f"sleep {m} & setsid sleep {m} & {daemon}; echo started; exec sleep {m}"
     started = time.monotonic()
-    [r] = run_checks([cmd], tmp_path, config=cfg, timeout_s=2, env=_env(zw))
+    r = _alone(zw, cfg, cmd, tmp_path, timeout_s=2)
     assert time.monotonic() - started < 30
     assert r.timed_out and r.exit_code is None and not r.passed()
     assert r.output_tail == "started\n" and r.sandboxed is boxed
@@ -110,7 +143,7 @@ def test_a_check_that_exits_leaves_nothing_running(zw: ZW, boxed: bool, tmp_path
     m = _mark()
     daemon = f"(unset ZWARM_RUN_TOKEN; setsid sh -c 'exec sleep {m}' &)"
     cmd = f"sleep {m} & setsid sleep {m} & {daemon}; echo done"
-    [r] = run_checks([cmd], tmp_path, config=cfg, timeout_s=60, env=_env(zw))
+    r = _alone(zw, cfg, cmd, tmp_path, timeout_s=60)
     assert r.passed() and r.output_tail == "done\n", r
     wait_until(lambda: not _leftovers(m), message="the check's leftovers to be killed")
 
