@@ -208,3 +208,21 @@ def test_bad_allow_entries_are_refused_at_start(tmp_path: Path) -> None:
         )
         assert res.returncode == 2 and res.stderr.startswith("zwarm proxy: "), (bad, res.stderr)
         assert "Traceback" not in res.stderr
+
+
+def test_the_proxy_ends_quietly_when_the_turn_ends_with_a_tunnel_open(
+    run_proxy: Any, target: int
+) -> None:
+    """The outer shell ends the proxy with SIGTERM when the turn ends, tunnels open or not:
+    it exits 0 and writes nothing to the turn's stderr (a SystemExit raised inside asyncio
+    printed a traceback there)."""
+    p = run_proxy((f"fake-llm.test:{target}",), ("fake-llm.test=127.0.0.1",))
+    with socket.socket(socket.AF_UNIX) as c:
+        c.settimeout(30)
+        c.connect(str(p.sock))
+        c.sendall(f"CONNECT fake-llm.test:{target} HTTP/1.1\r\n\r\n".encode())
+        assert c.recv(65536).startswith(b"HTTP/1.1 200")
+        c.sendall(b"GET /slow HTTP/1.1\r\nHost: fake-llm.test\r\n\r\n")  # a tunnel in use
+        p.proc.terminate()
+        assert p.proc.wait(10) == 0
+    assert p.log.read_text() == ""

@@ -267,8 +267,11 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as e:
         print(f"zwarm proxy: {e}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with contextlib.suppress(KeyboardInterrupt, SystemExit):
+    # the turn's end (the outer shell's SIGTERM) ends it at once, tunnels open or not: it
+    # holds nothing to save, and unwinding asyncio from a signal printed tracebacks into the
+    # turn's stderr
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(allowed, path))
     return 0
 
