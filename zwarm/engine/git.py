@@ -14,8 +14,10 @@ Owns how zwarm talks to git for workspaces, snapshots, diffs and merges. Must st
   pagers, credential helpers, every transport (so no ``sshCommand``/``uploadpack``/lazy
   fetch), submodule recursion and automatic gc; ``neutral`` turns off each named driver the
   config defines (``filter.*``, ``diff.*``; a ``merge.*`` driver becomes a conflict), read
-  once per call or per ``Tree``. Files are therefore staged, committed and checked out as
-  their bytes are (a clean or smudge filter, Git LFS's included, never runs);
+  once per call or per ``Tree``, in every file an include names whatever its condition (a
+  ``gitdir:``/``onbranch:`` include applies in the child git ``worktree add`` starts).
+  Files are therefore staged, committed and checked out as their bytes are (a clean or
+  smudge filter, Git LFS's included, never runs);
 - a working tree zwarm acts on for a session is a ``Tree`` (``checked``): its ``.git`` was
   checked to point at the pinned repository (a linked worktree's ``gitdir`` file naming
   ``<repo>/.git/worktrees/<n>``, whose records name the tree back and the repository's git
@@ -186,12 +188,13 @@ def _pairs(off: Sequence[tuple[str, str]]) -> dict[str, str]:
 
 def neutral(cwd: Where, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """Settings that turn off every filter, diff and merge driver the config seen from
-    ``cwd`` defines (includes followed): a ``.gitattributes`` an agent wrote must not make
-    zwarm's git run a command (files are then read as they are on disk; a merge driver is
-    replaced by one that reports a conflict, so nothing is merged silently)."""
-    proc = run(["config", "-z", "--name-only", "--get-regexp", DRIVERS], cwd, env, check=False)
+    ``cwd`` defines (includes followed, every file an include names read whatever its
+    condition: ``_entries``): a ``.gitattributes`` an agent wrote must not make zwarm's git
+    run a command (files are then read as they are on disk; a merge driver is replaced by one
+    that reports a conflict, so nothing is merged silently)."""
+    names = {name for name, _ in _entries(cwd, env) if re.match(DRIVERS, name)}
     pairs: list[tuple[str, str]] = []
-    for name in sorted(set(proc.stdout.decode("utf-8", "surrogateescape").split("\0"))):
+    for name in sorted(names):
         if name.startswith("filter."):
             pairs += [(name, ""), (f"{name.rsplit('.', 1)[0]}.required", "false")]
         elif name.startswith("diff."):
@@ -199,6 +202,46 @@ def neutral(cwd: Where, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         elif name.startswith("merge."):
             pairs.append((name, "false"))  # the shell's builtin: "conflict", no program
     return tuple(pairs)
+
+
+INCLUDE = r"^include(if\..*)?\.path$"
+MAX_INCLUDES = 64  # files an include chain may name (git itself stops at a depth of 10)
+
+
+def _entries(cwd: Where, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The driver and include settings (name, value) of the config seen from ``cwd``, and
+    those of every file an ``include.path`` or ``includeIf.<condition>.path`` names, followed
+    from file to file, each whatever its condition: git applies a conditional include in
+    another context than the one read here (a ``gitdir:`` or ``onbranch:`` one in the child
+    ``git`` that ``worktree add`` starts in the new worktree, or in a temporary worktree), so
+    a driver defined only there must be turned off here too."""
+    wanted = f"({DRIVERS})|({INCLUDE})"
+    out: list[tuple[str, str]] = []
+    seen: list[str] = []
+    folder = str(cwd.top if isinstance(cwd, Tree) else cwd)
+    home = env.get("HOME", "")
+
+    def read(args: list[str], origin: str | None) -> None:
+        proc = run(["config", *args, "-z", "--get-regexp", wanted], cwd, env, check=False)
+        items = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+        if origin is None:  # --show-origin: "file:<path>", "<name>\n<value>", ...
+            pairs = list(zip(items[0::2], items[1::2], strict=False))
+        else:
+            pairs = [(f"file:{origin}", item) for item in items if item]
+        for where, item in pairs:
+            name, _, value = item.partition("\n")
+            out.append((name, value))
+            if re.match(INCLUDE, name) and where.startswith("file:") and value:
+                base = os.path.dirname(os.path.join(folder, where.removeprefix("file:")))
+                if value.startswith("~/") and home:
+                    value = os.path.join(home, value[2:])
+                path = os.path.normpath(os.path.join(base, value))
+                if path not in seen and len(seen) < MAX_INCLUDES and os.path.isfile(path):
+                    seen.append(path)
+                    read(["-f", path, "--no-includes"], path)
+
+    read(["--show-origin"], None)
+    return out
 
 
 def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:
