@@ -264,16 +264,19 @@ class Zwarm:
         squash: bool = False,
         message: str | None = None,
         judge: dict[str, Any] | None = None,
+        queue: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Merge a set's top-ranked attempt (or ``attempt``) as ``merge`` does; the other
+        """Merge a set's top-ranked attempt (or ``attempt``) as ``merge`` does, or with
+        ``queue`` (``enqueue_merge``'s keywords) through the merge queue; the other
         attempts' worktrees are removed, their branches and snapshots kept until ``rm``.
         ``judge`` (``model``, ``attempt``, ``reason``): an LLM's tie-break, taken only among
         the attempts tied on the evidence, and recorded (``orchestrator.judge``)."""
         from zwarm.ops import bestof
 
         return bestof.pick(
-            self, ref, attempt, into=into, squash=squash, message=message, judge=judge
-        )
+            self, ref, attempt, into=into, squash=squash, message=message, judge=judge,
+            queue=queue,
+        )  # fmt: skip
 
     def inject_set(
         self, ref: str, request: MessageRequest | str, /, **options: Any

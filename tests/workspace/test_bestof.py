@@ -374,3 +374,26 @@ def test_a_judge_breaks_a_tie_on_the_evidence_and_never_overrides_it(zw: ZW, cal
     judge = zw.json("compare", set_id)["judge"]
     assert (judge["model"], judge["attempt"], sorted(judge["among"])) == ("judge-model", 2, [1, 2])
     assert judge["reason"] == "b + a reads as the spec"
+
+
+def test_pick_can_queue_the_winner_for_the_merge_queue(zw: ZW, calc: Repo) -> None:
+    """``pick --queue``: the winner goes through the merge queue (rebased, checked there,
+    merged only green, on the queue's check); a queue with no check is refused, nothing
+    changed."""
+    from tests.support.fleet import configure
+
+    configure(zw, UNSANDBOXED)
+    set_id = start(zw, calc, ["bigger", "correct"], "--check", CHECK)
+    settled(zw, set_id)
+    res = zw.run("pick", set_id, "--queue")  # no [merge] check, no --check
+    assert res.returncode != 0 and res.stderr.count("\n") == 1, res.stderr
+    assert "check" in res.stderr
+    assert len(calc.worktrees()) == 3 and zw.json("compare", set_id)["picked"] is None
+    assert zw.run("pick", set_id, "--check", CHECK).returncode == 2  # --check needs --queue
+    # the queue's own check (a red target blocks a queue: the base fails CHECK)
+    got = zw.json("pick", set_id, "--queue", "--check", "test -f src/calc.py")
+    assert got["picked"] == 2 and got["worktrees_removed"] == [1]
+    assert got["queue"]["queued"] and got["queue"]["target"]
+    assert (calc.path / "src" / "calc.py").read_text() == BUG.replace("a - b", "a + b"), got
+    merges = zw.json("merges")
+    assert merges and any(e["state"] == "merged" for q in merges for e in q["entries"]), merges

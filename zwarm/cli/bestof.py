@@ -103,11 +103,17 @@ def _table(v: dict[str, Any]) -> None:
 @click.option("--squash", is_flag=True, help="Squash the attempt's branch into one commit.")
 @click.option("--message", "-m", metavar="M", help="The merge (or squash) commit's message.")
 @click.option("--judge", metavar="MODEL", help="Break a tie on the evidence with this model.")
+@click.option("--queue", is_flag=True, help="Through the merge queue: rebased, checked, merged.")
+@click.option("--target", help="With --queue: the target branch (default: the main worktree's).")
+@click.option("--priority", type=int, default=0, help="With --queue: higher goes first.")
+@click.option("--check", "checks", multiple=True, help="With --queue: a check (over [merge]).")
+@click.option("--no-check", is_flag=True, help="With --queue: merge without any check.")
 @json_option
 @click.pass_context
 def pick_command(
     ctx: click.Context, set_ref: str, attempt: int | None, into: str | None, squash: bool,
-    message: str | None, judge: str | None, as_json: bool,
+    message: str | None, judge: str | None, queue: bool, target: str | None, priority: int,
+    checks: tuple[str, ...], no_check: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Merge the winner of best-of SET: the top-ranked attempt, or ATTEMPT.
 
@@ -122,13 +128,26 @@ def pick_command(
     the orchestrator's endpoint ([orchestrator] base_url and key); its reason is recorded
     with the set (compare --json: judge). It never overrides the evidence.
 
+    With --queue the winner joins the merge queue instead (zwarm merge --queue: rebased onto
+    the latest --target, its checks run, merged only if green; a queue with no check is
+    refused unless --no-check); the other worktrees are removed once it is queued.
+
     \b
     Examples:
       zwarm pick set-3f2a9b1c
+      zwarm pick set-3f2a9b1c --queue --check "pytest -q"
       zwarm pick set-3f2a 2 --squash -m "Add rate limiting"
       zwarm pick set-3f2a --judge gpt-5
     """
     api = get_api(ctx)
+    plan = None
+    if queue:
+        if into is not None or squash or message is not None:
+            raise click.UsageError("--into, --squash and --message are not for --queue")
+        plan = {"target": target, "priority": priority, "checks": list(checks),
+                "no_check": no_check}  # fmt: skip
+    elif target is not None or priority or checks or no_check:
+        raise click.UsageError("--target, --priority, --check and --no-check need --queue")
     verdict = None
     if judge is not None:
         if attempt is not None:
@@ -139,16 +158,26 @@ def pick_command(
         if verdict is not None and not as_json:
             click.echo(f"judge {judge} chose attempt {verdict['attempt']} among "
                        f"{', '.join(map(str, verdict['among']))}: {verdict['reason']}")  # fmt: skip
-    res = api.pick(set_ref, attempt, into=into, squash=squash, message=message, judge=verdict)
+    res = api.pick(
+        set_ref, attempt, into=into, squash=squash, message=message, judge=verdict, queue=plan
+    )
     if as_json:
         from zwarm.cli.output import emit_json
 
         emit_json(res)
         return
-    m = res["merge"]
-    how = "squashed" if m.get("squash") else "merged"
-    what = f"{how} {m['branch']} into {m['into']}" if m.get("merged") else "nothing to merge"
-    click.echo(f"picked attempt {res['picked']} ({res['session']}): {what}")
+    if plan is not None:
+        from zwarm.cli.mergeq import print_run
+
+        q = res["queue"]
+        click.echo(f"picked attempt {res['picked']} ({res['session']}): queued for {q['target']}")
+        if q["run"] is not None:
+            print_run(q["run"])
+    else:
+        m = res["merge"]
+        how = "squashed" if m.get("squash") else "merged"
+        what = f"{how} {m['branch']} into {m['into']}" if m.get("merged") else "nothing to merge"
+        click.echo(f"picked attempt {res['picked']} ({res['session']}): {what}")
     if res["worktrees_removed"]:
         shown = ", ".join(str(n) for n in res["worktrees_removed"])
         click.echo(f"removed the worktrees of attempts {shown} (branches kept until rm)")

@@ -287,9 +287,12 @@ def pick(
     squash: bool = False,
     message: str | None = None,
     judge: dict[str, Any] | None = None,
+    queue: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Merge the top-ranked attempt (or ``attempt``) like ``zwarm merge``; then remove the
-    other attempts' worktrees (their branches and snapshots stay until ``rm``). ``judge``
+    """Merge the top-ranked attempt (or ``attempt``) like ``zwarm merge``, or with ``queue``
+    (``Zwarm.enqueue_merge``'s keywords) put it in the merge queue (rebased, checked and
+    merged there: every rule of the queue holds, a queue with no check refused); then remove
+    the other attempts' worktrees (their branches and snapshots stay until ``rm``). ``judge``
     (``model``, ``attempt``, ``reason``): an LLM's tie-break, taken only for an attempt tied
     with the best on the evidence, and recorded with the set."""
     v = view(api, ref)
@@ -318,7 +321,12 @@ def pick(
         chosen = next((r for r in rows if r["attempt"] == attempt), None)
         if chosen is None:
             raise InvalidInput(f"set {v['set']} has no attempt {attempt} (1 to {len(rows)})")
-    merged = api.merge(chosen["session"], into=into, squash=squash, message=message)
+    if queue is not None:
+        if into is not None or squash or message is not None:
+            raise InvalidInput("into, squash and message are not for a queued pick")
+        queued = api.enqueue_merge([chosen["session"]], **queue)  # refused: nothing changes
+    else:
+        merged = api.merge(chosen["session"], into=into, squash=squash, message=message)
     _sets(api).update(v["set"], lambda b: _picked(b, chosen["attempt"], api, verdict))
     removed, kept = [], []
     for r in rows:
@@ -335,7 +343,7 @@ def pick(
         "set": v["set"],
         "picked": chosen["attempt"],
         "session": chosen["session"],
-        "merge": merged,
+        **({"queue": queued} if queue is not None else {"merge": merged}),
         "worktrees_removed": removed,
         "not_removed": kept,
     }

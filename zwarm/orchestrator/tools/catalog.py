@@ -385,6 +385,11 @@ TOOLS: tuple[Tool, ...] = (
                     "type": "boolean",
                     "description": "One commit on the target instead of a merge (default false).",
                 },
+                "queue": {
+                    "type": "boolean",
+                    "description": "Through the merge queue instead (rebased, the user's [merge] "
+                    "check run, merged only if green; default false).",
+                },
             },
             ["set_id"],
         ),

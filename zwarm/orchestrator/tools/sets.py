@@ -58,8 +58,16 @@ def compare(tb: Toolbox, a: dict[str, Any]) -> Result:
 
 
 def pick(tb: Toolbox, a: dict[str, Any]) -> Result:
+    # queued: the user's trusted [merge] check only, as the merge_queue tool (a model names
+    # no check command and cannot skip the check)
+    queue = {"checks": [], "no_check": False} if a.get("queue") else None
     res = tb.api.pick(
-        a["set_id"], a.get("attempt"), into=a.get("into"), squash=bool(a.get("squash"))
+        a["set_id"],
+        a.get("attempt"),
+        into=a.get("into"),
+        squash=bool(a.get("squash")),
+        queue=queue,
     )
-    res["merge"] = {k: v for k, v in res["merge"].items() if k != "worktree"}
+    if "merge" in res:
+        res["merge"] = {k: v for k, v in res["merge"].items() if k != "worktree"}
     return res
