@@ -511,3 +511,28 @@ def test_the_merge_queue_on_the_dashboard(zw, serve, browser) -> None:
     page.wait_for_selector("#merges-run:enabled")
     assert repo.git("show", "main:ok.txt") == "ok\n"
     assert problems == []
+
+
+def test_the_ledger_and_the_accounts_on_the_board(zw, serve, browser) -> None:
+    """The board shows zwarm usage's totals (by account, or as chosen) and each account's
+    state as zwarm accounts has them (issue 38: the dashboard shows the ledger)."""
+    zw.state_dir.mkdir(parents=True, exist_ok=True)
+    zw.write_config('[accounts.codex.main]\nenv = { ACCT = "main" }\nmax_running = 3\n')
+    sids = [zw.spawn(f"t{i}", env_extra=zw.replay("codex_simple")) for i in range(2)]
+    zw.wait(*sids)
+    total = zw.json("usage")["total"]
+    assert total["turns"] == 2 and total["total_tokens"] > 0
+    srv = serve()
+    page = browser.new_context(viewport=DESKTOP).new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(f"{srv.base}/#token={srv.token}")
+    page.wait_for_selector("#usage:visible")
+    acct = page.locator("#accounts-list tr.acct-ready").text_content() or ""
+    assert "codex.main" in acct and "0/3" in acct, acct
+    row = page.locator("#usage-list tr.total").text_content() or ""
+    assert f"{total['total_tokens']}" in row and "total" in row, row
+    page.select_option("#usage-by", "agent")
+    page.wait_for_selector("#usage-list th:has-text('agent')")
+    assert "codex" in (page.locator("#usage-list").text_content() or "")
+    assert problems == []

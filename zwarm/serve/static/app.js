@@ -313,7 +313,10 @@
     );
     setInterval(() => {
       queueDraw(); // ages
-      if (!$("board").hidden) loadMerges();
+      if (!$("board").hidden) {
+        loadMerges();
+        loadUsage();
+      }
     }, 10000);
   }
   function queueDraw() {
@@ -433,6 +436,7 @@
     document.title = "zwarm";
     queueDraw();
     loadMerges();
+    loadUsage();
   }
 
   // ------------------------------------------------------------------ the merge queue
@@ -459,6 +463,61 @@
     }
     $("merges-list").replaceChildren(wrap);
     $("merges").hidden = queues.length === 0;
+  }
+  // ------------------------------------------------------------------ usage and accounts
+  // as zwarm usage and zwarm accounts print them: the ledger's totals (a cost with unpriced
+  // turns is "≥ " its known part, "~" estimated) and each account's state
+  async function loadUsage() {
+    let usage, accounts;
+    try {
+      const by = $("usage-by").value;
+      [usage, accounts] = await Promise.all([
+        api("GET", "/api/usage?by=" + encodeURIComponent(by)),
+        api("GET", "/api/accounts"),
+      ]);
+    } catch (e) {
+      return; // the board still works; the next load tries again
+    }
+    const acc = el("table", "usage-accounts");
+    if (accounts.length) {
+      const head = el("tr");
+      for (const h of ["account", "state", "running", "today", "last limit"]) head.append(el("th", "", h));
+      acc.append(head);
+    }
+    for (const a of accounts.slice(0, 100)) {
+      const tr = el("tr", "acct-" + a.state);
+      let state = a.state;
+      if (a.until) state += " until " + new Date(a.until).toLocaleTimeString();
+      if (a.why) state += " (" + oneLine(a.why, 120) + ")";
+      const budget = a.budget_daily_usd ? " of $" + a.budget_daily_usd.toFixed(2) : "";
+      tr.append(
+        el("td", "", a.agent + "." + a.name),
+        el("td", "", state),
+        el("td", "num", a.running + (a.max_running ? "/" + a.max_running : "")),
+        el("td", "num", "$" + a.spent_today_usd.toFixed(4) + budget),
+        el("td", "dim", a.last_limit ? oneLine(a.last_limit.reason + " " + (a.last_limit.at || ""), 80) : "-"),
+      );
+      acc.append(tr);
+    }
+    const tab = el("table", "usage-rows");
+    const head = el("tr");
+    for (const h of [usage.by, "turns", "tokens", "cost"]) head.append(el("th", "", h));
+    tab.append(head);
+    for (const r of [...usage.rows.slice(0, 200), usage.total]) {
+      const cost = fmtCost(r.cost_usd, r.estimated_turns ? "estimated" : null, r.cost_complete);
+      const unpriced = r.unpriced_turns ? " (" + r.unpriced_turns + " turns unpriced)" : "";
+      const tr = el("tr", r === usage.total ? "total" : "");
+      tr.append(
+        el("td", "", r.key),
+        el("td", "num", r.turns),
+        el("td", "num", r.total_tokens),
+        el("td", "num", cost + unpriced),
+      );
+      tab.append(tr);
+    }
+    $("accounts-list").replaceChildren(accounts.length ? acc : "");
+    $("usage-list").replaceChildren(tab);
+    $("usage").hidden = usage.rows.length === 0 && accounts.length === 0;
   }
   async function runMerges() {
     $("merges-run").disabled = true;
@@ -907,6 +966,7 @@
     $("rm-btn").addEventListener("click", remove);
     $("queue-btn").addEventListener("click", queueMerge);
     $("merges-run").addEventListener("click", runMerges);
+    $("usage-by").addEventListener("change", loadUsage);
     for (const b of $("tabs").querySelectorAll("button")) b.addEventListener("click", () => selectTab(b.dataset.tab));
     startBoard();
     window.addEventListener("hashchange", route);
