@@ -12,6 +12,9 @@ config from, so a filter defined only there must be turned off too.
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +80,45 @@ def test_spawn_worktree_runs_no_filter_of_a_conditional_include(
     marker = _plant_filter(zw, repo, condition)
     _spawn(zw, repo, "w1", "true")
     assert not marker.exists(), "the planted filter ran in zwarm's git"
+
+
+def test_merge_queue_checks_see_no_secret_of_zwarms_environment(zw: ZW, repo: Repo) -> None:
+    """A check runs the agent's code (its ``conftest.py``), and its output's tail goes back
+    to the agent in the ejection comment: zwarm's environment (an API key, an account's
+    token) must not be in the check's."""
+    _spawn(zw, repo, "sx", f"echo x > x.txt; git add -A; {GIT} commit -qm x")
+    probe = "if env | grep -q sk-zwarm-secret; then echo LEAKED; exit 1; fi"
+    zw.write_config(f'[checks]\nunsandboxed = true\n\n[merge]\ncheck = ["{probe}"]\n')
+    secrets = {"OPENAI_API_KEY": "sk-zwarm-secret", "ANTHROPIC_API_KEY": "sk-zwarm-secret"}
+    res = zw.run("merge", "--queue", "sx", "--json", env_extra=secrets)
+    assert res.returncode == 0, res.stderr
+    assert [d["state"] for d in json.loads(res.stdout)["run"]["done"]] == ["merged"], res.stdout
+    assert repo.git("show", "main:x.txt") == "x\n"
+
+
+def test_a_planted_cooldown_fifo_or_linked_accounts_dir_hangs_and_follows_nothing(
+    zw: ZW,
+) -> None:
+    """The state dir's ``accounts/`` is agent-writable: a FIFO as a cooldown file is no file
+    (``zwarm accounts`` answers at once), and an ``accounts`` link to a folder elsewhere is
+    refused when a cooldown is recorded, nothing written through it."""
+    from tests.support.fleet import configure
+    from zwarm.engine import accounts
+    from zwarm.errors import StoreError
+
+    configure(zw, '[accounts.claude.A]\nenv = { ACCT = "A" }\n')
+    d = zw.state_dir / "accounts"
+    d.mkdir(mode=0o700)
+    os.mkfifo(d / "claude.A.json")
+    res = zw.run("accounts", "--json", timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert {x["name"]: x for x in json.loads(res.stdout)}["A"]["state"] == "ready"
+    (d / "claude.A.json").unlink()
+    d.rmdir()
+    victim = zw.tmp / "victim"
+    victim.mkdir()
+    d.symlink_to(victim)
+    now = time.time()
+    with pytest.raises(StoreError):
+        accounts.cool(zw.api().store, "claude", "A", now + 60, "usage_limit", "x", now)
+    assert list(victim.iterdir()) == []
