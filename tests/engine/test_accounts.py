@@ -102,6 +102,9 @@ def test_twenty_spawns_at_once_never_exceed_either_accounts_cap(zw: ZW) -> None:
     gate = zw.tmp / "go"
     env = {**zw.env, **extra, "MY_A_KEY": "k-secret", "FAKE_WAIT_FILE": str(gate)}
     env["FAKE_REPLAY"] = zw.sample("codex_simple")
+    # every zwarm command below runs with the spawns' environment: a queued turn gets the
+    # environment of the command whose scheduler pass starts it (docs/fleet.md)
+    extra = {k: v for k, v in env.items() if zw.env.get(k) != v}
     procs = [
         subprocess.Popen(
             [str(ZWARM_BIN), "spawn", f"task {i}", "--adapter", "codex"],

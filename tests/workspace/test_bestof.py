@@ -73,10 +73,18 @@ def start(zw: ZW, repo: Repo, models: list[str], *args: str, **extra: str) -> st
     return set_id
 
 
-def settled(zw: ZW, set_id: str) -> dict[str, object]:
-    """The set's view once no attempt runs (compare settles what the supervisors did not)."""
-    wait_until(lambda: not any(a["pending"] for a in zw.json("compare", set_id)["attempts"]))
-    view: dict[str, object] = zw.json("compare", set_id)
+def settled(zw: ZW, set_id: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """The set's view once no attempt runs (compare settles what the supervisors did not).
+    ``env``: the spawn's, when attempts are queued (a queued turn gets the environment of the
+    command whose scheduler pass starts it, docs/fleet.md)."""
+    view: dict[str, object] = {}
+
+    def done() -> bool:
+        nonlocal view
+        view = zw.json("compare", set_id, env_extra=env)
+        return not any(a["pending"] for a in view["attempts"])  # type: ignore[union-attr]
+
+    wait_until(done)
     return view
 
 
@@ -150,11 +158,13 @@ def test_a_set_under_max_running_queues_its_attempts(zw: ZW, calc: Repo) -> None
     models = ["correct", "bigger", "correct", "bigger"]
     gate = zw.gated(hold)
     set_id = start(zw, calc, models, **gate)
-    rows = [r for r in zw.json("ls", env_extra=gate) if r["set"] == set_id]
+    # the spawn's environment for every command that may start a queued attempt
+    env = {"FAKE_SHELL": shell_for(models), "FAKE_REPLAY": replays(zw.tmp, models), **gate}
+    rows = [r for r in zw.json("ls", env_extra=env) if r["set"] == set_id]
     assert sorted(r["status"] for r in rows) == ["queued", "queued", "running", "running"]
     assert all("max_running = 2" in r["wait"] for r in rows if r["status"] == "queued")
     hold.unlink()
-    view = settled(zw, set_id)
+    view = settled(zw, set_id, env)
     assert [a["status"] for a in view["attempts"]] == ["completed"] * 4  # type: ignore[index,union-attr]
 
 
