@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -133,7 +134,10 @@ def _marked(script: str, sid: str) -> subprocess.Popen[bytes]:
     )
 
 
-SID = "0f0f0f0f-0000-4000-8000-00000000abcd"
+# this worker's own ids (xdist runs other tests of this module at the same time, in other
+# workers: a fixed id let one test's kill_session find another's marked processes)
+_RUN = secrets.token_hex(2)
+SID = f"0f0f0f0f-{_RUN}-4000-8000-00000000abcd"
 
 
 def test_kill_session_finds_marked_orphans_after_the_leader_died(cleanup) -> None:
@@ -162,7 +166,7 @@ def test_kill_session_never_signals_an_unmarked_process_even_with_its_true_ident
     assert procs.terminate_all([(ref, SID)], grace=0.5) == []
     time.sleep(0.2)
     assert victim.poll() is None and procs.is_alive(ref)
-    other = _marked("sleep 300", "0f0f0f0f-0000-4000-8000-00000000ffff")  # another session's
+    other = _marked("sleep 300", f"0f0f0f0f-{_RUN}-4000-8000-00000000ffff")  # another session's
     cleanup.append(other)
     oref = wait_until(lambda: procs.identify(other.pid), message="other")
     assert procs.kill_session(oref, SID, grace=0.5) is False
@@ -318,7 +322,7 @@ def test_descendants_from_one_pass_match_psutil(cleanup) -> None:
 
 # ------------------------------------------------------------------ stopping many at once
 def _sids(n: int) -> list[str]:
-    return [f"0f0f0f0f-0000-4000-8000-{i:012x}" for i in range(n)]
+    return [f"0f0f0f0f-{_RUN}-4000-8000-{i:012x}" for i in range(n)]
 
 
 def _marked_groups(cleanup, sids: list[str], script: str, each: int) -> list[tuple[ProcRef, str]]:
