@@ -17,11 +17,12 @@ echo "bwrap: No permissions to creating new namespace, likely because the kernel
 allow non-privileged user namespaces." >&2
 exit 1
 """
-# a "sandbox" that isolates nothing: runs what follows "--" as it is
+# a "sandbox" that isolates nothing: runs what follows "--" as it is (as a job of its own,
+# ended whole when it exits: what it starts, the port bridge's listeners, runs on the host)
 LEAKY = """#!/bin/sh
 while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done
 shift
-exec "$@"
+exec setsid -w /bin/sh -c '"$@"; rc=$?; trap "" TERM; kill -TERM 0; exit $rc' sh "$@"
 """
 
 
@@ -91,3 +92,35 @@ def test_processes_ending_meanwhile_do_not_hide_a_leak(tmp_path: Path) -> None:
     script = test.replace("/proc/[0-9]*/cmdline", files)
     res = subprocess.run(["/bin/sh", "-c", script], cwd=tmp_path, capture_output=True)
     assert res.returncode == 0, res
+
+
+def test_a_sandbox_without_its_bridge_mount_does_not_wait_for_the_bridge(tmp_path: Path) -> None:
+    """The script run first inside (the port bridge) waits for each port's socket in the
+    bridge directory; where that directory was never bound (a leaky bubblewrap that set up no
+    mounts) it must not wait at all: that wait, some 600 sleeps, once took the preflight past
+    its timeout on a loaded machine, and the leak was reported as "not run"."""
+    import shlex
+    import socket
+    import subprocess
+
+    from zwarm.sandbox import Policy, bwrap
+
+    assert not os.path.exists(bwrap.BRIDGE_DIR)
+    with socket.create_server(("127.0.0.1", 0)) as srv:  # the port is up: no wait for it
+        port = srv.getsockname()[1]
+        policy = Policy(cwd=str(tmp_path), tree=str(tmp_path), ports=(port,), home=str(tmp_path))
+        outer = bwrap.command(["true"], policy, str(tmp_path / "sock"))[2]
+        line = outer[outer.index(bwrap.tools()["bwrap"] or "bwrap") : outer.rindex("\nrc=$?")]
+        words = shlex.split(line)  # the bubblewrap line
+        inner = words[words.index("--") + 3]  # -- /bin/sh -c SCRIPT
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        log = tmp_path / "sleeps"
+        for name, body in (("sleep", f"echo x >> {log}"), ("socat", "exit 0")):
+            (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+            (bin_dir / name).chmod(0o755)
+        script = inner.replace(bwrap.tools()["socat"] or "socat", "socat")
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        res = subprocess.run(["/bin/sh", "-c", script, "zw", "true"], env=env, timeout=60)
+    assert res.returncode == 0
+    assert not log.exists(), f"{len(log.read_text().splitlines())} sleeps"

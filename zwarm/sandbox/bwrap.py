@@ -249,8 +249,9 @@ def command(
         )
         inner.append(_wait(f"! _listening 0100007F:{port:04X}"))
     for port in policy.ports:  # the outside ends, started alongside the sandbox: waited
-        inner.append(_wait(f"[ ! -S {BRIDGE_DIR}/{port}.sock ]"))  # for here, so neither
-        # waits for the other
+        # for here, so neither waits for the other (nor for a bridge directory not bound:
+        # a sandbox that did not set up its mounts has nothing to wait for)
+        inner.append(_wait(f"[ -d {BRIDGE_DIR} ] && [ ! -S {BRIDGE_DIR}/{port}.sock ]"))
     inner.append('exec "$@"')
     sb += ["--", "/bin/sh", "-c", "\n".join(inner), "zwarm-sandbox", *argv]
     outer = [*prefix, f"d={shlex.quote(sock_dir)}", "pids="]
