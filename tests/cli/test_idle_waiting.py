@@ -207,8 +207,8 @@ def test_top_paints_each_distinct_cell_once(monkeypatch: pytest.MonkeyPatch) -> 
 def test_top_lines_never_pass_the_terminal_width(width: int) -> None:
     paint = live._Painter(render.console())  # not a terminal here: plain text
     head = tuple(name for name, _ in live._TOP_COLUMNS)
-    row = ("0123abcd", "a-rather-long-na…", "[red]failed[/] [dim](supervisor_lost)[/]", "12",
-           "1:02:03", "1.2M", "[bold]$[/] " + "x" * 300)  # fmt: skip
+    row = ("0123abcd", "a-rather-long-na…", "[red]failed[/] [dim](supervisor_lost)[/]",
+           "build-box", "12", "1:02:03", "1.2M", "[bold]$[/] " + "x" * 300)  # fmt: skip
     lines = live._table(paint, [head, row], width)
     assert all(len(x) <= width for x in lines), [len(x) for x in lines]
     assert lines[1].endswith("…")

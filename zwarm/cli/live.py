@@ -210,8 +210,12 @@ class Board:
         rows = [self._running_row(s) for s in running[:room]]
         left = None if room is None else max(0, room - len(rows))
         rows += [self._finished_row(r) for r in done[:left]]
-        head = tuple(f"[bold]{name}[/]" for name, _ in _TOP_COLUMNS)
-        table = _table(paint, [head, *rows], width)
+        columns = _TOP_COLUMNS
+        if not any(r.get("host") for r in self.rows):  # as ls: HOST once a session runs on one
+            columns = tuple(c for c in columns if c[0] != "HOST")
+            rows = [(*r[:_HOST], *r[_HOST + 1 :]) for r in rows]
+        head = tuple(f"[bold]{name}[/]" for name, _ in columns)
+        table = _table(paint, [head, *rows], width, columns)
         return [paint.cell(self._title(), width)[0], "", *table]
 
     def _title(self) -> str:
@@ -230,12 +234,14 @@ class Board:
         if s.queue:
             doing = f"(+{len(s.queue)} queued) {doing}"
         listed = next((r for r in self.rows if r["id"] == s.id), None)  # its launcher's word
+        host = listed.get("host") if listed else None
         if listed is None or listed["status"] != s.status.value:
             listed = {"status": s.status.value}
         return (
             s.id[:8],
             render.esc(oneline(s.name or "-", 16)),
             render.shown_markup(listed),
+            _host_cell(host),
             str(t.n),
             render.fmt_clock(elapsed),
             render.fmt_tokens(follow.tokens_so_far(s, w)),
@@ -253,6 +259,7 @@ class Board:
             r["id"][:8],
             render.esc(oneline(r.get("name") or "-", 16)),
             label,
+            _host_cell(r.get("host")),
             str(r.get("turns", 0)),
             render.fmt_ago(r.get("updated_at"), self.now),
             render.fmt_tokens(usage.get("total_tokens")) if usage else "-",
@@ -264,20 +271,32 @@ _TOP_COLUMNS: tuple[tuple[str, str], ...] = (  # name, justify (the last column 
     ("ID", "left"),
     ("NAME", "left"),
     ("STATUS", "left"),
+    ("HOST", "left"),  # shown only when a session runs on a host (as ls)
     ("TURN", "right"),
     ("TIME", "right"),
     ("TOKENS", "right"),
     ("NOW / LAST", "left"),
 )
+_HOST = 3  # HOST's place in _TOP_COLUMNS
 _GAP = "  "
 
 
-def _table(paint: _Painter, rows: list[tuple[str, ...]], width: int) -> list[str]:
-    """``rows`` of markup cells as terminal lines of at most ``width`` cells: each column as
-    wide as its widest cell (the widest shrunk, cells cut with …, when they do not fit), the
-    last one filling what is left."""
+def _host_cell(host: Any) -> str:
+    """A row's HOST cell: the host its latest turn ran on (ssh), else "-"."""
+    return render.esc(oneline(host, 24)) if isinstance(host, str) and host else "-"
+
+
+def _table(
+    paint: _Painter,
+    rows: list[tuple[str, ...]],
+    width: int,
+    columns: tuple[tuple[str, str], ...] = _TOP_COLUMNS,
+) -> list[str]:
+    """``rows`` of markup cells (one per ``columns``) as terminal lines of at most ``width``
+    cells: each column as wide as its widest cell (the widest shrunk, cells cut with …, when
+    they do not fit), the last one filling what is left."""
     painted = [[paint.cell(c) for c in r[:-1]] for r in rows]
-    natural = [max((p[i][1] for p in painted), default=0) for i in range(len(_TOP_COLUMNS) - 1)]
+    natural = [max((p[i][1] for p in painted), default=0) for i in range(len(columns) - 1)]
     widths = _fit(natural, width - len(_GAP) * len(natural) - LAST_MIN)
     rest = max(1, width - sum(widths) - len(_GAP) * len(widths))
     out = []
@@ -286,18 +305,21 @@ def _table(paint: _Painter, rows: list[tuple[str, ...]], width: int) -> list[str
         for i, ((text, used), w) in enumerate(zip(row, widths, strict=True)):
             if used > w:
                 text, used = paint.cell(r[i], w)
-            parts.append(_pad(text, w - used, _TOP_COLUMNS[i][1]))
+            parts.append(_pad(text, w - used, columns[i][1]))
         parts.append(paint.cell(r[-1], rest)[0])
         out.append(_GAP.join(parts))
     return out
 
 
 def _fit(widths: list[int], room: int) -> list[int]:
-    """``widths`` shrunk, one cell at a time, until they fit in ``room``: the widest of NAME
-    and STATUS first (down to a few cells), then the widest of all."""
+    """``widths`` shrunk, one cell at a time, until they fit in ``room``: the widest of NAME,
+    STATUS and HOST (when shown: the 4th column of 7) first (down to a few cells), then the
+    widest of all but ID (the handle one types), then ID too."""
     widths = list(widths)
     room = max(room, len(widths))
-    for cols, least in (((1, 2), 4), (range(len(widths)), 1)):
+    first = (1, 2, _HOST) if len(widths) == len(_TOP_COLUMNS) - 1 else (1, 2)
+    steps = ((first, 4), (range(1, len(widths)), 1), (range(len(widths)), 1))
+    for cols, least in steps:
         while sum(widths) > room:
             i = max(cols, key=lambda i: widths[i])
             if widths[i] <= least:

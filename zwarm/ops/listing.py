@@ -134,14 +134,12 @@ def _listed(
 def launcher_says(api: Zwarm, sessions: list[Session]) -> dict[str, dict[str, Any]]:
     """What the launchers of ``sessions``' running turns say of them, as a listing's rows
     carry it (``launcher_state``, ``shown_status``; see ``_listed``): one query per
-    launcher (a cluster's queue is asked once for all). The dashboard's live rows
-    (``serve.streams``) show a pending Slurm job as ``zwarm ls`` does. Only launchers that
-    answer many at once are asked (a local turn says nothing but ``running``)."""
-    from zwarm.launchers import survey
-
+    launcher (a cluster's queue is asked once for all, every host at once). The dashboard's
+    live rows (``serve.streams``) show a pending Slurm job, or a host that does not answer
+    (``unknown (host a unreachable)``), as ``zwarm ls`` does: every launcher is asked, as
+    ``ls`` asks it (``_survey``), not only those that answer many turns at once."""
     running = [s for s in sessions if s.status in RUNS and s.current is not None]
-    items = [(s.id, s.current) for s in running if s.current is not None]
-    probes = survey(items, api._launcher, batched=True) if items else {}
+    probes = _survey(api, running)
     return {
         s.id: {"launcher_state": _launcher_state(p, s), "shown_status": p.label()}
         for s in running

@@ -25,8 +25,9 @@ Owns reading turn logs and session state for HTTP clients and fanning it out. Mu
   all clients, wakes it when its meta.json changes), and the watcher runs only while a
   client streams, or for a grace period after;
 - a fleet row is the row ``zwarm ls --json`` lists: a running one carries what its launcher
-  says of it (``shown_status``: ``queued (slurm: Resources)``), asked once for all running
-  rows per look (``Zwarm.launcher_says``: one ``squeue``, whose answers are cached);
+  says of it (``shown_status``: ``queued (slurm: Resources)``, ``unknown (host a
+  unreachable)``), asked once for all running rows per look (``Zwarm.launcher_says``: one
+  ``squeue``, whose answers are cached; every host probed at once);
 - everything that blocks runs in a thread; the event loop only moves encoded frames, and
   only the loop's thread touches a ``Feed``.
 """

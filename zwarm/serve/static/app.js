@@ -358,6 +358,7 @@
     const step = r.activity || (r.status === "failed" ? r.error : r.last_message) || "";
     const agent = el("td", "c-agent", r.adapter || "-");
     if (sandboxed(r)) agent.append(el("span", "sbx-flag", r.sandbox));
+    if (r.host) agent.append(el("span", "host-flag", "on " + oneLine(r.host, 24)));  // as ls's HOST
     tr.append(
       st,
       who,
