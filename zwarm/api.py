@@ -185,6 +185,11 @@ class Zwarm:
         from zwarm.engine.manager import check_cwd
 
         site = starting.site_for(self, req)  # a host's (ssh): its cwd resolved there
+        if site is not None and adapter == "gemini":  # docs/hosts.md, "Not yet on a host"
+            raise InvalidInput(
+                "gemini does not run on a host yet: its session home (its settings: telemetry "
+                "off, the working folder untrusted) is made only here"
+            )
         if site is None:
             here = Path(req.cwd) if req.cwd is not None else self.env.cwd
             workdir = check_cwd(here, self.state_dir)

@@ -8,6 +8,7 @@ on the host by the host's user."""
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +27,8 @@ SID = "11111111-2222-4333-8444-555555555555"
 
 def _config(zw: ZW, bed: Any, limits: dict[str, Any] | None = None) -> str:
     hosts = {n: bed.config(f"host-{n}", cwd=str(bed.hosts[f"host-{n}"].repo)) for n in "ab"}
-    table: dict[str, Any] = {"codex": {"command": CODEX}, "claude": {"command": CLAUDE}}
+    table: dict[str, Any] = {"codex": {"command": CODEX}, "claude": {"command": CLAUDE},
+                             "gemini": {"command": CODEX}}  # fmt: skip
     if limits:
         table["limits"] = limits
     return tomli_w.dumps({**table, "hosts": hosts})
@@ -187,3 +189,15 @@ def test_serve_lists_host_sessions_with_their_host_and_an_unreachable_one(
         assert {r["id"]: r for r in srv.get("/api/sessions").json()}[a]["shown_status"] is None
     finally:
         srv.stop()
+
+
+def test_gemini_on_a_host_is_refused_in_one_line(hf: Hosts) -> None:
+    """Regression: a gemini turn on a host was sent ``GEMINI_CLI_HOME`` naming a directory of
+    this machine, so gemini there ran with a home zwarm never wrote (usage statistics on,
+    no auth type): refused until its home is made on the host."""
+    zw = hf.zw
+    r = zw.run("spawn", "--host", "a", "--adapter", "gemini", "task", env_extra=hf.env())
+    assert r.returncode != 0 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("Error: gemini does not run on a host yet"), r.stderr
+    assert not (zw.state_dir / "sessions").exists() or not os.listdir(zw.state_dir / "sessions")
+    assert not remote_dirs(hf, "a")
