@@ -104,13 +104,20 @@ def test_top_and_logs_follow_show_sessions_on_two_hosts_and_here(hf: Hosts) -> N
     assert out == zw.turn_file(sid, 1).read_bytes() == zw.sample_bytes("codex_simple")
 
 
-def test_a_budget_stops_a_turn_on_a_host_as_here_and_leaves_nothing_there(hf: Hosts) -> None:
+@pytest.mark.parametrize(
+    ("budget", "said"), [(("--max-tokens", "1500"), "2,100 tokens"),
+                         (("--max-cost", "1.5"), "$2.1000 spent")]
+)  # fmt: skip
+def test_a_budget_stops_a_turn_on_a_host_as_here_and_leaves_nothing_there(
+    hf: Hosts, budget: tuple[str, str], said: str
+) -> None:
     zw = hf.zw
+    prices = {"claude-x": {"input": 1000.0, "cached_input": 0.0, "output": 1000.0}}
+    zw.write_config(_config(zw, hf.bed) + tomli_w.dumps({"claude": {"prices": prices}}))
     env = hf.env(FAKE_REPLAY=_claude_stream(hf, 6), FAKE_LINE_DELAY="1.0")
-    sid = zw.spawn("--host", "a", "--adapter", "claude", "--max-tokens", "1500", "build it",
-                   env_extra=env)  # fmt: skip
+    sid = zw.spawn("--host", "a", "--adapter", "claude", *budget, "build it", env_extra=env)
     m = wait_status(zw, sid, "failed", timeout=60)
-    assert m["reason"] == "budget_exceeded" and "2,100 tokens" in m["error"], m["error"]
+    assert m["reason"] == "budget_exceeded" and said in m["error"], m["error"]
     assert "stopped while it streamed" in m["error"]
     log = zw.turn_file(sid, 1).read_text()
     assert '"step 1"' in log and '"result"' not in log  # stopped long before its end
