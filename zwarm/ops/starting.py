@@ -194,7 +194,15 @@ def fleet(api: Zwarm, req: SpawnRequest) -> limits.Fleet:
     f = limits.Fleet(
         ids, req.after_any, req.group, req.priority, req.max_cost, req.max_tokens, req.stall
     )
-    return limits.check(f)
+    f = limits.check(f)
+    declared = api.config.groups()
+    if f.group is not None and f.group not in declared:  # a typo would mean no cap at all
+        names = ", ".join(sorted(declared)) or "none"
+        raise InvalidInput(
+            f"--group {f.group!r} is not declared (declared groups: {names}): "
+            f"add [groups.{f.group}] to the config, or name a declared group"
+        )
+    return f
 
 
 def workspace_for(
