@@ -67,6 +67,8 @@ def test_worktree_diff_merge_and_rm_on_the_hosts_repository(hz: Hosts, name: str
     assert git_on(hz, name, repo, "status", "--porcelain") == ""
     assert f"zwarm/w{name}" in git_on(hz, name, repo, "branch", "--list")
     assert f"zwarm/w{name}" in zw.run("show", sid, check=True).stdout
+    row = next(r for r in zw.json("ls") if r["id"] == sid)
+    assert (row["branch"], row["host"], row["status"]) == (f"zwarm/w{name}", name, "completed")
     assert zw.json("show", sid)["workspace"]["branch"] == f"zwarm/w{name}"
     d = zw.json("diff", sid)
     assert {f["path"] for f in d["files"]} == {"f.txt", "g.txt"}
