@@ -207,6 +207,8 @@ class Zwarm:
         ws = None
         if site is None:
             ws = starting.workspace_for(self, workdir, req.worktree, req.branch, req.base)
+        elif req.worktree:  # made on the host by its zwarm
+            ws = starting.host_worktree(self, site, req)
         settled = structs.replace(
             req,
             model=model,

@@ -204,6 +204,8 @@ class Finishing(ManagerCore):
         ws = self._pinned(s)
         if ws is None or t.before is not None:  # none; or prepared already (a deferred turn)
             return False
+        if ws.host is not None:  # on a host: no snapshots (a diff compares with its base)
+            return False
         wrote = n == 1 and ws.mode == "worktree" and self._needs_setup()
         if wrote and not self._setup(s, t, ws):
             return None
@@ -273,7 +275,7 @@ class Finishing(ManagerCore):
         """Turn ``n``'s after snapshot, what it changed, and what the session changed so far."""
         s = self.store.load(sid, history=False)
         ws = self._pinned(s)
-        if ws is None or ws.removed:
+        if ws is None or ws.removed or ws.host is not None:
             return None, None, None
         after = self._snapshot(ws, sid, n, "after")
         if after is None:
