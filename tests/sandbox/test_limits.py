@@ -343,3 +343,46 @@ def test_sweep_never_touches_a_live_turns_cgroup_made_in_another_pid_namespace(
             if Path(d).is_dir():
                 wait_until(lambda d=d: not Path(d, "cgroup.procs").read_text().split())
                 os.rmdir(d)
+
+
+FOREIGN_BRIDGE = """
+import time
+from zwarm.sandbox import bwrap
+print(bwrap.bridge_dir(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_sweep_never_removes_a_live_bridge_made_in_another_pid_namespace(
+    tmp_path: Path,
+) -> None:
+    """Regression: like the cgroups', a port bridge's directory in /tmp named its maker by a
+    pid of the maker's pid namespace, and ``sweep_bridges`` looked that pid up in its own: a
+    container sharing /tmp (an Apptainer one, with its own pid namespace) lost its live
+    turns' bridge sockets to the next sandboxed turn outside."""
+    import subprocess
+    import sys
+
+    from zwarm.sandbox import bwrap
+
+    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot make a pid namespace here")
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", FOREIGN_BRIDGE],
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    d = ""
+    try:
+        assert proc.stdout is not None
+        d = proc.stdout.readline().decode().strip()
+        assert d and Path(d).is_dir(), d
+        assert d not in bwrap.sweep_bridges()
+        assert Path(d).is_dir() and proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if d:
+            bwrap.remove_bridge(d)

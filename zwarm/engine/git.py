@@ -230,8 +230,6 @@ def _watched(
             p.kill()
             p.communicate()
             raise
-        with contextlib.suppress(OSError):  # a git it started and left behind
-            os.killpg(p.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 

@@ -392,11 +392,9 @@ def sweep(how: dict[str, tuple[str, str]] | None = None) -> list[str]:
 
 
 def _pid_ns() -> int:
-    """This process's pid namespace (the inode of ``/proc/self/ns/pid``; 0 if unknown)."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
+    from zwarm.system import procs
+
+    return procs.pid_namespace()
 
 
 def _ticks() -> int:
