@@ -39,6 +39,7 @@ from zwarm.errors import (
     InvalidInput,
     SessionNotFound,
     ZwarmError,
+    naming,
 )
 from zwarm.model import RUNS, Session
 from zwarm.model.records import Attempt, Workspace
@@ -178,8 +179,10 @@ class Zwarm:
         checks.request(req)
         given = [f for f in SET_FIELDS if getattr(req, f) not in ((), None)]
         if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise InvalidInput(f"{flag} belongs to a best-of set: give --best-of N with it")
+            field = given[0]
+            raise naming(InvalidInput, lambda n: (
+                f"{n(field)} belongs to a best-of set: give {n('best_of')} N with it"
+            ))  # fmt: skip
         adapter, model = starting.route(self, req.adapter, req.model)
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd

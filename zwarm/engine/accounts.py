@@ -34,7 +34,7 @@ import msgspec
 from msgspec import Meta
 
 from zwarm.engine import limits
-from zwarm.errors import InvalidInput, StoreError, ZwarmError
+from zwarm.errors import InvalidInput, StoreError, ZwarmError, naming
 from zwarm.model import Session
 from zwarm.model.records import AGENT_NAME, NAME, Short
 from zwarm.model.status import REASON_CODE
@@ -109,9 +109,9 @@ def check_pin(config: "Config", agent: str, name: str | None) -> str | None:
     names = [a.name for a in configured(config, agent)]
     if name not in names:
         have = ", ".join(names) if names else "none"
-        raise InvalidInput(
-            f"--account {name}: {agent} has no such account ([accounts.{agent}.*]: {have})"
-        )
+        raise naming(InvalidInput, lambda n: (
+            f"{n('account')} {name}: {agent} has no such account ([accounts.{agent}.*]: {have})"
+        ))  # fmt: skip
     return name
 
 
