@@ -24,7 +24,7 @@ from zwarm.env import parse_iso
 from zwarm.model import steps as step_text
 from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import Step
-from zwarm.text import brief, cells, clean, cut, oneline, pad
+from zwarm.text import brief, cells, clean, cut, oneline, pad, usd
 
 COLORS = {  # status -> ANSI colour (table_lines: ls and ls --tree)
     "running": "33",
@@ -69,7 +69,7 @@ def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> s
     if cost is None:
         return "?"
     mark = ("" if complete else "≥ ") + ("~" if source == "estimated" else "")
-    return f"{mark}${cost:.4f}" if cost < 1 else f"{mark}${cost:.2f}"
+    return mark + usd(cost)
 
 
 def price_hint(d: dict[str, Any]) -> str | None:
