@@ -72,6 +72,8 @@ class Zwarm:
         self._ticked = -TICK_EVERY_S  # when the last scheduler pass ran (see ``tick``)
         self.warnings: list[str] = []  # see ``warn``
         self.on_warning: Callable[[str], None] | None = None
+        # what a long command is doing, step by step (not a warning; the CLI: stderr)
+        self.on_progress: Callable[[str], None] | None = None
         if self.env.notice is None:  # a long wait for a lock (the scheduler's) is said
             self.env.notice = self.warn
 

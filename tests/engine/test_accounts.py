@@ -306,6 +306,8 @@ def test_a_daily_budget_stops_new_work_on_its_account_only(zw: ZW, midday: str) 
     pinned = zw.spawn("three", "--adapter", "claude", "--account", "A", env_extra=env)
     m = zw.meta(pinned)
     assert m["status"] == "queued" and "account A over budget" in m["turns"][0]["wait"]
+    # the figures say why: not "$0.00 spent today (budget_daily $0.00)"
+    assert "$0.0006 spent today (budget_daily $0.0005)" in m["turns"][0]["wait"]
     accts = {a["name"]: a for a in zw.json("accounts")}
     assert accts["A"]["state"] == "over_budget" and accts["A"]["spent_today_usd"] == 0.000638
     assert accts["B"]["state"] == "ready"

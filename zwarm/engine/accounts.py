@@ -39,6 +39,7 @@ from zwarm.model import Session
 from zwarm.model.records import AGENT_NAME, NAME, Short
 from zwarm.model.status import REASON_CODE
 from zwarm.system.files import atomic_write, locked, read_file
+from zwarm.text import usd
 
 if TYPE_CHECKING:
     from zwarm.config import Config
@@ -245,8 +246,8 @@ def why_not(
         return "cooling", f"account {a.name} cooling down until {clock(c.until, now)} ({c.reason})"
     if a.budget_daily and spend is not None and spend.of(a) >= a.budget_daily:
         return "over_budget", (
-            f"account {a.name} over budget: ${spend.of(a):.2f} spent today "
-            f"(budget_daily ${a.budget_daily:.2f})"
+            f"account {a.name} over budget: {usd(spend.of(a))} spent today "
+            f"(budget_daily {usd(a.budget_daily)})"
         )
     if a.max_running and running >= a.max_running:
         return "full", f"account {a.name} full: {running} running (max_running = {a.max_running})"
