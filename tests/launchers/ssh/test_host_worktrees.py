@@ -75,6 +75,17 @@ def test_worktree_diff_merge_and_rm_on_the_hosts_repository(hz: Hosts, name: str
     assert d["changes"] == {"files": 2, "added": 2, "removed": 1}
     text = zw.run("diff", sid, check=True).stdout
     assert "-two" in text and "+TWO" in text and "+new" in text
+    made = zw.json("comment", sid, "f.txt:2", "say why")["comments"]
+    assert [(c["id"], c["path"], c["line"]) for c in made] == [(1, "f.txt", 2)]
+    assert "+TWO" in made[0]["context"]  # the diff lines around it, as the host has them
+    r = zw.run("comment", sid, "README.md:1", "x")
+    assert r.returncode != 0 and "README.md is not changed by session" in r.stderr, r.stderr
+    zw.run("inject", sid, "address the review", env_extra=hz.env(), check=True)
+    assert zw.wait(sid).returncode == 0
+    again = hz.recorded(2)  # the follow-up: in the worktree there, the comment sent first
+    assert again["cwd"] == tree
+    prompt = (hz.record / "prompt2.bin").read_text()
+    assert "Review comments on your changes" in prompt and "say why" in prompt
     merged = zw.json("merge", sid)
     assert merged["merged"] is True and merged["into"] == "main" and merged["committed"]
     assert git_on(hz, name, repo, "show", "HEAD:f.txt") == "one\nTWO\n"
