@@ -89,6 +89,8 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
         raise InvalidInput(
             "--best-of runs each attempt in its own worktree: --shared cannot be given"
         )
+    if req.host or (req.launcher is None and api.config.get("defaults", "host")):
+        raise InvalidInput("--best-of runs its attempts here: not on a host (--host) yet")
     pairs = plan(req)
     routes = [starting.route(api, a, m) for a, m in pairs]
     for adapter in dict.fromkeys(a for a, _ in routes):

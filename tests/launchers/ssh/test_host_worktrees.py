@@ -113,6 +113,15 @@ def test_a_conflicting_merge_on_a_host_is_refused_in_one_line_and_changes_nothin
     assert git_on(hz, "a", repo, "rev-parse", "HEAD") == head
     assert git_on(hz, "a", repo, "status", "--porcelain") == ""
     assert git_on(hz, "a", repo, "show", "HEAD:f.txt") == "one\nTHEIRS\n"
+    # what runs here only is refused for it in one line: the merge queue, a best-of set
+    for args, said in (
+        (["merge", "--queue", sid, "--no-check"], "the merge queue runs here"),
+        (["spawn", "--best-of", "2", "--host", "a", "-C", str(repo), "t"], "not on a host"),
+    ):
+        r = zw.run(*args, env_extra=hz.env())
+        assert r.returncode != 0 and said in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert git_on(hz, "a", repo, "rev-parse", "HEAD") == head
 
 
 def test_an_agent_planting_a_filter_or_a_dot_git_on_the_host_decides_nothing(hz: Hosts) -> None:
