@@ -39,6 +39,7 @@ from zwarm.errors import (
     InvalidInput,
     SessionNotFound,
     ZwarmError,
+    naming,
 )
 from zwarm.model import RUNS, Session
 from zwarm.model.records import Attempt, Workspace
@@ -71,6 +72,8 @@ class Zwarm:
         self._ticked = -TICK_EVERY_S  # when the last scheduler pass ran (see ``tick``)
         self.warnings: list[str] = []  # see ``warn``
         self.on_warning: Callable[[str], None] | None = None
+        # what a long command is doing, step by step (not a warning; the CLI: stderr)
+        self.on_progress: Callable[[str], None] | None = None
         if self.env.notice is None:  # a long wait for a lock (the scheduler's) is said
             self.env.notice = self.warn
 
@@ -178,8 +181,10 @@ class Zwarm:
         checks.request(req)
         given = [f for f in SET_FIELDS if getattr(req, f) not in ((), None)]
         if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise InvalidInput(f"{flag} belongs to a best-of set: give --best-of N with it")
+            field = given[0]
+            raise naming(InvalidInput, lambda n: (
+                f"{n(field)} belongs to a best-of set: give {n('best_of')} N with it"
+            ))  # fmt: skip
         adapter, model = starting.route(self, req.adapter, req.model)
         mgr = self.manager(adapter)
         from zwarm.engine.manager import check_cwd

@@ -4,17 +4,42 @@ Every error carries the fields a caller needs (the session ref, the file, the ex
 one-line message fit to show a user as-is. The CLI maps ``ZwarmError`` to a one-line message and
 exit code 1 in exactly one place (``zwarm.cli.output.error_line``, for the click commands and
 the fast path alike); the tool layer maps it to a tool error result.
+
+An error about a request's fields (``zwarm.model.requests``) is made by ``naming``: its
+``str`` names each field as the field itself (the JSON key of the HTTP API and the tools, the
+keyword of the Python API) and ``spelled`` as a front end names it (the CLI: its option, from
+``zwarm.cli.options``), so no front end reads another's spelling.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+Spell = Callable[[str], str]  # a front end's name for a request field
 
 
 class ZwarmError(Exception):
     """Base of every error zwarm raises on purpose. ``str(e)`` is one line for a user."""
 
     exit_code = 1
+    say: Callable[[Spell], str] | None = None  # set by ``naming``
+
+    def spelled(self, spell: Spell) -> str:
+        """The message with each request field it names spelled by ``spell``; ``str(e)``
+        spells them as the fields themselves."""
+        return str(self) if self.say is None else self.say(spell)
+
+
+E = TypeVar("E", bound=ZwarmError)
+
+
+def naming(cls: Callable[[str], E], say: Callable[[Spell], str]) -> E:
+    """``cls``'s error whose message ``say`` writes, naming request fields through the
+    ``Spell`` it is given (``say(lambda: ...)``: ``f"{n('after_any')} needs {n('after')}"``)."""
+    e = cls(say(str))
+    e.say = say
+    return e
 
 
 class ConfigError(ZwarmError):

@@ -286,6 +286,7 @@ def test_the_days_spend_queues_new_sessions_until_tomorrow(zw: ZW, midday: str) 
     b = zw.spawn("second", "--adapter", "claude", env_extra=env)
     m = zw.meta(b)
     assert m["status"] == "queued" and "waiting for tomorrow" in m["turns"][0]["wait"]
+    assert "$0.0006 reached [limits] max_cost_per_day $0.0005" in m["turns"][0]["wait"]
     zw.run("ls", env_extra=env, check=True)
     assert zw.meta(b)["status"] == "queued"  # still today
     tomorrow = time.time() + 86400
@@ -412,3 +413,18 @@ def test_a_session_that_never_ran_costs_nothing(zw: ZW) -> None:
     assert all(rows[sid]["cost_usd"] == 0.0 for sid in never)
     hold.unlink()
     wait_status(zw, running, "completed")
+
+
+def test_an_undeclared_group_is_refused_naming_the_declared_ones(zw: ZW) -> None:
+    """A typo in ``--group`` would mean no cap: it is refused, one line naming the declared
+    groups, and no session is made (the same through the tools' ``delegate``)."""
+    from zwarm.orchestrator.tools import Toolbox
+
+    configure(zw, "[groups.web]\nmax_running = 1\n[groups.backend]\nmax_running = 2\n")
+    res = zw.run("spawn", "task", "--group", "wbe")
+    assert res.returncode != 0 and not res.stdout, res
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("Error: "), res.stderr
+    assert "'wbe' is not declared (declared groups: backend, web)" in res.stderr, res.stderr
+    got = Toolbox(zw.api(), source="bot").dispatch("delegate", {"task": "t", "group": "wbe"})
+    assert not got["ok"] and "declared groups: backend, web" in got["error"], got
+    assert zw.json("ls") == []

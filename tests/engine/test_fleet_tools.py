@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("strays")
 
 
 def test_delegate_takes_the_fleet_options_and_check_session_shows_the_queue(zw: ZW) -> None:
-    configure(zw, "[limits]\nmax_running = 1\n")
+    configure(zw, "[limits]\nmax_running = 1\n[groups.g]\n")
     hold = zw.tmp / "hold"
     hold.touch()
     env = zw.gated(hold, FAKE_REPLAY=zw.sample("codex_simple"))

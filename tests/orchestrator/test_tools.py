@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -553,3 +554,24 @@ def test_dispatch_from_another_directory_uses_that_directory(tmp_path) -> None:
     assert tools.confine_cwd(api, "a") == (root / "a").resolve()
     with pytest.raises(tools.ToolError, match="outside the allowed roots"):
         tools.confine_cwd(api, str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ({"after_any": True}, "after_any needs after (the sessions to wait for)"),
+        ({"branch": "b1"}, "branch and base need worktree"),
+        ({"group": "g"}, "group 'g' is not declared (declared groups: none)"),
+        ({"account": "nope"}, "account nope: claude has no such account"),
+    ],
+)
+def test_a_refused_field_is_named_by_its_argument_not_a_cli_flag(
+    zw: Any, args: dict[str, Any], words: str
+) -> None:
+    """The engine names a request field (``errors.naming``); the tools spell it as their
+    argument, never as the CLI's ``--option`` (tests/serve/test_same_errors.py: the CLI and
+    the HTTP API, each its own way)."""
+    got = err(Toolbox(zw.api(), source="bot").dispatch(
+        "delegate", {"task": "x", "adapter": "claude", **args}
+    ))  # fmt: skip
+    assert got.startswith(words) and "--" not in got, got

@@ -63,3 +63,31 @@ def test_a_bad_option_reads_the_same_over_http_as_through_the_tools(zw, serve) -
     anyio.run(main)
     for body, over_http, by_tool in zip([*SPAWN_BAD, *MESSAGE_BAD], http, tools, strict=True):
         assert over_http == f"invalid request body: {by_tool}", body
+
+
+# A request the schema takes but zwarm refuses, and how each front end names its fields: the
+# engine names the request field (``errors.naming``); the CLI spells it as its option, the
+# HTTP API (and the tools: tests/orchestrator/test_tools.py) as the JSON key.
+NAMED_BAD = [
+    ({"after_any": True}, ["--after-any"], "after_any needs after", "--after-any needs --after"),
+    ({"branch": "b1"}, ["--branch", "b1"], "branch and base need worktree",
+     "--branch and --base need --worktree"),
+    ({"group": "wbe"}, ["--group", "wbe"], "group 'wbe' is not declared (declared groups: web)",
+     "--group 'wbe' is not declared (declared groups: web)"),
+    ({"account": "nope"}, ["--account", "nope"], "account nope: claude has no such account",
+     "--account nope: claude has no such account"),
+]  # fmt: skip
+
+
+def test_each_front_end_names_a_refused_field_its_own_way(zw, serve) -> None:
+    from tests.support.fleet import configure
+
+    configure(zw, "[groups.web]\nmax_running = 1\n")
+    srv: Server = serve()
+    for body, argv, over_http, at_cli in NAMED_BAD:
+        r = srv.post("/api/sessions", {"task": "x", "adapter": "claude", **body})
+        assert r.status in (409, 422) and r.json()["error"].startswith(over_http), (body, r.body)
+        assert "--" not in r.json()["error"], r.body
+        res = zw.run("spawn", "x", "--adapter", "claude", *argv)
+        assert res.returncode == 1 and res.stderr.startswith(f"Error: {at_cli}"), res.stderr
+    assert zw.json("ls") == []

@@ -1,7 +1,8 @@
 """The command line's spawn and inject options: one table over ``SpawnRequest`` and
 ``MessageRequest`` (``zwarm.model.requests``), from which both the click options
 (``click_options``) and the click-free fast path's grammar (``zwarm.cli.fast``, through
-``described``) are made.
+``described``) are made, and the name an error gives a request field at the command line
+(``flag``: ``ZwarmError.spelled``, so an engine error names ``--after-any``, not ``after_any``).
 
 Owns which request fields the CLI offers (``SPAWN``, ``MESSAGE``: the CLI's subset, each
 left-out field named with why in ``SPAWN_LEFT_OUT``) and their flags. A field's type, default,
@@ -73,6 +74,15 @@ SPAWN_LEFT_OUT = {
 }
 MESSAGE = (Opt("context", "--context"), Opt("timeout", "--timeout"))
 MESSAGE_LEFT_OUT = {"message": "the MESSAGE argument (- reads it from stdin)"}
+
+
+def flag(field: str) -> str:
+    """How the CLI names request field ``field`` in an error (``ZwarmError.spelled``): its
+    option (the first long one: ``--worktree``), else its argument (``TASK``)."""
+    for row in (*SPAWN, *MESSAGE):
+        if row.field == field:
+            return row.decls[0].split("/")[0]
+    return field.upper() if field in ("task", "message") else field
 
 
 class Described:

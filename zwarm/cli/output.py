@@ -131,9 +131,10 @@ def error_line(e: BaseException) -> str | None:
     from zwarm.errors import ZwarmError
 
     if isinstance(e, ZwarmError):
+        from zwarm.cli.options import flag
         from zwarm.text import clean
 
-        return clean(str(e), newlines=False)
+        return clean(e.spelled(flag), newlines=False)  # request fields named by their options
     if isinstance(e, OSError):  # out of fds, inodes or memory for a pipe: one line
         from zwarm.text import clean
 

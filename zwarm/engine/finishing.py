@@ -79,11 +79,13 @@ class Finishing(ManagerCore):
         boxed = pin.sandbox != "off"
         opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass or boxed)
         env = self.agent_env()
+        login: dict[str, str] = {}
         if pin.account is not None:  # its login: the pinned account's trusted env, over [agent]
             try:
-                env.update(accounts.env_of(self.config, self.name, pin.account, self.env.environ))
+                login = accounts.env_of(self.config, self.name, pin.account, self.env.environ)
             except accounts.AccountError as e:
                 raise StartRefused(str(e)) from None
+        env = accounts.with_account(env, login)  # (another account's, from its command: gone)
         env[procs.MARKER] = s.id
         env.pop(procs.SUPERVISOR_MARKER, None)
         # what the agent spawns is a child of this session, in this state dir (engine.tree)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from zwarm.errors import InvalidInput
+from zwarm.errors import InvalidInput, naming
 from zwarm.model import Reason, Session, TurnOutcome, Usage
 from zwarm.model.records import NAME, Count, Money, Priority, Seconds, out_of_bounds
 
@@ -47,29 +47,34 @@ class Fleet(msgspec.Struct, frozen=True):
 def check(f: Fleet) -> Fleet:
     """``f`` with its numbers checked against the bounds ``meta.json``'s schema declares
     (``records.out_of_bounds``; ``InvalidInput`` naming the bad one)."""
-    for option, value, typ in (
-        ("--max-cost", f.max_cost, Money),
-        ("--max-tokens", f.max_tokens, Count),
-        ("--stall", f.stall, Seconds),
+    for field, value, typ in (
+        ("max_cost", f.max_cost, Money),
+        ("max_tokens", f.max_tokens, Count),
+        ("stall", f.stall, Seconds),
     ):
         if value is not None:
-            need(option, value, typ, positive=True)
-    need("--priority", f.priority, Priority)
+            need(field, value, typ, positive=True)
+    need("priority", f.priority, Priority)
     if f.group is not None and not _GROUP.match(f.group):
-        raise InvalidInput(
-            f"invalid group name {f.group!r}: use 1-64 letters, digits, '.', '_' or '-'"
-        )
+        group = f.group
+        raise naming(InvalidInput, lambda n: (
+            f"invalid {n('group')} name {group!r}: use 1-64 letters, digits, '.', '_' or '-'"
+        ))  # fmt: skip
     if f.after_any and not f.after:
-        raise InvalidInput("--after-any needs --after (the sessions to wait for)")
+        raise naming(
+            InvalidInput,
+            lambda n: f"{n('after_any')} needs {n('after')} (the sessions to wait for)",
+        )
     return f
 
 
-def need(option: str, value: Any, typ: Any, positive: bool = False) -> Any:
+def need(field: str, value: Any, typ: Any, positive: bool = False) -> Any:
     """``value`` if ``meta.json``'s schema takes it as ``typ`` (``records.out_of_bounds``),
-    else ``InvalidInput``: "``option`` must be ..., not ``value``"."""
+    else ``InvalidInput``: "``field`` must be ..., not ``value``" (``field``: the request
+    field, ``zwarm.model.requests``, each front end naming it its way: ``errors.naming``)."""
     why = out_of_bounds(value, typ, positive)
     if why is not None:
-        raise InvalidInput(f"{option} must be {why}, not {value!r}")
+        raise naming(InvalidInput, lambda n: f"{n(field)} must be {why}, not {value!r}")
     return value
 
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import msgspec
 
 from zwarm.engine import git
-from zwarm.errors import GitError, WorkspaceError, WouldLoseWork
+from zwarm.errors import GitError, WorkspaceError, WouldLoseWork, naming
 from zwarm.model.records import Session, Workspace
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -153,7 +153,9 @@ def choose(
     directories (asked only for a worktree)."""
     if mode != "worktree":
         if branch is not None or base is not None:
-            raise WorkspaceError("--branch and --base need --worktree")
+            raise naming(WorkspaceError, lambda n: (
+                f"{n('branch')} and {n('base')} need {n('worktree')}"
+            ))  # fmt: skip
         check_clear(cwd, root)
         return detect(cwd, environ)
     p = plan(cwd, environ, branch=branch, base=base, root=root, state_dir=state_dir)

@@ -141,7 +141,7 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     after_any: Annotated[bool, _help("With after: start whatever their outcome.")] = False
     group: Annotated[
         Annotated[str, Meta(max_length=64)] | None,
-        _help("Its group: [groups.NAME] caps and budgets apply."),
+        _help("Its group: [groups.NAME] caps and budgets apply (it must be declared)."),
     ] = None
     priority: Annotated[Priority, _help("Higher starts first when queued (default 0).")] = 0
     account: Annotated[

@@ -79,7 +79,7 @@ def timeout(timeout: float | None) -> float | None:
     from zwarm.engine import limits
     from zwarm.model.records import Seconds
 
-    return float(limits.need("--timeout", timeout, Seconds))
+    return float(limits.need("timeout", timeout, Seconds))
 
 
 def request(req: SpawnRequest | MessageRequest) -> None:

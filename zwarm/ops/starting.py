@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zwarm import agents
 from zwarm.agents import agent_for_model
-from zwarm.errors import AgentNotFound, InvalidInput
+from zwarm.errors import AgentNotFound, InvalidInput, naming
 from zwarm.model.records import RUN_ID
 
 if TYPE_CHECKING:
@@ -75,8 +75,9 @@ def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
     if not name:
         return None
     if req.launcher not in (None, HOST_LAUNCHER):
-        raise InvalidInput(f"--host runs its turns through the {HOST_LAUNCHER} launcher, "
-                           f"not {req.launcher!r}")  # fmt: skip
+        launcher = req.launcher
+        raise naming(InvalidInput, lambda n: f"{n('host')} runs its turns through the "
+                     f"{HOST_LAUNCHER} launcher, not {n('launcher')} {launcher!r}")  # fmt: skip
     from zwarm.launchers.ssh.hosts import TABLE
     from zwarm.launchers.ssh.hosts import host as host_named
 
@@ -87,7 +88,9 @@ def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
     host = host_named(members, name)  # InvalidInput naming the hosts; trusted, or refused
     cwd = req.cwd or host.cwd
     if not cwd:
-        raise InvalidInput(f"host {name!r} has no cwd: give -C DIR (a directory on the host)")
+        raise naming(InvalidInput, lambda n: (
+            f"host {name!r} has no cwd: give {n('cwd')} (a directory on the host)"
+        ))  # fmt: skip
     home = cwd == "~" or cwd.startswith("~/")  # the host's home: expanded there
     if not (cwd.startswith("/") or home) or "\x00" in cwd:
         raise InvalidInput(
@@ -99,9 +102,11 @@ def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
             raise InvalidInput("[workspace] setup, copy and link do not run on a host yet: "
                                "--worktree on a host needs them empty")  # fmt: skip
     elif req.branch is not None or req.base is not None:
-        raise InvalidInput("--branch and --base need --worktree")
+        raise naming(InvalidInput, lambda n: f"{n('branch')} and {n('base')} need {n('worktree')}")
     if req.sandbox not in (None, "off"):
-        raise InvalidInput("zwarm's sandbox does not run on a host yet (--sandbox off)")
+        raise naming(InvalidInput, lambda n: (
+            f"zwarm's sandbox does not run on a host yet ({n('sandbox')} off)"
+        ))  # fmt: skip
     return Site(HOST_LAUNCHER, f"host={name}", _host_dir(host, cwd), host)
 
 
@@ -202,17 +207,25 @@ def fleet(api: Zwarm, req: SpawnRequest) -> limits.Fleet:
     refs = [after] if isinstance(after, str) else list(after or [])
     refs = [r.strip() for ref in refs for r in ref.split(",")]
     if "" in refs:  # --after '' or ',': a mistake, never "no dependency"
-        raise InvalidInput(
-            "--after names an empty session (an empty value or a stray comma): "
-            "name the sessions to wait for, or leave --after out"
-        )
+        raise naming(InvalidInput, lambda n: (
+            f"{n('after')} names an empty session (an empty value or a stray comma): "
+            f"name the sessions to wait for, or leave {n('after')} out"
+        ))  # fmt: skip
     if len(refs) > 100:
-        raise InvalidInput("--after names more than 100 sessions")
+        raise naming(InvalidInput, lambda n: f"{n('after')} names more than 100 sessions")
     ids = tuple(api.store.resolve(r) for r in refs)
     f = limits.Fleet(
         ids, req.after_any, req.group, req.priority, req.max_cost, req.max_tokens, req.stall
     )
-    return limits.check(f)
+    f = limits.check(f)
+    declared = api.config.groups()
+    if f.group is not None and f.group not in declared:  # a typo would mean no cap at all
+        names, group = ", ".join(sorted(declared)) or "none", f.group
+        raise naming(InvalidInput, lambda n: (
+            f"{n('group')} {group!r} is not declared (declared groups: {names}): "
+            f"add [groups.{group}] to the config, or name a declared group"
+        ))  # fmt: skip
+    return f
 
 
 def workspace_for(
