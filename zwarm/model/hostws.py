@@ -15,11 +15,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from zwarm.model.records import AbsPath, Session, SessionId, Sha, Workspace
+from zwarm.model.records import AbsPath, Comment, Session, SessionId, Sha, Workspace
 
 ANSWER_BYTES = 64 << 20  # a host's answer: more is refused (a diff of a huge tree)
 REQUEST_BYTES = 16 << 20
-Op = Literal["create", "diff", "merge", "remove"]
+Op = Literal["create", "diff", "comment", "merge", "remove"]
 Short = Annotated[str, Meta(max_length=4096)]
 
 
@@ -42,7 +42,10 @@ class HostRequest(Struct, frozen=True):
     into: Short | None = None
     squash: bool = False
     message: Annotated[str, Meta(max_length=65536)] | None = None
-    session: Session | None = None  # a merge's: its commit message, its status
+    session: Session | None = None  # a merge's (its commit message), a comment's
+    comments: Annotated[
+        list[tuple[Short, int, Annotated[str, Meta(max_length=65536)]]], Meta(max_length=10_000)
+    ] = []  # (path, line, text): comment's
     force: bool = False
 
 
@@ -70,6 +73,7 @@ class HostAnswer(Struct, frozen=True):
     diff: dict[str, Any] | None = None  # diff's (``engine.review.diff_json``)
     text: bytes | None = None  # diff's unified text
     merge: MergeAnswer | None = None
+    comments: Annotated[list[Comment], Meta(max_length=10_000)] | None = None  # comment's
 
 
 def decode_answer(data: bytes) -> HostAnswer:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import structs
 
-from zwarm.errors import InvalidInput, ZwarmError
+from zwarm.errors import InvalidInput, ZwarmError, naming
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
@@ -89,6 +89,10 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
         raise InvalidInput(
             "--best-of runs each attempt in its own worktree: --shared cannot be given"
         )
+    if req.host or (req.launcher is None and api.config.get("defaults", "host")):
+        raise naming(InvalidInput, lambda n: (
+            f"{n('best_of')} runs its attempts here: not on a host ({n('host')}) yet"
+        ))  # fmt: skip
     pairs = plan(req)
     routes = [starting.route(api, a, m) for a, m in pairs]
     for adapter in dict.fromkeys(a for a, _ in routes):

@@ -35,9 +35,11 @@ def budget(api: Zwarm, s: Session) -> None:
 
 
 def worktree(s: Session) -> None:
-    """A session whose own worktree is gone cannot run another turn."""
+    """A session whose own worktree is gone cannot run another turn (one on a host: removed
+    by ``rm``; its path is the host's, not looked for here)."""
     ws = s.workspace
-    if ws is not None and ws.mode == "worktree" and (ws.removed or not os.path.isdir(ws.tree)):
+    gone = ws is not None and (ws.removed or (ws.host is None and not os.path.isdir(ws.tree)))
+    if ws is not None and ws.mode == "worktree" and gone:
         from zwarm.errors import WorkspaceError
 
         raise WorkspaceError(

@@ -5,7 +5,8 @@ stdout), over the host's shared connection.
 Owns both sides: ``serve`` (on the host: ``engine.workspace`` and ``engine.review`` run there
 unchanged, so every rule of ``engine.git`` holds there: neutral config, ``git.Tree`` checked,
 ``GIT_*`` stripped) and ``OnHost`` (here: the worktree a spawn makes there, as an
-``engine.workspace.Elsewhere``; ``diff``, ``merge``, ``remove`` of a session's). Must stay
+``engine.workspace.Elsewhere``; ``diff``, ``comments``, ``merge``, ``remove`` of a
+session's). Must stay
 true:
 - what an operation acts on comes from the session's launch pin here (the ``Workspace`` the
   caller took from ``workspace.pinned``), and the host from the turn's launch pin handle
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +34,7 @@ import msgspec
 
 from zwarm.errors import WorkspaceError, ZwarmError
 from zwarm.model.hostws import REQUEST_BYTES, HostAnswer, HostRequest, MergeAnswer, decode_answer
-from zwarm.model.records import Workspace
+from zwarm.model.records import Comment, Workspace
 
 if TYPE_CHECKING:
     from zwarm.launchers.ssh.hosts import Host
@@ -102,6 +104,17 @@ def serve(req: HostRequest, environ: Mapping[str, str]) -> HostAnswer:
     ws = msgspec.structs.replace(named, host=None)  # here, it is local
     if req.op == "diff":
         return _diff(req, ws, environ)
+    if req.op == "comment":
+        from zwarm.engine import review
+
+        if req.session is None:
+            raise WorkspaceError("comment needs the session")
+        from zwarm.env import iso
+
+        now = iso(time.time())  # (stamped again by the caller)
+        made = review.make_comments(req.session, ws, req.comments, environ, now,
+                                    _state_dir(environ))  # fmt: skip
+        return HostAnswer(comments=made)
     if req.op == "merge":
         from zwarm.engine import review
 
@@ -198,6 +211,18 @@ class OnHost:
         if got.diff is None:
             raise WorkspaceError(f"host {self.host.name} answered no diff")
         return got.diff, got.text or b""
+
+    def comments(
+        self, s: Session, ws: Workspace, items: list[tuple[str, int, str]], now: str
+    ) -> list[Comment]:
+        """Comments on the session's diff on the host, each with its diff context there
+        (``engine.review.make_comments``), stamped ``now`` here."""
+        got = self._ask(self._req("comment", s.id, workspace=ws, session=s, comments=items),
+                        DIFF_S).comments  # fmt: skip
+        if got is None or len(got) != len(items):
+            raise WorkspaceError(f"host {self.host.name} answered no comments")
+        first = max((c.id for c in s.comments), default=0) + 1
+        return [msgspec.structs.replace(c, id=first + k, created_at=now) for k, c in enumerate(got)]
 
     def merge(self, s: Session, ws: Workspace, *, into: str | None, squash: bool,
               message: str | None) -> MergeAnswer:  # fmt: skip

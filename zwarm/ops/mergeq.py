@@ -121,6 +121,9 @@ def enqueue(
         ws = workspace_of(api, s)
         if ws.mode != "worktree" or ws.branch is None or ws.removed:
             raise WorkspaceError(f"session {s.id} has no worktree of its own: nothing to merge")
+        if ws.host is not None:
+            raise WorkspaceError(f"session {s.id}'s worktree is on host {ws.host}: the merge "
+                                 "queue runs here; merge it there (zwarm merge)")  # fmt: skip
         if s.status is Status.RUNNING:
             raise WorkspaceError(f"session {s.id} is running: queue it when it has finished")
         items.append((s, ws))

@@ -140,15 +140,14 @@ def comment(
         raise InvalidInput("give at least one comment (PATH:LINE TEXT)")
     s = api.get(ref)
     ws = workspace_of(api, s)
-    if ws.host is not None:
-        raise WorkspaceError(
-            f"session {s.id} works on host {ws.host}: comments on it are not supported yet "
-            "(send a follow-up with zwarm inject)"
-        )
     with api.store.transaction(s.id) as fresh:
-        new = review.make_comments(
-            fresh, ws, items, api.env.environ, api.env.now_iso(), api.store.root
-        )
+        there = _on_host(api, fresh, ws) if items else None
+        if there is not None:  # its diff and context are the host's
+            new = there.comments(fresh, ws, items, api.env.now_iso())
+        else:
+            new = review.make_comments(
+                fresh, ws, items, api.env.environ, api.env.now_iso(), api.store.root
+            )
         if len(fresh.comments) + len(new) > 10_000:
             raise InvalidInput(f"session {s.id} has too many comments already")
         fresh.comments.extend(new)

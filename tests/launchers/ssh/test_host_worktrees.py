@@ -75,6 +75,17 @@ def test_worktree_diff_merge_and_rm_on_the_hosts_repository(hz: Hosts, name: str
     assert d["changes"] == {"files": 2, "added": 2, "removed": 1}
     text = zw.run("diff", sid, check=True).stdout
     assert "-two" in text and "+TWO" in text and "+new" in text
+    made = zw.json("comment", sid, "f.txt:2", "say why")["comments"]
+    assert [(c["id"], c["path"], c["line"]) for c in made] == [(1, "f.txt", 2)]
+    assert "+TWO" in made[0]["context"]  # the diff lines around it, as the host has them
+    r = zw.run("comment", sid, "README.md:1", "x")
+    assert r.returncode != 0 and "README.md is not changed by session" in r.stderr, r.stderr
+    zw.run("inject", sid, "address the review", env_extra=hz.env(), check=True)
+    assert zw.wait(sid).returncode == 0
+    again = hz.recorded(2)  # the follow-up: in the worktree there, the comment sent first
+    assert again["cwd"] == tree
+    prompt = (hz.record / "prompt2.bin").read_text()
+    assert "Review comments on your changes" in prompt and "say why" in prompt
     merged = zw.json("merge", sid)
     assert merged["merged"] is True and merged["into"] == "main" and merged["committed"]
     assert git_on(hz, name, repo, "show", "HEAD:f.txt") == "one\nTWO\n"
@@ -102,6 +113,15 @@ def test_a_conflicting_merge_on_a_host_is_refused_in_one_line_and_changes_nothin
     assert git_on(hz, "a", repo, "rev-parse", "HEAD") == head
     assert git_on(hz, "a", repo, "status", "--porcelain") == ""
     assert git_on(hz, "a", repo, "show", "HEAD:f.txt") == "one\nTHEIRS\n"
+    # what runs here only is refused for it in one line: the merge queue, a best-of set
+    for args, said in (
+        (["merge", "--queue", sid, "--no-check"], "the merge queue runs here"),
+        (["spawn", "--best-of", "2", "--host", "a", "-C", str(repo), "t"], "not on a host"),
+    ):
+        r = zw.run(*args, env_extra=hz.env())
+        assert r.returncode != 0 and said in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert git_on(hz, "a", repo, "rev-parse", "HEAD") == head
 
 
 def test_an_agent_planting_a_filter_or_a_dot_git_on_the_host_decides_nothing(hz: Hosts) -> None:
