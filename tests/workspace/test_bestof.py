@@ -222,6 +222,9 @@ def test_pick_merges_the_smallest_passing_attempt_and_keeps_the_others_branches(
     rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
     assert all(rows[k]["branch"] in calc.branches() for k in (1, 3))  # kept until rm
     assert "was picked already" in zw.run("pick", set_id).stderr
+    table = zw.run("compare", set_id, check=True).stdout.splitlines()
+    (winner,) = [ln for ln in table if ln.startswith(" 1   2 ")]  # said in words, not a bare *
+    assert "completed; picked" in winner and "*" not in winner
     assert "+# note 1" in zw.run("compare", set_id, "--diff", "2", "1", check=True).stdout
     zw.run("rm", "--force", rows[1]["id"], check=True)
     assert rows[1]["branch"] not in calc.branches()
