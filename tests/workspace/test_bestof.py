@@ -110,6 +110,29 @@ def test_mismatched_agents_and_models_are_one_line_and_start_nothing(zw: ZW, cal
     assert res.returncode == 1 and "looks like a best-of set's id" in res.stderr  # inject SET
 
 
+def test_out_of_range_numbers_are_one_line_before_anything_is_written(zw: ZW, calc: Repo) -> None:
+    """--best-of 99 wrote a set record it then read as damaged, with attempt 1 started;
+    --check-timeout 0 became 600 s; --set-budget -1 left a set without attempts."""
+    from tests.support.fleet import configure
+
+    configure(zw, UNSANDBOXED)
+    for args, said in (
+        (["--best-of", "99"], "--best-of must be a whole number from 1 to 16, not 99"),
+        (["--best-of", "0"], "--best-of must be a whole number from 1 to 16, not 0"),
+        (["--best-of", "2", "--check-timeout", "0"], "--check-timeout must be a positive"),
+        (["--best-of", "2", "--check-timeout", "-1"], "--check-timeout must be a positive"),
+        (["--best-of", "2", "--set-budget", "-1"], "--set-budget must be a positive"),
+    ):
+        res = zw.run("spawn", "t", "-C", str(calc.path), *args, "--check", "true",
+                     "--protect", "tests", env_extra={"FAKE_SHELL": "true"})  # fmt: skip
+        assert res.returncode == 1 and res.stderr.startswith(f"Error: {said}"), res.stderr
+        assert res.stderr.count("\n") == 1 and res.stdout == ""
+    assert not (zw.state_dir / "sets").exists() or not list((zw.state_dir / "sets").iterdir())
+    assert not (zw.state_dir / "sessions").exists() or not list(
+        (zw.state_dir / "sessions").iterdir()
+    )
+
+
 def test_attempts_run_round_robin_in_their_own_worktrees_from_one_base(zw: ZW, calc: Repo) -> None:
     set_id = start(zw, calc, ["correct", "breaks", "bigger"], "--agents", "codex,claude,codex")
     rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
