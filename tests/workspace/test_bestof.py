@@ -253,6 +253,25 @@ def test_pick_merges_the_smallest_passing_attempt_and_keeps_the_others_branches(
     assert rows[1]["branch"] not in calc.branches()
 
 
+def test_an_estimated_cost_is_shown_as_one_and_one_removed_worktree_is_singular(
+    zw: ZW, calc: Repo
+) -> None:
+    """compare showed a cost zwarm estimated from token prices as an exact "$0.0001" (ls and
+    show say "~$"); pick said "removed the worktrees of attempts 2"."""
+    from tests.support.fleet import configure
+
+    configure(zw, '[codex.prices]\n"correct" = { input = 1.0, cached_input = 0.5, output = 2.0 }\n')
+    set_id = start(zw, calc, ["correct", "breaks"])
+    view = settled(zw, set_id)
+    att = by_attempt(view)
+    assert att[1]["cost_source"] == "estimated" and att[1]["cost_usd"] is not None
+    row = [ln for ln in zw.run("compare", set_id, check=True).stdout.splitlines()
+           if ln.startswith(" 1   1 ")]  # fmt: skip
+    assert len(row) == 1 and f"~${att[1]['cost_usd']:.4f}" in row[0], row
+    res = zw.run("pick", set_id, check=True)
+    assert "removed the worktree of attempt 2 (branches kept until rm)" in res.stdout
+
+
 def test_pick_refuses_when_no_attempt_passes_unless_one_is_named(zw: ZW, calc: Repo) -> None:
     set_id = start(zw, calc, ["budget", "budget"], "--max-tokens", "5000")
     settled(zw, set_id)

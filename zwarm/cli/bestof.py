@@ -67,6 +67,7 @@ def compare_command(
 
 
 def _table(v: dict[str, Any]) -> None:
+    from zwarm.cli.render import fmt_cost
     from zwarm.text import clean
 
     where = "sandboxed" if v["checks_sandboxed"] else "unsandboxed (opted in)"
@@ -84,7 +85,7 @@ def _table(v: dict[str, Any]) -> None:
             "⧗" if c["timed_out"] else ("✓" if c["passed"] else "✗") for c in a["checks"]
         )
         marks = "…" if a["pending"] else (marks or "-")
-        cost = "?" if a["cost_usd"] is None else f"${a['cost_usd']:.4f}"
+        cost = fmt_cost(a["cost_usd"], a["cost_source"])
         model = clean(a["model"] or "-", newlines=False)[:18]
         picked = ["picked"] if v["picked"] == a["attempt"] else []
         notes = "; ".join([a["status"], *picked, *a["flags"]])
@@ -181,6 +182,11 @@ def pick_command(
         click.echo(f"picked attempt {res['picked']} ({res['session']}): {what}")
     if res["worktrees_removed"]:
         shown = ", ".join(str(n) for n in res["worktrees_removed"])
-        click.echo(f"removed the worktrees of attempts {shown} (branches kept until rm)")
+        which = (
+            "the worktree of attempt"
+            if len(res["worktrees_removed"]) == 1
+            else ("the worktrees of attempts")
+        )
+        click.echo(f"removed {which} {shown} (branches kept until rm)")
     for k in res["not_removed"]:
         click.echo(f"attempt {k['attempt']}: worktree kept: {k['error']}", err=True)

@@ -288,6 +288,7 @@ def _attempt(st: Standing, place: int) -> dict[str, Any]:
         "lines": st.lines,
         "tokens": st.tokens,
         "cost_usd": st.cost_usd,
+        "cost_source": st.cost_source,
         "wall_s": round(st.wall_s, 3),
         "overhead_s": round(ev.overhead_s, 4) if ev else None,
         "claim": st.claim,
