@@ -416,6 +416,18 @@ def test_a_settle_interrupted_is_run_again_and_recorded_once(zw: ZW, calc: Repo)
     ]
 
 
+def test_a_judge_without_an_endpoint_says_how_to_give_pick_one(zw: ZW, calc: Repo) -> None:
+    """pick has no --base-url: "point --base-url at an endpoint" sent the user to an option
+    that does not exist there."""
+    set_id = start(zw, calc, ["correct", "swapped"])
+    assert sorted(settled(zw, set_id)["ties"]) == [1, 2]
+    res = zw.run("pick", set_id, "--judge", "gpt-5", env_extra={"OPENAI_API_KEY": ""})
+    assert res.returncode == 1 and res.stderr.count("\n") == 1, res.stderr
+    assert "--base-url" not in res.stderr
+    assert "point [orchestrator] base_url (or ZWARM_ORCH_BASE_URL) at an endpoint" in res.stderr
+    assert len(calc.worktrees()) == 3  # nothing picked, nothing removed
+
+
 def test_a_judge_breaks_a_tie_on_the_evidence_and_never_overrides_it(zw: ZW, calc: Repo) -> None:
     """Two attempts pass and change as many lines: --judge asks the orchestrator's endpoint,
     which sees both diffs, and its choice is merged and recorded; a choice outside the tie
