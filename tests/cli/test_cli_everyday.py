@@ -301,6 +301,14 @@ def test_every_command_help_has_an_example(zw: Any, command: str, takes_sessions
         assert "unique prefix of it (4+ characters), or its name" in " ".join(out.split()), out
 
 
+def test_spawn_help_names_the_best_of_options_as_options(zw: Any) -> None:
+    """spawn --help said "With best_of: ..." (the request field) for --agents, --check ...:
+    an option the command line does not have."""
+    out = " ".join(zw.run("spawn", "--help", check=True).stdout.split())
+    assert "best_of" not in out and "With --best-of: a command that decides" in out
+    assert "(with --models: paired)" in out and "(with --agents: paired)" in out
+
+
 def test_top_level_help_never_cuts_a_description(zw: Any) -> None:
     """Regression: command descriptions were cut at 60 characters ('... stdin);...')."""
     out = zw.run("--help", env_extra={"COLUMNS": "80"}, check=True).stdout

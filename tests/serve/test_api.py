@@ -247,6 +247,20 @@ def test_openapi_describes_every_route(server: Server) -> None:
     assert "/api/sessions/{ref}/diff" in spec["paths"]  # Zwarm.diff has landed
 
 
+def test_the_docs_table_names_every_route() -> None:
+    """docs/serve.md's table of the HTTP API names every route the server has (the
+    accounts, usage and merge queue routes were served but missing from it)."""
+    from tests.support import ROOT
+    from zwarm.serve import app
+
+    doc = (ROOT / "docs" / "serve.md").read_text()
+    routes = app.Server(app.Options(env=None, token="t")).routes()  # type: ignore[arg-type]
+    served = {r.path for r in routes if r.path.startswith("/api")}
+    missing = sorted(p for p in served if f"{p}`" not in doc and f"{p}?" not in doc
+                     and f"{p}," not in doc)  # fmt: skip
+    assert missing == [], missing
+
+
 def test_info(server: Server, zw) -> None:
     info = server.get("/api/info").json()
     assert {"codex", "claude"} <= set(info["agents"]) and info["cwd"] == str(zw.cwd)

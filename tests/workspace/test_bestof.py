@@ -110,6 +110,29 @@ def test_mismatched_agents_and_models_are_one_line_and_start_nothing(zw: ZW, cal
     assert res.returncode == 1 and "looks like a best-of set's id" in res.stderr  # inject SET
 
 
+def test_out_of_range_numbers_are_one_line_before_anything_is_written(zw: ZW, calc: Repo) -> None:
+    """--best-of 99 wrote a set record it then read as damaged, with attempt 1 started;
+    --check-timeout 0 became 600 s; --set-budget -1 left a set without attempts."""
+    from tests.support.fleet import configure
+
+    configure(zw, UNSANDBOXED)
+    for args, said in (
+        (["--best-of", "99"], "--best-of must be a whole number from 1 to 16, not 99"),
+        (["--best-of", "0"], "--best-of must be a whole number from 1 to 16, not 0"),
+        (["--best-of", "2", "--check-timeout", "0"], "--check-timeout must be a positive"),
+        (["--best-of", "2", "--check-timeout", "-1"], "--check-timeout must be a positive"),
+        (["--best-of", "2", "--set-budget", "-1"], "--set-budget must be a positive"),
+    ):
+        res = zw.run("spawn", "t", "-C", str(calc.path), *args, "--check", "true",
+                     "--protect", "tests", env_extra={"FAKE_SHELL": "true"})  # fmt: skip
+        assert res.returncode == 1 and res.stderr.startswith(f"Error: {said}"), res.stderr
+        assert res.stderr.count("\n") == 1 and res.stdout == ""
+    assert not (zw.state_dir / "sets").exists() or not list((zw.state_dir / "sets").iterdir())
+    assert not (zw.state_dir / "sessions").exists() or not list(
+        (zw.state_dir / "sessions").iterdir()
+    )
+
+
 def test_attempts_run_round_robin_in_their_own_worktrees_from_one_base(zw: ZW, calc: Repo) -> None:
     set_id = start(zw, calc, ["correct", "breaks", "bigger"], "--agents", "codex,claude,codex")
     rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
@@ -222,9 +245,31 @@ def test_pick_merges_the_smallest_passing_attempt_and_keeps_the_others_branches(
     rows = {r["attempt"]: r for r in zw.json("ls") if r["set"] == set_id}
     assert all(rows[k]["branch"] in calc.branches() for k in (1, 3))  # kept until rm
     assert "was picked already" in zw.run("pick", set_id).stderr
+    table = zw.run("compare", set_id, check=True).stdout.splitlines()
+    (winner,) = [ln for ln in table if ln.startswith(" 1   2 ")]  # said in words, not a bare *
+    assert "completed; picked" in winner and "*" not in winner
     assert "+# note 1" in zw.run("compare", set_id, "--diff", "2", "1", check=True).stdout
     zw.run("rm", "--force", rows[1]["id"], check=True)
     assert rows[1]["branch"] not in calc.branches()
+
+
+def test_an_estimated_cost_is_shown_as_one_and_one_removed_worktree_is_singular(
+    zw: ZW, calc: Repo
+) -> None:
+    """compare showed a cost zwarm estimated from token prices as an exact "$0.0001" (ls and
+    show say "~$"); pick said "removed the worktrees of attempts 2"."""
+    from tests.support.fleet import configure
+
+    configure(zw, '[codex.prices]\n"correct" = { input = 1.0, cached_input = 0.5, output = 2.0 }\n')
+    set_id = start(zw, calc, ["correct", "breaks"])
+    view = settled(zw, set_id)
+    att = by_attempt(view)
+    assert att[1]["cost_source"] == "estimated" and att[1]["cost_usd"] is not None
+    row = [ln for ln in zw.run("compare", set_id, check=True).stdout.splitlines()
+           if ln.startswith(" 1   1 ")]  # fmt: skip
+    assert len(row) == 1 and f"~${att[1]['cost_usd']:.4f}" in row[0], row
+    res = zw.run("pick", set_id, check=True)
+    assert "removed the worktree of attempt 2 (branches kept until rm)" in res.stdout
 
 
 def test_pick_refuses_when_no_attempt_passes_unless_one_is_named(zw: ZW, calc: Repo) -> None:
@@ -369,6 +414,18 @@ def test_a_settle_interrupted_is_run_again_and_recorded_once(zw: ZW, calc: Repo)
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(sid + "-")) == [
         f"{sid}-1.json"
     ]
+
+
+def test_a_judge_without_an_endpoint_says_how_to_give_pick_one(zw: ZW, calc: Repo) -> None:
+    """pick has no --base-url: "point --base-url at an endpoint" sent the user to an option
+    that does not exist there."""
+    set_id = start(zw, calc, ["correct", "swapped"])
+    assert sorted(settled(zw, set_id)["ties"]) == [1, 2]
+    res = zw.run("pick", set_id, "--judge", "gpt-5", env_extra={"OPENAI_API_KEY": ""})
+    assert res.returncode == 1 and res.stderr.count("\n") == 1, res.stderr
+    assert "--base-url" not in res.stderr
+    assert "point [orchestrator] base_url (or ZWARM_ORCH_BASE_URL) at an endpoint" in res.stderr
+    assert len(calc.worktrees()) == 3  # nothing picked, nothing removed
 
 
 def test_a_judge_breaks_a_tie_on_the_evidence_and_never_overrides_it(zw: ZW, calc: Repo) -> None:

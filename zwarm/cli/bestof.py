@@ -36,11 +36,12 @@ def compare_command(
     """The attempts of best-of SET, ranked on zwarm's evidence.
 
     One row per attempt: its agent and model, each check (✓ passed, ✗ failed, ⧗ timed out),
-    files and lines changed, cost, time and flags (a protected path it changed, a turn
-    that did not complete). Default order: every check passes (and the turn completed),
-    then not flagged, then fewer changed lines, then lower cost, then shorter time; attempts
-    still running last. An ended attempt whose checks were not recorded (its supervisor
-    died) has them run now. SET is the set's id (set-...) or a unique prefix of it.
+    files and lines changed, cost, time, its status (picked: the one pick merged) and flags
+    (a protected path it changed, a turn that did not complete). Default order: every check
+    passes (and the turn completed), then not flagged, then fewer changed lines, then lower
+    cost, then shorter time; attempts still running last. An ended attempt whose checks were
+    not recorded (its supervisor died) has them run now. SET is the set's id (set-...) or a
+    unique prefix of it.
 
     \b
     Examples:
@@ -66,6 +67,7 @@ def compare_command(
 
 
 def _table(v: dict[str, Any]) -> None:
+    from zwarm.cli.render import fmt_cost
     from zwarm.text import clean
 
     where = "sandboxed" if v["checks_sandboxed"] else "unsandboxed (opted in)"
@@ -83,12 +85,12 @@ def _table(v: dict[str, Any]) -> None:
             "⧗" if c["timed_out"] else ("✓" if c["passed"] else "✗") for c in a["checks"]
         )
         marks = "…" if a["pending"] else (marks or "-")
-        cost = "?" if a["cost_usd"] is None else f"${a['cost_usd']:.4f}"
+        cost = fmt_cost(a["cost_usd"], a["cost_source"])
         model = clean(a["model"] or "-", newlines=False)[:18]
-        notes = "; ".join([a["status"], *a["flags"]])
-        mark = "*" if v["picked"] == a["attempt"] else " "
+        picked = ["picked"] if v["picked"] == a["attempt"] else []
+        notes = "; ".join([a["status"], *picked, *a["flags"]])
         click.echo(
-            f"{a['place']:>2} {a['attempt']:>3}{mark}{a['adapter']:<8} {model:<18} {marks:<8} "
+            f"{a['place']:>2} {a['attempt']:>3} {a['adapter']:<8} {model:<18} {marks:<8} "
             f"{a['files']:>5} {a['lines']:>6} {cost:>8} {a['wall_s']:>6.1f}s  "
             f"{clean(notes, newlines=False)}"
         )
@@ -180,6 +182,11 @@ def pick_command(
         click.echo(f"picked attempt {res['picked']} ({res['session']}): {what}")
     if res["worktrees_removed"]:
         shown = ", ".join(str(n) for n in res["worktrees_removed"])
-        click.echo(f"removed the worktrees of attempts {shown} (branches kept until rm)")
+        which = (
+            "the worktree of attempt"
+            if len(res["worktrees_removed"]) == 1
+            else ("the worktrees of attempts")
+        )
+        click.echo(f"removed {which} {shown} (branches kept until rm)")
     for k in res["not_removed"]:
         click.echo(f"attempt {k['attempt']}: worktree kept: {k['error']}", err=True)

@@ -96,7 +96,8 @@ def accounts_command(ctx: click.Context, as_json: bool) -> None:
     from zwarm.text import oneline
 
     for r in rows:
-        state = r["why"] or "ready"
+        state = r["why"] or "ready"  # "account A cooling down ...": the row names it already
+        state = state.removeprefix(f"account {r['name']} ")
         budget = f" of {fmt_cost(r['budget_daily_usd'], None)}" if r["budget_daily_usd"] else ""
         most = f"/{r['max_running']}" if r["max_running"] else ""
         click.echo(

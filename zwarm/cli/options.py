@@ -139,7 +139,7 @@ def click_options(command: str) -> Callable[[F], F]:
 
     def decorate(f: F) -> F:
         for d in reversed(described(command)):
-            kw: dict[str, Any] = {"help": d.help, "default": d.default}
+            kw: dict[str, Any] = {"help": _cli_words(d.help), "default": d.default}
             if d.kind == "flag":
                 kw["is_flag"] = True
             elif d.kind == "choice":
@@ -156,6 +156,19 @@ def click_options(command: str) -> Callable[[F], F]:
         return f
 
     return decorate
+
+
+# the request fields a best-of option's help names, as the command line spells them
+_CLI_WORDS = (("With best_of:", "With --best-of:"), ("(with models:", "(with --models:"),
+              ("(with agents:", "(with --agents:"))  # fmt: skip
+
+
+def _cli_words(text: str) -> str:
+    """A field's help as ``--help`` shows it: the options it names as options (the tools and
+    HTTP read the same text with their field names)."""
+    for field, option in _CLI_WORDS:
+        text = text.replace(field, option)
+    return text
 
 
 def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

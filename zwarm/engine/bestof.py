@@ -187,6 +187,7 @@ class Standing(msgspec.Struct):
     files: int = 0
     lines: int = 0
     cost_usd: float | None = None
+    cost_source: str | None = None  # the session's: "estimated" from token prices, shown ~$
     tokens: int = 0
     wall_s: float = 0.0
     claim: str | None = None  # what the agent said it did (its last answer), for the record
@@ -215,6 +216,7 @@ def standing(bo: BestOf, n: int, s: Session | None, ev: Evidence | None) -> Stan
     if ch is not None:
         st.files, st.lines = ch.files, ch.added + ch.removed
     st.cost_usd = s.cost_usd if s.cost_complete else None
+    st.cost_source = s.cost_source
     st.tokens = s.usage.total_tokens
     st.wall_s = _wall(s)
     st.claim = s.last_message

@@ -66,6 +66,21 @@ def plan(req: SpawnRequest) -> list[tuple[str | None, str | None]]:
     return pairs
 
 
+def _bounds(req: SpawnRequest) -> None:
+    """The set's own numbers within what its record holds, or ``InvalidInput`` before
+    anything is written or started (a request from the CLI or Python was checked by nothing:
+    ``--best-of 99`` wrote a record it then read as damaged, with an attempt running)."""
+    from zwarm.engine.limits import need
+    from zwarm.model.records import AttemptNo, Seconds
+    from zwarm.model.requests import Budget
+
+    need("--best-of", req.best_of, AttemptNo)
+    if req.check_timeout is not None:  # 0 is no timeout to give: it is not 600 either
+        need("--check-timeout", req.check_timeout, Seconds)
+    if req.set_budget is not None:
+        need("--set-budget", req.set_budget, Budget)
+
+
 def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
     """Start the set ``req`` asks for (``req.best_of`` attempts); its view (``view``)."""
     from zwarm.engine import git
@@ -81,6 +96,7 @@ def start(api: Zwarm, req: SpawnRequest) -> dict[str, Any]:
     n = req.best_of
     assert n is not None
     checks.request(req)
+    _bounds(req)
     if req.name is not None or req.branch is not None:
         raise InvalidInput(
             "--best-of makes one branch per attempt: --name and --branch cannot be given"
@@ -276,6 +292,7 @@ def _attempt(st: Standing, place: int) -> dict[str, Any]:
         "lines": st.lines,
         "tokens": st.tokens,
         "cost_usd": st.cost_usd,
+        "cost_source": st.cost_source,
         "wall_s": round(st.wall_s, 3),
         "overhead_s": round(ev.overhead_s, 4) if ev else None,
         "claim": st.claim,

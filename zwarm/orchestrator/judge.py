@@ -42,7 +42,8 @@ def decide(api: Zwarm, ref: str, model: str) -> dict[str, Any] | None:
     tied = v["ties"]
     if not tied:
         return None
-    settings = resolve_settings(api, {"model": model})
+    url = "[orchestrator] base_url (or ZWARM_ORCH_BASE_URL)"  # pick has no --base-url
+    settings = resolve_settings(api, {"model": model}, url_flag=url)
     secrets = known_secrets(api, settings)
     parts = [f"The task:\n{v['task']}\n"]
     rows = {a["attempt"]: a for a in v["attempts"]}

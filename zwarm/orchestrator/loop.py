@@ -107,10 +107,13 @@ class Settings:
         )
 
 
-def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = None) -> Settings:
+def resolve_settings(
+    api: Zwarm, flags: Mapping[str, Any], run: Run | None = None, url_flag: str = "--base-url"
+) -> Settings:
     """Flags > (when resuming) the run's own model, URL and budgets > ZWARM_ORCH_* env >
     config. A run's token and cost budgets are kept in the run: a resumed run keeps them
-    unless a flag sets them anew."""
+    unless a flag sets them anew. ``url_flag``: how the caller's user points at an endpoint
+    (a command without ``--base-url``, such as ``pick --judge``, names the config's)."""
     api.check_limits()  # a loosened budget or price is never used: say so, and refuse
     cfg = functools.partial(api.setting, "orchestrator")
     env = api.env.environ
@@ -132,7 +135,7 @@ def resolve_settings(api: Zwarm, flags: Mapping[str, Any], run: Run | None = Non
     if not key and not base_url:
         raise OrchestratorError(
             f"no API key: set {key_var} (or {ORCH_KEY_VAR}), or point "
-            "--base-url at an endpoint that needs none"
+            f"{url_flag} at an endpoint that needs none"
         )
     compact_model = cfg("compact_model") or model
     return Settings(

@@ -416,7 +416,7 @@
         tr.append(td);
       });
       tr.append(el("td", "num", String(a.files)), el("td", "num", String(a.lines)),
-        el("td", "num", a.cost_usd == null ? "?" : "$" + a.cost_usd.toFixed(4)),
+        el("td", "num", fmtCost(a.cost_usd, a.cost_source)),
         el("td", "num", a.wall_s.toFixed(1) + "s"),
         el("td", "", [a.status, ...a.flags].join("; ")));
       body.append(tr);
@@ -699,7 +699,7 @@
         el("td", "", t.duration_s !== undefined ? t.duration_s.toFixed(1) + " s" : "-"),
         el("td", "", t.exit_code ?? (t.signal ? "sig " + t.signal : "-")),
         el("td", "num", fmtTokens(t.usage ? t.usage.total_tokens : null)),
-        el("td", "num c-cost", fmtCost(t.cost_usd, null)),
+        el("td", "num c-cost", fmtCost(t.cost_usd, t.cost_usd ? view.detail.cost_source : null)),
         what,
       );
       table.append(tr);
