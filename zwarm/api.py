@@ -72,6 +72,8 @@ class Zwarm:
         self._ticked = -TICK_EVERY_S  # when the last scheduler pass ran (see ``tick``)
         self.warnings: list[str] = []  # see ``warn``
         self.on_warning: Callable[[str], None] | None = None
+        # what a long command is doing, step by step (not a warning; the CLI: stderr)
+        self.on_progress: Callable[[str], None] | None = None
         if self.env.notice is None:  # a long wait for a lock (the scheduler's) is said
             self.env.notice = self.warn
 
@@ -210,6 +212,8 @@ class Zwarm:
         ws = None
         if site is None:
             ws = starting.workspace_for(self, workdir, req.worktree, req.branch, req.base)
+        elif req.worktree:  # made on the host by its zwarm
+            ws = starting.host_worktree(self, site, req)
         settled = structs.replace(
             req,
             model=model,

@@ -1,10 +1,11 @@
 """Making text safe and short: control characters, one-line cells, widths, every cut.
 
-Owns ``plural`` (a count and its noun) and every way zwarm shortens text: ``cut`` (terminal
-cells, ending in …), ``clip`` (characters, ending in …: a bound on what is stored, logged or
-sent, which must not depend on how wide a character shows), ``elide`` (head and tail around
-a ``[... N chars cut ...]`` note: what a model reads, which should know text is missing) and
-``brief`` (the first lines and characters, with how much more: a long output in a terminal).
+Owns ``plural`` (a count and its noun), ``usd`` (an amount of dollars, never ``$0.00`` for a
+small one) and every way zwarm shortens text: ``cut`` (terminal cells, ending in …), ``clip``
+(characters, ending in …: a bound on what is stored, logged or sent, which must not depend on
+how wide a character shows), ``elide`` (head and tail around a ``[... N chars cut ...]``
+note: what a model reads, which should know text is missing) and ``brief`` (the first lines
+and characters, with how much more: a long output in a terminal).
 No other module slices text and appends a marker of its own. Owns too the one rule for
 printing text zwarm did not write itself (a task, a name, an agent's message or command
 output, an error quoting either): ``clean`` removes terminal escape sequences and control
@@ -52,6 +53,12 @@ _NARROW = re.compile("[\x20-\u02ff\u2010-\u2027\u2030-\u205e]*+\\Z")
 def plural(n: int, word: str) -> str:
     """``1 turn``, ``2 turns``: a count and its noun (an English plural in -s)."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def usd(amount: float) -> str:
+    """``$0.0123`` under a dollar, ``$12.34`` from one on: a small spend or budget never reads
+    ``$0.00`` (``$0.0003 spent today (budget_daily $0.0001)``, not ``$0.00 ... $0.00``)."""
+    return f"${amount:.4f}" if amount < 1 else f"${amount:.2f}"
 
 
 def clean(text: object, newlines: bool = True) -> str:

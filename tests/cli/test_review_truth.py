@@ -32,7 +32,11 @@ def test_a_turn_refused_before_the_model_answered_costs_nothing(zw) -> None:
     r = zw.json("ls")[0]
     assert r["cost_usd"] == pytest.approx(SIMPLE_GPT5)
     assert r["cost_complete"] is True
-    assert "cost ~$0.0002 (estimated)" in zw.run("show", sid, check=True).stdout
+    shown = zw.run("show", sid, check=True).stdout
+    assert "cost ~$0.0002 (estimated)" in shown
+    # each turn's cost is the same estimate, shown as one: the 429 cost exactly nothing
+    assert "cost $0.0000" in shown and "cost $0.0002" not in shown
+    assert shown.count("cost ~$0.0002") == 2  # the total and turn 2
 
 
 def test_a_cost_with_an_unknown_part_is_a_lower_bound_everywhere(zw) -> None:

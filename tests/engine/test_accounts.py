@@ -170,6 +170,33 @@ def test_spawn_account_pins_it_and_an_unknown_account_is_one_error_line(zw: ZW) 
     assert res.stderr.startswith("Error: --account C: claude has no such account"), res.stderr
 
 
+def test_an_accounts_env_never_reaches_a_turn_on_another_account(zw: ZW) -> None:
+    """Regression: a turn's agent got its command's environment plus its own account's env,
+    so a variable one account sets and another does not (a login directory, an organisation,
+    a second key) reached a turn on the other account whenever that turn was started by a
+    command running in the first account's agent: a child it spawns (here), or a queued turn
+    its ``zwarm`` call's scheduler pass starts. What an account set in an agent's environment
+    (named in ``ZWARM_ACCOUNT_ENV``) is now removed before the turn's own account's env is
+    applied."""
+    configure(
+        zw,
+        '[accounts.claude.A]\nenv = { ACCT = "A", ONLY_A = "login-of-a" }\npriority = 5\n'
+        '[accounts.claude.B]\nenv = { ACCT = "B" }\n',
+    )
+    child = '"$ZWARM" spawn --adapter claude --account B child > /dev/null'
+    env = zw.replay("claude_simple", FAKE_SHELL=f"FAKE_SHELL=true {child}")
+    sid = zw.spawn("t", "--adapter", "claude", "--account", "A", env_extra=env)
+    assert wait_status(zw, sid, "completed")["account"] == "A"
+
+    def envs() -> list[dict[str, str]]:
+        return [json.loads(p.read_text()) for p in zw.record.glob("env*.json")]
+
+    on_b = wait_until(lambda: [e for e in envs() if e.get("ACCT") == "B"], message="B's turn")
+    assert "ONLY_A" not in on_b[0], on_b[0].get("ONLY_A")
+    on_a = [e for e in envs() if e.get("ACCT") == "A"]
+    assert on_a and on_a[0]["ONLY_A"] == "login-of-a"
+
+
 # ---------------------------------------------------------------------- usage limits
 def test_a_usage_limit_moves_the_turn_to_another_account_once(zw: ZW) -> None:
     """``on_usage_limit = "switch"``: A answers with claude's real usage-limit output; the
@@ -316,6 +343,8 @@ def test_a_daily_budget_stops_new_work_on_its_account_only(zw: ZW, midday: str) 
     pinned = zw.spawn("three", "--adapter", "claude", "--account", "A", env_extra=env)
     m = zw.meta(pinned)
     assert m["status"] == "queued" and "account A over budget" in m["turns"][0]["wait"]
+    # the figures say why: not "$0.00 spent today (budget_daily $0.00)"
+    assert "$0.0006 spent today (budget_daily $0.0005)" in m["turns"][0]["wait"]
     accts = {a["name"]: a for a in zw.json("accounts")}
     assert accts["A"]["state"] == "over_budget" and accts["A"]["spent_today_usd"] == 0.000638
     assert accts["B"]["state"] == "ready"

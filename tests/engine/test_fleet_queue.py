@@ -286,6 +286,7 @@ def test_the_days_spend_queues_new_sessions_until_tomorrow(zw: ZW, midday: str) 
     b = zw.spawn("second", "--adapter", "claude", env_extra=env)
     m = zw.meta(b)
     assert m["status"] == "queued" and "waiting for tomorrow" in m["turns"][0]["wait"]
+    assert "$0.0006 reached [limits] max_cost_per_day $0.0005" in m["turns"][0]["wait"]
     zw.run("ls", env_extra=env, check=True)
     assert zw.meta(b)["status"] == "queued"  # still today
     tomorrow = time.time() + 86400

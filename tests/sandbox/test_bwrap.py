@@ -182,3 +182,28 @@ def test_the_timeout_kills_a_sandboxed_turn(zw: ZW) -> None:
     wait_until(lambda: zw.meta(sid)["status"] in ("failed", "killed", "completed"))
     m = zw.meta(sid)
     assert m["status"] == "failed" and m["turns"][0]["error"] == "timeout: killed after 1 s", m
+
+
+def test_zwarms_cache_is_hidden_even_where_it_lies_in_the_tree(zw: ZW) -> None:
+    """Regression: zwarm's cache (``$XDG_CACHE_HOME/zwarm``: the preflight's remembered pass
+    and the listing's row cache) was hidden only as part of the home; with
+    ``XDG_CACHE_HOME`` outside the home (a scratch disk, as on clusters) and inside the
+    folder a sandboxed agent writes, the agent could plant a preflight pass or cached rows."""
+    proj = zw.cwd / "scratch"
+    cache = proj / ".cache"
+    (cache / "zwarm").mkdir(parents=True)
+    (cache / "zwarm" / "kept").write_text("zwarm's\n")
+    _config(zw)
+    env = {"XDG_CACHE_HOME": str(cache)}
+    plant = (
+        f'cat "{cache}/zwarm/kept" > seen.txt 2>&1; '
+        f'echo planted > "{cache}/zwarm/planted"; echo made > made.txt'
+    )
+    sid = zw.spawn(
+        "--shared", "--sandbox", "bwrap", "-C", str(proj), "probe",
+        env_extra={**env, "FAKE_RECORD": "", "FAKE_SHELL": plant, **zw.replay("codex_simple")},
+    )  # fmt: skip
+    zw.run("wait", sid, "--timeout", "120", env_extra=env, check=True, timeout=180)
+    assert (proj / "made.txt").read_text() == "made\n"
+    assert "zwarm's" not in (proj / "seen.txt").read_text()
+    assert not (cache / "zwarm" / "planted").exists()

@@ -286,3 +286,103 @@ def test_limits_without_the_sandbox_are_said_not_applied(zw: ZW) -> None:
     zw.wait(sid)
     turn = zw.json("show", sid)["turns_detail"][0]
     assert turn["limits"] == "none applied: the sandbox is off (they hold in it only)", turn
+
+
+FOREIGN_TURN = """
+import os, sys, time
+from zwarm.sandbox import limits
+applied = limits.make(limits.Limits(pids=64))
+for d in applied.group.dirs:
+    with open(os.path.join(d, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+print(" ".join(applied.group.dirs), flush=True)
+time.sleep(600)
+"""
+
+
+def test_sweep_never_touches_a_live_turns_cgroup_made_in_another_pid_namespace(
+    tmp_path: Path,
+) -> None:
+    """Regression: ``sweep`` took the pid in a turn cgroup's name for a pid of its own pid
+    namespace, so a zwarm running in a container (its own pid namespace) that shares the
+    cgroup hierarchy had its live turns' cgroups removed and their processes SIGKILLed by
+    the next sandboxed turn outside (pid 1 there is not the pid 1 it named)."""
+    import contextlib
+    import subprocess
+    import sys
+
+    _cgroup("pids")
+    dirs: list[str] = []
+    inside: list[int] = []
+    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot make a pid namespace here")
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", FOREIGN_TURN],
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    try:
+        assert proc.stdout is not None
+        dirs = proc.stdout.readline().decode().split()
+        assert dirs and all(Path(d).is_dir() for d in dirs), dirs
+        inside = [int(p) for p in Path(dirs[0], "cgroup.procs").read_text().split()]
+        assert inside, dirs
+        swept = limits.sweep()
+        assert not set(swept) & set(dirs), swept
+        assert all(Path(d).is_dir() for d in dirs)
+        assert all(psutil.pid_exists(p) for p in inside)
+        assert proc.poll() is None
+    finally:
+        for p in inside:  # (the namespace's first process: unshare does not pass SIGKILL on)
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
+        proc.kill()
+        proc.wait(10)
+        for d in dirs:
+            if Path(d).is_dir():
+                wait_until(lambda d=d: not Path(d, "cgroup.procs").read_text().split())
+                os.rmdir(d)
+
+
+FOREIGN_BRIDGE = """
+import time
+from zwarm.sandbox import bwrap
+print(bwrap.bridge_dir(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_sweep_never_removes_a_live_bridge_made_in_another_pid_namespace(
+    tmp_path: Path,
+) -> None:
+    """Regression: like the cgroups', a port bridge's directory in /tmp named its maker by a
+    pid of the maker's pid namespace, and ``sweep_bridges`` looked that pid up in its own: a
+    container sharing /tmp (an Apptainer one, with its own pid namespace) lost its live
+    turns' bridge sockets to the next sandboxed turn outside."""
+    import subprocess
+    import sys
+
+    from zwarm.sandbox import bwrap
+
+    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot make a pid namespace here")
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", FOREIGN_BRIDGE],
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    d = ""
+    try:
+        assert proc.stdout is not None
+        d = proc.stdout.readline().decode().strip()
+        assert d and Path(d).is_dir(), d
+        assert d not in bwrap.sweep_bridges()
+        assert Path(d).is_dir() and proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if d:
+            bwrap.remove_bridge(d)

@@ -9,6 +9,7 @@ whose DNS answer is not a public address is refused (DNS rebinding onto 127.0.0.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import subprocess
 import threading
@@ -226,3 +227,81 @@ def test_the_proxy_ends_quietly_when_the_turn_ends_with_a_tunnel_open(
         p.proc.terminate()
         assert p.proc.wait(10) == 0
     assert p.log.read_text() == ""
+
+
+def _len2(b: bytes) -> bytes:
+    return len(b).to_bytes(2, "big")
+
+
+def _hello(sni: str | None, ech: bool = False, records: int = 1) -> bytes:
+    """A TLS 1.3 ClientHello naming ``sni`` (None: no server_name extension), with an
+    encrypted_client_hello extension if ``ech``, split into ``records`` TLS records."""
+    exts = b""
+    if sni is not None:
+        entry = b"\x00" + _len2(sni.encode()) + sni.encode()
+        exts += b"\x00\x00" + _len2(_len2(entry) + entry) + _len2(entry) + entry
+    if ech:
+        exts += b"\xfe\x0d" + _len2(b"\x00" * 8) + b"\x00" * 8
+    body = b"\x03\x03" + b"\x07" * 32 + b"\x00" + _len2(b"\x13\x01") + b"\x13\x01" + b"\x01\x00"
+    body += _len2(exts) + exts
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    cut = [len(hs) * i // records for i in range(records + 1)]
+    parts = [hs[a:b] for a, b in itertools.pairwise(cut)]
+    return b"".join(b"\x16\x03\x01" + _len2(p) + p for p in parts)
+
+
+def _real_hello(name: str) -> bytes:
+    """The ClientHello Python's own TLS client sends for ``name``."""
+    import ssl
+
+    ctx = ssl.create_default_context()
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, out, server_hostname=name)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return out.read()
+
+
+def test_a_tunnel_carries_tls_only_to_the_server_it_was_asked_for(
+    run_proxy: Any, target: int
+) -> None:
+    """Regression: a tunnel to an allowed name carried a ClientHello naming any other server
+    (SNI): through a CDN that serves the allowed name (chatgpt.com is behind one) that
+    reaches any site the CDN serves, so the allow list held only by IP. Now the tunnel is
+    closed, before a byte reaches the server, unless the ClientHello names the host asked
+    for; a hidden name (ECH) or none is refused too. A matching one goes through, whole,
+    even split over several records; a tunnel that does not start with TLS is carried."""
+    p = run_proxy((f"fake-llm.test:{target}",), ("fake-llm.test=127.0.0.1",))
+    connect = f"CONNECT fake-llm.test:{target} HTTP/1.1\r\nHost: fake-llm.test\r\n\r\n".encode()
+    ok = b"HTTP/1.1 200 Connection established\r\n\r\n"
+    refused = {
+        "another server (evil.test)": _real_hello("evil.test"),
+        "another server (api.openai.com)": _hello("api.openai.com", records=3),
+        "hides its server name (ECH)": _hello("fake-llm.test", ech=True),
+        "names no server": _hello(None),
+    }
+    for why, hello in refused.items():
+        got = p.ask(connect, then=hello)
+        assert got == ok, (why, got)  # closed: the target never answered
+        assert p.logged()[-1].endswith(f"{why}"), (why, p.logged())
+        assert p.logged()[-1].startswith(f"zwarm proxy: refused CONNECT fake-llm.test:{target}")
+    assert len(p.logged()) == len(refused)
+    for hello in (_real_hello("fake-llm.test"), _hello("FAKE-LLM.TEST.", records=2)):
+        got = p.ask(connect, then=hello)
+        assert got.startswith(ok) and b"400 - Bad request" in got, got  # it reached the target
+    assert len(p.logged()) == len(refused)
+
+
+def test_plain_http_goes_out_with_the_host_its_target_names(run_proxy: Any, target: int) -> None:
+    """Regression: a plain request to an allowed name kept the client's ``Host`` header, so a
+    server behind that name that routes by Host (a shared front end) served another site."""
+    p = run_proxy((f"fake-llm.test:{target}",), ("fake-llm.test=127.0.0.1",))
+    for url in (f"fake-llm.test:{target}/x", f"user@fake-llm.test:{target}?q#frag"):
+        got = p.ask(
+            f"GET http://{url} HTTP/1.1\r\nHost: evil.test\r\nhOsT: evil.test\r\n\r\n".encode()
+        )
+        assert got.startswith(b"HTTP/1.0 200"), got
+        assert f"\nhost=fake-llm.test:{target}\n".encode() in got, got
+    assert b"line=GET /?q HTTP/1.1\n" in got
+    got = p.ask(f"GET http://evil.test#@fake-llm.test:{target}/ HTTP/1.1\r\n\r\n".encode())
+    assert got.startswith(b"HTTP/1.1 403"), got  # the authority ends at '#'

@@ -436,3 +436,33 @@ def _dead_or_zombie(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
     except FileNotFoundError:
         return True
+
+
+def test_named_pipes_in_place_of_its_turn_files_never_hold_a_turn(zw: Any) -> None:
+    """Regression: an agent that replaced its own turn's log, prompt and digest cache by
+    named pipes (``mkfifo``) held its supervisor forever (the turn's end opened the log to
+    read its outcome, blocking), and so every command that reconciles the session; a
+    follow-up with ``--context summary`` opened the prompt and the digest the same way."""
+    turns = '"$ZWARM_DIR/sessions/$ZWARM_SESSION_ID/turns"'
+    plant = "; ".join(
+        f"rm -f {turns}/turn_1.{ext}; mkfifo {turns}/turn_1.{ext}"
+        for ext in ("jsonl", "prompt", "digest.json")
+    )
+    sid = spawn(zw, "task", env=zw.replay("codex_simple", FAKE_SHELL=plant))
+    m = wait_status(zw, sid, "completed", "failed", timeout=60)
+    assert m["turns"][0]["status"] in ("completed", "failed")
+    assert (zw.session_dir(sid) / "turns" / "turn_1.prompt").is_fifo()  # (the plant held)
+    res = zw.run(
+        "inject",
+        sid,
+        "more",
+        "--context",
+        "summary",
+        env_extra=zw.replay("codex_simple"),
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    m = wait_status(zw, sid, "completed", "failed", timeout=60)
+    assert len(m["turns"]) == 2 and m["turns"][1]["status"] == "completed"
+    zw.run("show", sid, timeout=60, check=True)
+    zw.run("ls", timeout=60, check=True)

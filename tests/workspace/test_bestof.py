@@ -124,6 +124,22 @@ def test_attempts_run_round_robin_in_their_own_worktrees_from_one_base(zw: ZW, c
     assert set_id in zw.run("ls", check=True).stdout  # ls shows the set
 
 
+def test_the_ledger_totals_a_set_by_its_id(zw: ZW, calc: Repo) -> None:
+    """``usage --by set``: what a best-of set cost, its attempts together; the ledger's
+    ``group`` stays the [groups] caps."""
+    set_id = start(zw, calc, ["correct", "breaks"])
+    alone = zw.spawn("alone", "-C", str(calc.path), env_extra=zw.replay("codex_simple"))
+    settled(zw, set_id)
+    zw.wait(alone)
+    got = zw.json("usage", "--by", "set")
+    rows = {r["key"]: r for r in got["rows"]}
+    assert set(rows) == {set_id, "-"}
+    assert (rows[set_id]["turns"], rows[set_id]["sessions"]) == (2, 2)
+    assert (rows["-"]["turns"], rows["-"]["sessions"]) == (1, 1)
+    assert rows[set_id]["total_tokens"] + rows["-"]["total_tokens"] == got["total"]["total_tokens"]
+    assert set_id in zw.run("usage", "--by", "set", check=True).stdout
+
+
 def test_protect_restores_the_base_and_flags_the_attempt_that_changed_it(
     zw: ZW, calc: Repo
 ) -> None:

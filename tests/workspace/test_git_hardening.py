@@ -343,3 +343,46 @@ def test_a_merge_driver_never_runs_it_is_a_conflict(zw: ZW, repo: Repo) -> None:
     _plain_git(tree, repo.env, "commit", "-qam", "agent")
     _plain_git(repo.path, repo.env, "merge-tree", "--write-tree", "main", "zwarm/md")
     assert _marks(zw) == ["mergedriver"]  # git as the user runs it: the driver runs
+
+
+FIFO_PLANTS = {
+    # a file git reads in the worktree, made a named pipe (no sandbox stops mkfifo)
+    "gitignore": "rm -f .gitignore; mkfifo .gitignore",
+    "gitattributes": "rm -f .gitattributes; mkfifo .gitattributes",
+    # a nested repository whose HEAD (read by `add -A` for its gitlink) is a named pipe
+    "nested": "git init -q sub; git -C sub -c user.name=a -c user.email=a@b commit -q "
+    "--allow-empty -m n; rm sub/.git/HEAD; mkfifo sub/.git/HEAD",
+    # an include of the repository's config naming a named pipe (unsandboxed: .git is writable)
+    "include": 'mkfifo "$PWD/../pipe-$$"; git config --file "$(git rev-parse '
+    '--path-format=absolute --git-common-dir)/config" include.path "$PWD/../pipe-$$"',
+}
+
+
+@pytest.mark.parametrize("plant", sorted(FIFO_PLANTS))
+def test_a_named_pipe_where_git_reads_is_refused_in_one_line_not_a_hang(
+    zw: ZW, repo: Repo, plant: str
+) -> None:
+    """git opens a FIFO in place of a file it reads (a ``.gitignore``, a nested repository's
+    ``HEAD``, an include) and waits for a writer: zwarm's git would hold the after-turn
+    snapshot, ``diff`` and ``rm`` for its 600 s timeout. zwarm checks the config files and
+    include targets before git runs, stops a git that waits on a FIFO, and says so in one
+    line."""
+    shell = f"unset GIT_DIR GIT_INDEX_FILE GIT_WORK_TREE; echo w > work.txt; {FIFO_PLANTS[plant]}"
+    sid = zw.spawn("t", "-C", str(repo.path), "--worktree", "--name", "ff", env_extra=agent(shell))
+    zw.wait(sid, timeout=60)
+    d = zw.json("show", sid, timeout=60)
+    assert d["status"] in ("completed", "failed"), d["status"]
+    assert d["turns_detail"][0]["after"] is None
+    log = (zw.session_dir(sid) / "supervisor.log").read_text()
+    assert "no after snapshot of turn 1" in log, log
+    assert "named pipe" in log or "is not a regular file: refused" in log, log
+    res = zw.run("diff", "ff", timeout=60)
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("Error: ") and "refused" in res.stderr, res.stderr
+    tree = Path(d["workspace"]["tree"])
+    if plant == "include":  # the user's own checkout is refused too, until the include goes
+        config = repo.path / ".git" / "config"
+        kept = [ln for ln in config.read_text().splitlines(True) if "pipe-" not in ln]
+        config.write_text("".join(kept))
+    zw.run("rm", "ff", "--force", check=True, timeout=60)
+    assert not tree.exists()

@@ -400,6 +400,26 @@ def test_a_target_green_only_without_checks_is_checked_before_an_entry_is_blamed
     assert states == {"zwarm/nb": "merged", "zwarm/e2": "waiting"}  # not blamed
 
 
+def test_a_target_checked_again_for_new_checks_says_so_not_that_it_moved(
+    zw: ZW, repo: Repo
+) -> None:
+    """The queue itself made the target's tip; a later run with other checks tests it again
+    and says why: the checks changed, not "it changed outside the queue" (it did not)."""
+    _spawn_all(zw, repo, {"g1": _adds("g1"), "g2": _adds("g2")})
+    zw.json("merge", "--queue", "g1", "--no-check")
+    zw.write_config(CHECKED)
+    res = zw.run("merge", "--queue", "g2", check=True)
+    assert "(the checks changed)" in res.stderr, res.stderr
+    # progress, not warnings: a merged entry is no cause for alarm
+    assert "entry 2: merged" in res.stderr and "warning:" not in res.stderr
+    assert "changed outside the queue" not in res.stderr
+    repo.write("user.txt", "moved outside the queue\n")
+    repo.commit("user")
+    _spawn_all(zw, repo, {"g3": _adds("g3")})
+    res = zw.run("merge", "--queue", "g3", check=True)
+    assert "(it changed outside the queue)" in res.stderr, res.stderr
+
+
 def test_merge_mode_makes_merge_commits_and_ejects_a_conflict(zw: ZW, repo: Repo) -> None:
     sids = _spawn_all(zw, repo, {"m1": _adds("m1"), "m2": CONFLICT.format(n=5),
                                  "m3": CONFLICT.format(n=6)})  # fmt: skip

@@ -42,6 +42,10 @@ def run() -> NoReturn:
     code: str | int | None
     if sys.argv[1:2] == ["_launcher"]:  # a launcher's side on another machine (ssh: a host)
         output.leave(_launcher_side(sys.argv[2:]))
+    if sys.argv[1:2] == ["_workspace"]:  # a session's worktree on this host (ssh: ops.hostws)
+        from zwarm.ops import hostws
+
+        output.leave(hostws.main(sys.argv[2:]))
     try:
         code = 1 if not_text(sys.argv[1:]) else fast.answer(sys.argv[1:], os.environ)
         if code is None:

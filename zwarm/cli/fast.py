@@ -291,7 +291,8 @@ def answer(argv: list[str], environ: Mapping[str, str]) -> int | None:
 
 def open_api(state_dir: str | os.PathLike[str] | None) -> Zwarm:
     """The ``Zwarm`` of a command invocation, on ``state_dir`` (None: found from the working
-    directory); its warnings go to stderr (``output.warn``)."""
+    directory); its warnings go to stderr (``output.warn``), and so does its progress
+    (``output.note``: no "warning:")."""
     from pathlib import Path
 
     from zwarm.api import Zwarm
@@ -299,6 +300,7 @@ def open_api(state_dir: str | os.PathLike[str] | None) -> Zwarm:
 
     api = Zwarm(env=Env(state_dir=Path(state_dir) if state_dir is not None else None))
     api.on_warning = output.warn
+    api.on_progress = output.note
     return api
 
 

@@ -111,7 +111,7 @@ def accounts_command(ctx: click.Context, as_json: bool) -> None:
 @click.command(name="usage")
 @click.option(
     "--by",
-    type=click.Choice(["account", "agent", "model", "day", "group"]),
+    type=click.Choice(["account", "agent", "model", "day", "group", "set"]),
     default="account",
     show_default=True,
     help="What to total by.",
@@ -120,8 +120,8 @@ def accounts_command(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def usage_command(ctx: click.Context, by: str, since: str | None, as_json: bool) -> None:
-    """Tokens and cost of every recorded turn, totalled by account, agent, model, day or
-    group: the sum of the turns' own figures.
+    """Tokens and cost of every recorded turn, totalled by account, agent, model, day, group
+    ([groups.NAME]) or set (a best-of set's attempts): the sum of the turns' own figures.
 
     A turn whose cost is unknown (its agent reports none and its model has no price) adds
     nothing to the cost and is counted: the cost is then shown "≥ $X", the known part.

@@ -24,7 +24,7 @@ from zwarm.env import parse_iso
 from zwarm.model import steps as step_text
 from zwarm.model.status import IDLE, RUNS, WAITING, Status
 from zwarm.model.steps import Step
-from zwarm.text import brief, cells, clean, cut, oneline, pad
+from zwarm.text import brief, cells, clean, cut, oneline, pad, usd
 
 COLORS = {  # status -> ANSI colour (table_lines: ls and ls --tree)
     "running": "33",
@@ -69,7 +69,7 @@ def fmt_cost(cost: float | None, source: str | None, complete: bool = True) -> s
     if cost is None:
         return "?"
     mark = ("" if complete else "≥ ") + ("~" if source == "estimated" else "")
-    return f"{mark}${cost:.4f}" if cost < 1 else f"{mark}${cost:.2f}"
+    return mark + usd(cost)
 
 
 def price_hint(d: dict[str, Any]) -> str | None:
@@ -477,7 +477,7 @@ def session_detail(d: dict[str, Any], now: float | None = None) -> None:
         c.print(f"[yellow]queued:[/] {esc(oneline(q, 100))}")
     turns = d.get("turns_detail", [])
     for t in turns:
-        _turn(c, t, now, launcher_status(d) if t is turns[-1] else None)
+        _turn(c, t, now, launcher_status(d) if t is turns[-1] else None, d.get("cost_source"))
 
 
 def _fleet(c: Any, d: dict[str, Any], now: float) -> None:
@@ -534,9 +534,13 @@ def _workspace(c: Any, d: dict[str, Any]) -> None:
             c.print(f"[yellow]comment {k['id']}:[/] {esc(k['path'], False)}:{k['line']} {text}")
 
 
-def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> None:
+def _turn(
+    c: Any, t: dict[str, Any], now: float, shown: str | None = None, source: str | None = None
+) -> None:
     """One turn of ``show``; ``shown``: the status shown for it instead of ``running``
-    (``queued (slurm: Resources)``: the session's ``launcher_status``)."""
+    (``queued (slurm: Resources)``: the session's ``launcher_status``); ``source``: the
+    session's ``cost_source`` (an estimate from token prices is shown ``~$``, as the total;
+    nothing billed is exactly ``$0``)."""
     u = t.get("usage") or {}
     code, sig = t.get("exit_code"), t.get("signal")
     ended = f"exit {code}" if code is not None else (f"signal {sig}" if sig else "")
@@ -559,7 +563,7 @@ def _turn(c: Any, t: dict[str, Any], now: float, shown: str | None = None) -> No
     c.print(
         f"[dim]tokens in {u.get('input_tokens', 0)} (cached {u.get('cached_input_tokens', 0)}) "
         f"out {u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)})  "
-        f"cost {fmt_cost(t.get('cost_usd'), None)}[/]"
+        f"cost {fmt_cost(t.get('cost_usd'), source if t.get('cost_usd') else None)}[/]"
     )
     # a turn zwarm ran always has one; zwarm 3.x kept only the first turn's (the task)
     prompt = esc(oneline(t.get("message"), 300)) if t.get("message") else "[dim](not recorded)[/]"

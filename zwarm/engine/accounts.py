@@ -11,7 +11,8 @@ it has room, which keeps its prompt cache warm; a session already on one, or pin
 (``states``). Must stay true:
 - an account's ``env`` is used only as trusted (``Config.account_env``), for the account the
   session's launch pin names (``engine.finishing``), never one that meta.json or a cooldown file
-  names;
+  names; and only there: what an account set in an agent's environment is removed from every
+  turn started from it (``with_account``), so it never reaches a turn on another account;
 - a cooldown file is untrusted input (an agent may write the state dir): one strict schema, a
   link, a FIFO or a bad file is no file; it can only keep an account from taking new work, for
   at most ``MAX_COOLDOWN_S`` from now, never make one take work nor carry any env; it is
@@ -38,6 +39,7 @@ from zwarm.model import Session
 from zwarm.model.records import AGENT_NAME, NAME, Short
 from zwarm.model.status import REASON_CODE
 from zwarm.system.files import atomic_write, locked, read_file
+from zwarm.text import usd
 
 if TYPE_CHECKING:
     from zwarm.config import Config
@@ -130,6 +132,24 @@ def env_of(config: "Config", agent: str, name: str, environ: Mapping[str, str]) 
             )
         out[key] = _REF.sub(lambda m: environ[m.group(1)], value)
     return out
+
+
+ENV_VAR = "ZWARM_ACCOUNT_ENV"  # in an agent's environment: the variables its account set
+
+
+def with_account(env: dict[str, str], account: Mapping[str, str]) -> dict[str, str]:
+    """A turn's environment ``env`` (its command's, made for the agent) with the variables an
+    account set in an earlier agent removed (``ENV_VAR`` names them: that agent's command, a
+    child it spawns or a queued turn its ``zwarm`` call starts, carries them), then
+    ``account``'s env (the turn's own account's, or none) applied and named there: one
+    account's login never reaches a turn on another through the environment."""
+    for name in env.pop(ENV_VAR, "").split(","):
+        if name and name != ENV_VAR:
+            env.pop(name, None)
+    env.update(account)
+    if account:
+        env[ENV_VAR] = ",".join(sorted(account))
+    return env
 
 
 # ---------------------------------------------------------------------- cooldowns
@@ -226,8 +246,8 @@ def why_not(
         return "cooling", f"account {a.name} cooling down until {clock(c.until, now)} ({c.reason})"
     if a.budget_daily and spend is not None and spend.of(a) >= a.budget_daily:
         return "over_budget", (
-            f"account {a.name} over budget: ${spend.of(a):.2f} spent today "
-            f"(budget_daily ${a.budget_daily:.2f})"
+            f"account {a.name} over budget: {usd(spend.of(a))} spent today "
+            f"(budget_daily {usd(a.budget_daily)})"
         )
     if a.max_running and running >= a.max_running:
         return "full", f"account {a.name} full: {running} running (max_running = {a.max_running})"

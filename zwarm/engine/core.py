@@ -16,7 +16,9 @@ which directories an agent may run in (``check_cwd``, ``in_state_dir``). Must st
 - every agent's environment is built from the trusted config and never carries the
   orchestrator's own key (``agent_env``);
 - no agent runs inside the state dir (``check_cwd``, ``in_state_dir``);
-- a turn log that is not a regular file is never followed nor opened blocking (``turn_steps``).
+- a turn's file (its log, prompt or digest cache) that is not a regular file is never
+  followed nor opened blocking (``turn_steps``, ``read_outcome``, ``digest``, ``_full_task``):
+  an agent that made one a named pipe gets no outcome or summary from it, never a wait.
 """
 
 import abc
@@ -38,7 +40,7 @@ from zwarm.launchers.base import Launcher
 from zwarm.model import Reason, Session, Status, Turn, TurnOutcome, Usage
 from zwarm.model.steps import Step
 from zwarm.store import Store, pins
-from zwarm.system.files import open_read, write_private
+from zwarm.system.files import NotRegularFile, open_read, read_file, write_private
 
 if TYPE_CHECKING:
     from zwarm.engine import scheduler as scheduler_mod
@@ -48,6 +50,7 @@ MESSAGE_KEEP_CHARS = 16000
 MODEL_CHARS = 200
 START_GRACE_S = 15.0
 PROMPT_MAX_BYTES = 64 * 1024 * 1024  # a turn's prompt file read back to run it again
+DIGEST_MAX_BYTES = 16 * 1024 * 1024  # a turn's cached digest (larger: made again)
 
 
 class ManagerCore(abc.ABC):
@@ -242,8 +245,9 @@ class ManagerCore(abc.ABC):
 
     def _full_task(self, s: Session) -> str:
         try:
-            return self.store.turn_path(s.id, 1, "prompt").read_bytes().decode("utf-8", "replace")
-        except OSError:
+            data, _ = read_file(self.store.turn_path(s.id, 1, "prompt"), PROMPT_MAX_BYTES)
+            return data.decode("utf-8", "replace")
+        except OSError:  # (gone, a link, a FIFO or too large: the task as recorded)
             return s.task
 
     def digest(self, s: Session, t: Turn) -> Digest:
@@ -252,7 +256,7 @@ class ManagerCore(abc.ABC):
         cache = self.store.turn_path(s.id, t.n, "digest.json")
         size = log.stat().st_size if log.exists() else -1
         try:
-            d = load_digest(cache.read_bytes())
+            d = load_digest(read_file(cache, DIGEST_MAX_BYTES)[0])
             if d.status == t.status.value and d.log_size == size:
                 return d
         except (OSError, ValueError, KeyError, TypeError):
@@ -303,14 +307,14 @@ class ManagerCore(abc.ABC):
         A turn that ended without a result (killed, timed out) keeps the usage its agent had
         reported so far (a second pass, only then)."""
         path = self.store.turn_path(sid, n)
-        try:
-            with open(path, "rb") as f:
+        try:  # (a link or a FIFO in the log's place: no outcome, never a wait)
+            with os.fdopen(open_read(path), "rb") as f:
                 o = self.scan_outcome(f)
-            if o.status is None and o.usage is None:
-                with open(path, "rb") as f:
+                if o.status is None and o.usage is None:
+                    f.seek(0)
                     o.usage = self.agent.partial_usage(f)
             return o
-        except FileNotFoundError:
+        except (FileNotFoundError, NotRegularFile):
             return TurnOutcome()
 
 

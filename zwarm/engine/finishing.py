@@ -79,11 +79,13 @@ class Finishing(ManagerCore):
         boxed = pin.sandbox != "off"
         opts = msgspec.structs.replace(self.options(s), cwd=pin.cwd, dangerous=pin.bypass or boxed)
         env = self.agent_env()
+        login: dict[str, str] = {}
         if pin.account is not None:  # its login: the pinned account's trusted env, over [agent]
             try:
-                env.update(accounts.env_of(self.config, self.name, pin.account, self.env.environ))
+                login = accounts.env_of(self.config, self.name, pin.account, self.env.environ)
             except accounts.AccountError as e:
                 raise StartRefused(str(e)) from None
+        env = accounts.with_account(env, login)  # (another account's, from its command: gone)
         env[procs.MARKER] = s.id
         env.pop(procs.SUPERVISOR_MARKER, None)
         # what the agent spawns is a child of this session, in this state dir (engine.tree)
@@ -204,6 +206,8 @@ class Finishing(ManagerCore):
         ws = self._pinned(s)
         if ws is None or t.before is not None:  # none; or prepared already (a deferred turn)
             return False
+        if ws.host is not None:  # on a host: no snapshots (a diff compares with its base)
+            return False
         wrote = n == 1 and ws.mode == "worktree" and self._needs_setup()
         if wrote and not self._setup(s, t, ws):
             return None
@@ -273,7 +277,7 @@ class Finishing(ManagerCore):
         """Turn ``n``'s after snapshot, what it changed, and what the session changed so far."""
         s = self.store.load(sid, history=False)
         ws = self._pinned(s)
-        if ws is None or ws.removed:
+        if ws is None or ws.removed or ws.host is not None:
             return None, None, None
         after = self._snapshot(ws, sid, n, "after")
         if after is None:

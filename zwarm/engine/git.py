@@ -23,6 +23,11 @@ Owns how zwarm talks to git for workspaces, snapshots, diffs and merges. Must st
   ``<repo>/.git/worktrees/<n>``, whose records name the tree back and the repository's git
   dir as its common dir), and git then gets
   ``--git-dir``/``--work-tree`` explicitly, so a ``.git`` changed afterwards is not read;
+- no file an agent can make a named pipe holds zwarm's git: the config files zwarm can name
+  and every include target are checked (``_regular_or_absent``: a FIFO or device is refused
+  in one line) before git reads them, and a git that waits to open a FIFO anyway (a
+  ``.gitignore``, a nested repository's ``HEAD``) is stopped with its process group
+  (``_watched``, about every ``FIFO_POLL_S``) and reported in one line;
 - a failure is a ``GitError`` with git's own last line; a lock another git process holds
   (``index.lock``, ``packed-refs.lock`` ...) is retried a few times before it is reported;
 - this module imports only the standard library and ``zwarm.errors`` (``subprocess`` when git
@@ -31,6 +36,7 @@ Owns how zwarm talks to git for workspaces, snapshots, diffs and merges. Must st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -149,20 +155,18 @@ def run(
     full_env = environ(env, {**_pairs(off), **objects, **(extra_env or {})})
     for attempt in range(LOCK_RETRIES + 1):
         try:
-            proc = subprocess.run(
-                argv,
-                cwd=folder,
-                env=full_env,
-                input=input,
-                capture_output=True,
-                timeout=timeout,
-                stdin=None if input is not None else subprocess.DEVNULL,
-                close_fds=True,
-            )
+            proc = _watched(argv, folder, full_env, input, timeout)
         except FileNotFoundError:
             raise GitError("git is not installed (not found on PATH)", list(args)) from None
         except subprocess.TimeoutExpired:
             raise GitError(f"git {args[0]} timed out after {timeout:g} s", list(args)) from None
+        except _BlockedOnFifo:
+            raise GitError(
+                f"git {args[0]} in {folder} was stopped: it was blocked opening a named pipe "
+                "(FIFO) in place of a file git reads (a config, include, .gitignore, "
+                ".gitattributes or a nested repository's file): refused",
+                list(args),
+            ) from None
         except OSError as e:
             raise GitError(f"cannot run git: {e.strerror or e}", list(args)) from None
         if proc.returncode == 0 or not check:
@@ -175,6 +179,78 @@ def run(
     raise GitError(
         f"git {args[0]} failed: {last_line(proc.stderr)}", list(args), proc.returncode, err
     )
+
+
+class _BlockedOnFifo(Exception):
+    """git (or a git it started) waits to open a FIFO no one writes: it would wait forever."""
+
+
+FIFO_POLL_S = 0.5  # how often a running git is checked for a wait on a FIFO
+
+
+def _watched(
+    argv: list[str], folder: str, env: dict[str, str], input: bytes | None, timeout: float
+) -> subprocess.CompletedProcess[bytes]:
+    """``argv`` run as ``subprocess.run`` would (output captured, ``input`` on stdin, killed
+    after ``timeout``: ``TimeoutExpired``), in a process group of its own that is killed
+    whole if git or a git it started sits opening a FIFO (``_BlockedOnFifo``): a file git
+    reads replaced by a named pipe (``mkfifo .gitignore``, a nested repository's ``HEAD``,
+    an include) would otherwise hold zwarm for ``timeout``."""
+    import signal
+    import subprocess
+
+    stdin = subprocess.PIPE if input is not None else subprocess.DEVNULL
+    with subprocess.Popen(
+        argv,
+        cwd=folder,
+        env=env,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        process_group=0,
+    ) as p:
+        deadline = time.monotonic() + timeout
+        pending = input
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    out, err = p.communicate(pending, timeout=max(0.0, min(FIFO_POLL_S, left)))
+                    break
+                except subprocess.TimeoutExpired:
+                    pending = None  # (sent already: communicate keeps what it has)
+                    if left <= FIFO_POLL_S:
+                        raise subprocess.TimeoutExpired(argv, timeout) from None
+                    if _fifo_wait(p.pid):
+                        raise _BlockedOnFifo() from None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.killpg(p.pid, signal.SIGKILL)  # (the group is git's until it is reaped)
+            p.kill()
+            p.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def _fifo_wait(pid: int, depth: int = 0) -> bool:
+    """Whether a thread of process ``pid``, or of a process it started (4 levels, 16
+    each), waits to open a FIFO (the kernel's wait channel ``wait_for_partner``)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    kids: list[bytes] = []
+    for tid in tasks[:64]:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/wchan", "rb") as f:
+                if f.read(64) == b"wait_for_partner":
+                    return True
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids += f.read(4096).split()
+        except OSError:
+            continue
+    return depth < 4 and any(_fifo_wait(int(k), depth + 1) for k in kids[:16])
 
 
 def _pairs(off: Sequence[tuple[str, str]]) -> dict[str, str]:
@@ -220,6 +296,8 @@ def _entries(cwd: Where, env: Mapping[str, str]) -> list[tuple[str, str]]:
     seen: list[str] = []
     folder = str(cwd.top if isinstance(cwd, Tree) else cwd)
     home = env.get("HOME", "")
+    for path in _config_files(cwd, env):
+        _regular_or_absent(path, "a git config file")
 
     def read(args: list[str], origin: str | None) -> None:
         proc = run(["config", *args, "-z", "--get-regexp", wanted], cwd, env, check=False)
@@ -236,12 +314,43 @@ def _entries(cwd: Where, env: Mapping[str, str]) -> list[tuple[str, str]]:
                 if value.startswith("~/") and home:
                     value = os.path.join(home, value[2:])
                 path = os.path.normpath(os.path.join(base, value))
-                if path not in seen and len(seen) < MAX_INCLUDES and os.path.isfile(path):
+                if path in seen or len(seen) >= MAX_INCLUDES:
+                    continue
+                if _regular_or_absent(path, f"the include {name}"):
                     seen.append(path)
                     read(["-f", path, "--no-includes"], path)
 
-    read(["--show-origin"], None)
+    read(["--show-origin", "--no-includes"], None)  # (each include read here, checked first)
     return out
+
+
+def _config_files(cwd: Where, env: Mapping[str, str]) -> list[str]:
+    """The config files git reads from ``cwd`` that zwarm can name before git runs: the
+    user's and the system's, and a ``Tree``'s own (its git dir's and common dir's ``config``,
+    its ``config.worktree``)."""
+    xdg = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", "/nonexistent"), ".config")
+    files = ["/etc/gitconfig", os.path.join(xdg, "git", "config")]
+    files += [os.path.join(env["HOME"], ".gitconfig")] if env.get("HOME") else []
+    if isinstance(cwd, Tree):
+        common = _gitdir_file(Path(cwd.git_dir) / "commondir", prefix="") or cwd.git_dir
+        files += [os.path.join(d, "config") for d in dict.fromkeys((cwd.git_dir, common))]
+        files.append(os.path.join(cwd.git_dir, "config.worktree"))
+    return files
+
+
+def _regular_or_absent(path: str, what: str) -> bool:
+    """Whether ``path`` (links followed, as git follows them) is a regular file: False if
+    there is none; ``GitError`` (one line) if it is anything else: git would block opening a
+    FIFO, or read a device without end."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        raise GitError(f"{what} {path} is not a regular file: refused")
+    return True
 
 
 def checked(top: str | Path, repo: str | Path, env: Mapping[str, str]) -> Tree:

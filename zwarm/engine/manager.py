@@ -83,7 +83,7 @@ class BaseSessionManager(Recovery):
         req: SpawnRequest,
         *,
         cwd: Path,
-        workspace: ws_mod.Plan | ws_mod.Found | None = None,
+        workspace: ws_mod.Plan | ws_mod.Found | ws_mod.Elsewhere | None = None,
         fleet: limits.Fleet | None = None,
         lineage: tree.Lineage | None = None,
         launcher_options: Mapping[str, Any] | None = None,
@@ -118,7 +118,12 @@ class BaseSessionManager(Recovery):
         except BaseException:
             if ws is not None and ws.mode == "worktree":
                 with contextlib.suppress(ZwarmError):
-                    ws_mod.remove(ws, self.env.environ)
+                    if ws.host is None:
+                        ws_mod.remove(ws, self.env.environ)
+                    elif workspace is not None and not isinstance(
+                        workspace, ws_mod.Plan | ws_mod.Found
+                    ):
+                        workspace.discard(sid, ws)
             raise
         try:
             with self.store.transaction(sid) as s:
@@ -129,7 +134,11 @@ class BaseSessionManager(Recovery):
         return s
 
     def _workspace(
-        self, plan: ws_mod.Plan | ws_mod.Found | None, sid: str, name: str | None, cwd: Path
+        self,
+        plan: ws_mod.Plan | ws_mod.Found | ws_mod.Elsewhere | None,
+        sid: str,
+        name: str | None,
+        cwd: Path,
     ) -> tuple[Workspace | None, Path]:
         """The session's workspace record, and where its agent runs (in a new worktree)."""
         if isinstance(plan, ws_mod.Plan):
@@ -137,6 +146,9 @@ class BaseSessionManager(Recovery):
             return ws, ws_mod.session_cwd(ws, plan.found.rel)
         if isinstance(plan, ws_mod.Found):
             return Workspace("shared", str(plan.repo), str(plan.tree)), cwd
+        if plan is not None:  # made on another machine (an ssh host)
+            ws, where = plan.create(sid, name)
+            return ws, Path(where)
         return None, cwd
 
     def _create(

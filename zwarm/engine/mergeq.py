@@ -228,7 +228,8 @@ def _next(ctx: Ctx, repo: str, target: str, retargets: dict[int, int]) -> str:
     rtree = git.checked(repo, repo, ctx.environ)
     old = git.resolve_commit(f"refs/heads/{target}", rtree, ctx.environ)
     if ctx.checks and (q.green != old or q.green_checks != list(ctx.checks)):
-        red = _check_target(ctx, repo, target, rtree, old)
+        why = "it changed outside the queue" if q.green != old else "the checks changed"
+        red = _check_target(ctx, repo, target, rtree, old, why)
         if red:
             return "blocked"
     elif q.green != old:
@@ -270,10 +271,10 @@ def _maybe_die(ctx: Ctx, step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _check_target(ctx: Ctx, repo: str, target: str, rtree: git.Tree, old: str) -> bool:
-    """Run the checks on the target itself (it changed outside the queue); whether it is red
-    (then the queue is blocked, saying why)."""
-    ctx.say(f"checking {target} itself at {old[:12]} (it changed outside the queue)")
+def _check_target(ctx: Ctx, repo: str, target: str, rtree: git.Tree, old: str, reason: str) -> bool:
+    """Run the checks on the target itself (``reason``: it changed outside the queue, or it
+    last passed other checks); whether it is red (then the queue is blocked, saying why)."""
+    ctx.say(f"checking {target} itself at {old[:12]} ({reason})")
     tmp = _tmp_path(ctx, repo, target, "target")
     _journal(ctx, repo, target, 0, "target", worktree=str(tmp))
     try:

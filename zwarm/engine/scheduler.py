@@ -59,6 +59,7 @@ from zwarm.env import parse_iso
 from zwarm.errors import DamagedSession, SessionNotFound, StoreError, ZwarmError
 from zwarm.model import RUNS, WAITING, Reason, Session, Status, Turn
 from zwarm.system.files import CLOEXEC, NOFOLLOW, open_lock, take_lock
+from zwarm.text import usd
 
 if TYPE_CHECKING:
     from zwarm.config import Config
@@ -407,8 +408,8 @@ class Scheduler:
         day = lim["max_cost_per_day"]
         if day and spend >= day:
             return (
-                f"waiting for tomorrow: today's spend ${spend:.2f} reached "
-                f"[limits] max_cost_per_day ${day:.2f}"
+                f"waiting for tomorrow: today's spend {usd(spend)} reached "
+                f"[limits] max_cost_per_day {usd(day)}"
             )
         return None
 

@@ -5,7 +5,8 @@ worktree on a new branch (``plan``, ``create``), preparing it before the first t
 or linking git-ignored files, running the ``[workspace] setup`` commands: ``prepare``), taking
 the snapshots around each turn (``snapshot``, kept in the repository's snapshot store:
 ``engine.snapshots``), deciding whether removing it would lose work (``losses``) and
-removing it (``remove``). Worktrees live in ``[workspace] root`` (default
+removing it (``remove``); a worktree on another machine is made there (``Elsewhere``, its
+record naming the host: no git runs on it here). Worktrees live in ``[workspace] root`` (default
 ``$XDG_DATA_HOME/zwarm/worktrees``), one folder per repository (``<name>-<hash of its path>``),
 one worktree per session. Must stay true:
 - a worktree is never inside the state dir, the repository, or another session's working
@@ -26,7 +27,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -225,6 +226,20 @@ def create(p: Plan, sid: str, name: str | None, environ: Mapping[str, str]) -> W
     return Workspace("worktree", str(p.found.repo), str(tree), branch, p.base)
 
 
+class Elsewhere(Protocol):
+    """A worktree made on another machine, by that machine's zwarm (an ssh host's:
+    ``ops.hostws``, handed to the manager by the spawn); its record names the host
+    (``Workspace.host``), and zwarm's git never runs on it here."""
+
+    def create(self, sid: str, name: str | None) -> tuple[Workspace, str]:
+        """Make session ``sid``'s worktree there: its record, and where its agent runs."""
+        ...
+
+    def discard(self, sid: str, ws: Workspace) -> None:
+        """Remove session ``sid``'s ``ws`` and its branch there (a failed spawn); best effort."""
+        ...
+
+
 @contextlib.contextmanager
 def _repo_lock(folder: Path) -> Iterator[None]:
     from zwarm.system.files import locked, private_dir
@@ -299,7 +314,7 @@ def session_cwd(ws: Workspace, rel: str) -> Path:
 
 
 # ---------------------------------------------------------------------------- trust
-SECURITY_FIELDS = ("mode", "repo", "tree", "branch", "base")
+SECURITY_FIELDS = ("mode", "repo", "tree", "branch", "base", "host")
 
 
 def same(a: Workspace | None, b: Workspace | None) -> bool:

@@ -174,12 +174,14 @@ class Workspace(Struct):
     there comes from the session's launch pin, never from these fields alone."""
 
     mode: Literal["shared", "worktree"]
-    repo: AbsPath  # the repository's main working tree
+    repo: AbsPath  # the repository's main working tree (on ``host``, if set)
     tree: AbsPath  # the working tree the agent writes (and zwarm snapshots)
     branch: Branch | None = None
     base: Sha | None = None
     removed: bool = False  # the worktree and branch were removed (setup failed, rm)
     squashed_tip: Sha | None = None  # the branch tip a ``merge --squash`` brought in
+    # the ssh host (``[hosts.NAME]``) whose repository and worktree these are; None: here
+    host: Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_-]{0,63}\Z")] | None = None
 
 
 class Comment(Struct):

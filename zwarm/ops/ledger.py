@@ -1,13 +1,14 @@
 """The ledger: ``zwarm usage``, tokens and cost totalled from the recorded turns.
 
-Owns how the turns of every session are totalled by account, agent, model, day or group
-(``usage``). Must stay true: every total is the sum of the figures recorded on the turns
-themselves (each turn's usage and cost are deltas: ``engine.finishing``), archived turns
-included, so the ledger equals the sum of the turns ``show`` prints; a turn that ran without
-a known cost adds nothing to ``cost_usd`` and is counted in ``unpriced_turns`` (the cost is
-then a lower bound, ``cost_complete`` false), never guessed; one whose cost zwarm estimated
-from token prices (its agent reports none) is counted in ``estimated_turns``; a session that
-cannot be read is counted in ``damaged``, never silently dropped; nothing is written.
+Owns how the turns of every session are totalled by account, agent, model, day, group
+(``[groups.NAME]``) or best-of set (``usage``). Must stay true: every total is the sum of
+the figures recorded on the turns themselves (each turn's usage and cost are deltas:
+``engine.finishing``), archived turns included, so the ledger equals the sum of the turns
+``show`` prints; a turn that ran without a known cost adds nothing to ``cost_usd`` and is
+counted in ``unpriced_turns`` (the cost is then a lower bound, ``cost_complete`` false),
+never guessed; one whose cost zwarm estimated from token prices (its agent reports none) is
+counted in ``estimated_turns``; a session that cannot be read is counted in ``damaged``,
+never silently dropped; nothing is written.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from zwarm.model import Session, Status, Turn
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
 
-BY = ("account", "agent", "model", "day", "group")
+BY = ("account", "agent", "model", "day", "group", "set")
 _DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")
 _USAGE = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens")
-NONE = "-"  # the key of turns without one (no account, no group, no model known)
+NONE = "-"  # the key of turns without one (no account, group, set or model known)
 
 
 def usage(api: Zwarm, by: str = "account", since: str | None = None) -> dict[str, Any]:
@@ -96,6 +97,8 @@ def _key(s: Session, t: Turn, by: str, day: str) -> str:
         return s.model or NONE
     if by == "day":
         return day
+    if by == "set":  # a best-of set's attempts: what the whole set cost
+        return s.attempt.set if s.attempt is not None else NONE
     return s.group or NONE
 
 

@@ -67,7 +67,7 @@ def _ctx(
         checks=tuple(cmds),
         checker=checker,
         depth=_depth(depth),
-        say=api.warn if api.on_warning is not None else (lambda _: None),
+        say=api.on_progress or (lambda _: None),
     )
 
 

@@ -358,7 +358,13 @@ def _release_workspace(api: Zwarm, sid: str, force: bool) -> None:
     from zwarm.engine import workspace
 
     ws = workspace.for_removal(s, api.env.environ, api.store.root)
-    if ws is not None:
+    if ws is not None and ws.host is not None:  # on its host, by the host's zwarm
+        from zwarm.ops import hostws
+
+        there = hostws.of(api.env.environ, api.store.root, s, ws)
+        if there is not None and ws.mode == "worktree" and not ws.removed:
+            there.remove(sid, ws, force)
+    elif ws is not None:
         workspace.release(ws, api.env.environ, sid, force)
 
 

@@ -22,11 +22,12 @@ from zwarm.errors import (
     InvalidInput,
     WorkspaceError,
 )
-from zwarm.model import Session
+from zwarm.model import Session, Status
 from zwarm.model.records import Workspace
 
 if TYPE_CHECKING:
     from zwarm.api import Zwarm
+    from zwarm.ops.hostws import OnHost
 
 T = TypeVar("T")
 
@@ -60,6 +61,12 @@ def diff(
 
     s = api.get(ref)
     ws = workspace_of(api, s)
+    there = _on_host(api, s, ws, turn)
+    if there is not None:
+        d, raw = there.diff(s.id, ws, hunks=hunks)
+        if text:
+            d["text"] = raw.decode("utf-8", "replace")
+        return {"session_id": s.id, "branch": ws.branch, **d, "overlaps": []}
     sp = review.span(s, ws, turn, api.env.environ, api.store.root)
     tree = workspace.git_dir_tree(ws, api.env.environ)
     d = review.diff_json(tree, api.env.environ, sp, hunks)
@@ -81,10 +88,28 @@ def diff_text(
 
     s = api.get(ref)
     ws = workspace_of(api, s)
+    there = _on_host(api, s, ws, turn)
+    if there is not None:
+        return there.diff(s.id, ws, hunks=False, color=color, stat=stat)[1], None
     sp = review.span(s, ws, turn, api.env.environ, api.store.root)
     tree = workspace.git_dir_tree(ws, api.env.environ)
     text = diffs.text(tree, api.env.environ, sp.a, sp.b, color=color, stat=stat)
     return text, review.overlap_note(review.overlaps(s, _same_tree(api, ws), turn))
+
+
+def _on_host(api: Zwarm, s: Session, ws: Workspace, turn: int | None = None) -> OnHost | None:
+    """Where ``s``'s workspace lives: on its ssh host (``ops.hostws.OnHost``: its zwarm
+    does the git work there), or None: here. A host keeps no per-turn snapshots: a diff
+    there is the whole session's (the worktree against its base)."""
+    from zwarm.ops import hostws
+
+    there = hostws.of(api.env.environ, api.store.root, s, ws)
+    if there is not None and turn is not None:
+        raise InvalidInput(
+            f"session {s.id} works on host {ws.host}, which keeps no per-turn snapshots: "
+            "diff the whole session (no --turn)"
+        )
+    return there
 
 
 def _same_tree(api: Zwarm, ws: Workspace) -> list[Session]:
@@ -115,6 +140,11 @@ def comment(
         raise InvalidInput("give at least one comment (PATH:LINE TEXT)")
     s = api.get(ref)
     ws = workspace_of(api, s)
+    if ws.host is not None:
+        raise WorkspaceError(
+            f"session {s.id} works on host {ws.host}: comments on it are not supported yet "
+            "(send a follow-up with zwarm inject)"
+        )
     with api.store.transaction(s.id) as fresh:
         new = review.make_comments(
             fresh, ws, items, api.env.environ, api.env.now_iso(), api.store.root
@@ -148,6 +178,16 @@ def merge(
     with api.store.transaction(s.id) as fresh:  # no turn starts while we merge
         if fresh.workspace is None or not workspace.same(fresh.workspace, ws):
             raise WorkspaceError(f"session {s.id}'s workspace changed meanwhile: refused")
+        there = _on_host(api, fresh, ws)
+        if there is not None:
+            if fresh.status is Status.RUNNING:
+                raise WorkspaceError(f"session {s.id} is running: wait for it (or kill it) first")
+            got = there.merge(fresh, ws, into=into, squash=squash, message=message)
+            if got.squashed_tip is not None:
+                fresh.workspace.squashed_tip = got.squashed_tip
+            out = msgspec.to_builtins(got)
+            out.pop("squashed_tip", None)
+            return {"session_id": s.id, **out}
         return review.merge(fresh, fresh.workspace, api.env.environ, into=into,
                             squash=squash, message=message)  # fmt: skip
 
@@ -161,6 +201,9 @@ def apply(
 
     s = api.get(ref)
     ws = workspace_of(api, s)
+    if ws.host is not None:
+        raise WorkspaceError(f"session {s.id} works on host {ws.host}: apply is not supported "
+                             "for it yet (merge it there)")  # fmt: skip
     sp = review.span(s, ws, turn, api.env.environ, api.store.root)
     where = Path(cwd) if cwd is not None else api.env.cwd
     return {"session_id": s.id, "turn": turn, **review.apply(ws, sp, api.env.environ, where)}

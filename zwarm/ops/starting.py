@@ -58,6 +58,7 @@ class Site(NamedTuple):
     launcher: str
     option: str
     cwd: str
+    host: Any = None  # its ``Host`` (``launchers.ssh.hosts``)
 
 
 HOST_LAUNCHER = "ssh"  # what --host implies: the launcher that runs turns on hosts
@@ -67,8 +68,9 @@ def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
     """Where a spawn with ``req.host`` (else ``[defaults] host``) runs, or None: here.
     ``InvalidInput`` for an unknown host, another launcher asked for, a working directory
     that is no directory there (or not absolute, nor ``~/``: the host resolves it), a
-    worktree or zwarm's sandbox (neither runs on a host yet); ``ZwarmError`` for a host that
-    runs another zwarm version, ``HostUnreachable`` for one that does not answer."""
+    worktree with ``[workspace]`` setup, or zwarm's sandbox (neither runs on a host yet);
+    ``ZwarmError`` for a host that runs another zwarm version, ``HostUnreachable`` for one
+    that does not answer."""
     name = req.host or (api.config.get("defaults", "host") if req.launcher is None else "")
     if not name:
         return None
@@ -95,12 +97,28 @@ def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
             f"the working directory on host {name!r} must be absolute (or ~/...): {cwd!r}"
         )
     if req.worktree:
-        raise naming(InvalidInput, lambda n: f"{n('worktree')} on a host is not supported yet")
+        table = api.config.data.get("workspace") or {}
+        if any(table.get(k) for k in ("setup", "copy", "link")):
+            raise InvalidInput("[workspace] setup, copy and link do not run on a host yet: "
+                               "--worktree on a host needs them empty")  # fmt: skip
+    elif req.branch is not None or req.base is not None:
+        raise naming(InvalidInput, lambda n: f"{n('branch')} and {n('base')} need {n('worktree')}")
     if req.sandbox not in (None, "off"):
         raise naming(InvalidInput, lambda n: (
             f"zwarm's sandbox does not run on a host yet ({n('sandbox')} off)"
         ))  # fmt: skip
-    return Site(HOST_LAUNCHER, f"host={name}", _host_dir(host, cwd))
+    return Site(HOST_LAUNCHER, f"host={name}", _host_dir(host, cwd), host)
+
+
+def host_worktree(api: Zwarm, site: Site, req: SpawnRequest) -> Any:
+    """The worktree a spawn ``--host --worktree`` makes on the host, in the repository its
+    directory there is in (``ops.hostws.OnHost``: an ``engine.workspace.Elsewhere``)."""
+    from zwarm.ops.hostws import OnHost
+
+    rows = api.sessions() if api.store.exists() else []
+    name = site.host.name
+    others = [r["cwd"] for r in rows if r.get("host") == name and r.get("cwd")]
+    return OnHost(site.host, site.cwd, req.branch, req.base, others)
 
 
 def _host_dir(host: Any, cwd: str) -> str:

@@ -62,10 +62,12 @@ class Policy(msgspec.Struct, frozen=True):
 
 def private_dirs(environ: Mapping[str, str]) -> list[str]:
     """zwarm's per-user files, which no sandbox may see: launch pins (state), the trust store
-    (config), the serve tokens (runtime)."""
+    (config), the preflight's remembered pass and the listing's row cache (cache), the serve
+    tokens (runtime); each hidden wherever it lies, not only as part of the home."""
     from zwarm.xdg import xdg_dir, xdg_runtime_dir
 
-    out = [str(xdg_dir(environ, var)) for var in ("XDG_STATE_HOME", "XDG_CONFIG_HOME")]
+    names = ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
+    out = [str(xdg_dir(environ, var)) for var in names]
     run = xdg_runtime_dir(environ)
     return out if run is None else [*out, str(run)]
 

@@ -14,7 +14,8 @@ own loopback) before the agent starts. Must stay true:
   removes the directory; a forwarder also dies with its parent: ``setpriv --pdeathsig``); the
   supervisor removes the directory again after the turn, so a killed outer shell leaves none,
   and one a SIGKILLed supervisor left is removed by ``sweep_bridges`` (the next sandboxed
-  turn, the preflight): only this uid's directories named after a maker that is gone;
+  turn, the preflight): only this uid's directories named after a maker that is gone, made
+  in this pid namespace (a pid names another process in another one);
 - the outer shell's ``prefix`` (the turn's limits: ``limits.shell``) runs before anything
   else it starts, outside the sandbox;
 - with ``hosts``, the filtering proxy (``zwarm.sandbox.proxy``, started here per turn beside
@@ -42,7 +43,9 @@ from zwarm.sandbox import Policy
 
 BRIDGE_DIR = "/run/zwarm"  # where the bridge's sockets are inside
 BRIDGE_PREFIX = "zwarm-bridge-"  # outside: /tmp/zwarm-bridge-<maker pid>-<its start>-<random>
-_BRIDGE_NAME = re.compile(r"^zwarm-bridge-([0-9]{1,10})-([0-9]{1,20})-[0-9a-f]{8}\Z")
+_BRIDGE_NAME = re.compile(
+    r"^zwarm-bridge-([0-9]{1,10})-([0-9]{1,20})-(?:([0-9]{1,20})-)?[0-9a-f]{8}\Z"
+)
 PROXY_PORT = 3128  # where the filtering proxy answers inside (the sandbox's own loopback)
 PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
@@ -75,10 +78,9 @@ def bridge_dir() -> str:
 
     base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
     me = os.getpid()
+    maker = f"{me}-{procs.start_ticks(me) or 0}-{procs.pid_namespace()}"
     while True:
-        d = os.path.join(
-            base, f"{BRIDGE_PREFIX}{me}-{procs.start_ticks(me) or 0}-{os.urandom(4).hex()}"
-        )
+        d = os.path.join(base, f"{BRIDGE_PREFIX}{maker}-{os.urandom(4).hex()}")
         try:
             os.mkdir(d, 0o700)
         except FileExistsError:
@@ -123,6 +125,7 @@ def sweep_bridges(base: str = "/tmp") -> list[str]:
     from zwarm.system.boot import ProcRef
 
     uid, boot, out = os.geteuid(), procs.boot_id(), list[str]()
+    ns = str(procs.pid_namespace())
     try:
         names = os.listdir(base)
     except OSError:
@@ -138,6 +141,8 @@ def sweep_bridges(base: str = "/tmp") -> list[str]:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
             continue
+        if m.group(3) is not None and m.group(3) != ns:
+            continue  # another pid namespace's (a container sharing /tmp): not our pid
         if not procs.is_alive(ProcRef(int(m.group(1)), int(m.group(2)), boot)):
             remove_bridge(d)
             out.append(d)

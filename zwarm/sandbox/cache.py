@@ -9,6 +9,8 @@ Owns ``$XDG_CACHE_HOME/zwarm/sandbox-preflight.json`` (default ``~/.cache/zwarm/
   (path, inode, size, mtime), the kernel release, the user namespace sysctls, the policy's
   fingerprint (``check.fingerprint``: the probes, a fixed policy's command line, the
   sandbox's code), zwarm's version and the uid; anything else is a miss and the probes run;
+- the file lies where no sandbox sees it (``sandbox.private_dirs`` hides zwarm's cache
+  directory wherever ``XDG_CACHE_HOME`` puts it);
 - the file is untrusted input: read only if it is a regular file (never through a link),
   owned by the effective uid, neither group- nor world-accessible (0600), small, and of the
   strict schema (``Entry``: no unknown field); written 0600, atomically.

@@ -12,9 +12,12 @@ which removes the cgroups a killed supervisor left. Must stay true:
 - only the supervisor, outside the sandbox, makes, writes and removes the cgroup (the sandbox
   has no ``/sys``); the agent joins it before it runs (``shell``: the outer shell of
   ``bwrap.command`` writes its own pid), so everything it starts is in it;
-- a turn's cgroup is named ``zwarm-<supervisor pid>-<its start ticks>-<random>``; its
-  supervisor removes it when the turn ends (killing what is left in it first), and ``sweep``
-  removes only directories of that name, owned by this uid, whose supervisor is gone;
+- a turn's cgroup is named ``zwarm-<supervisor pid>-<its start ticks>-<its pid namespace>-
+  <random>``; its supervisor removes it when the turn ends (killing what is left in it
+  first), and ``sweep`` removes only directories of that name, owned by this uid, made in
+  this pid namespace (a pid means nothing in another: a container sharing the hierarchy),
+  whose supervisor is gone; one named as before the namespace was named is only removed if
+  it is empty, never killed in;
 - the method is chosen from the machine only; the one override, ``ZWARM_SANDBOX_LIMITS=rlimit``
   (forcing the rlimit fallback, for tests), is read from the supervisor's own environment,
   never from a file, is not passed on to the agent (``engine.finishing``), and is said like
@@ -38,7 +41,7 @@ PREFIX = "zwarm-"
 CONTROLLERS = {"memory": "memory", "cpus": "cpu", "pids": "pids"}  # limit -> controller
 CPU_PERIOD_US = 100_000
 RELEASE_WAIT_S = 5.0  # longest a turn's end waits for its cgroup to empty
-_NAME = re.compile(r"^zwarm-([0-9]{1,10})-([0-9]{1,20})-[0-9a-f]{8}\Z")
+_NAME = re.compile(r"^zwarm-([0-9]{1,10})-([0-9]{1,20})-(?:([0-9]{1,20})-)?[0-9a-f]{8}\Z")
 
 
 class Limits(NamedTuple):
@@ -223,7 +226,7 @@ def make(limits: Limits, environ: dict[str, str] | None = None) -> Applied:
             rlimits.append(("as" if key == "memory" else "nproc", int(value)))
         else:
             parts.append(f"{text} NOT applied ({where})")
-    name = f"{PREFIX}{os.getpid()}-{_ticks()}-{os.urandom(4).hex()}"
+    name = f"{PREFIX}{os.getpid()}-{_ticks()}-{_pid_ns()}-{os.urandom(4).hex()}"
     made: list[str] = []
     oom_file = ""
     try:
@@ -317,14 +320,16 @@ def oom_kills(group: Group) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _remove(d: str) -> bool:
-    """Kill every process in cgroup ``d`` and remove it (waiting, bounded, for it to empty).
-    Whether it is gone."""
+def _remove(d: str, kill: bool = True) -> bool:
+    """Kill every process in cgroup ``d`` and remove it (waiting, bounded, for it to empty;
+    without ``kill``: only if it is empty). Whether it is gone."""
     deadline = time.monotonic() + RELEASE_WAIT_S
     while True:
         pids = _procs(d)
         if pids is None:
             return True  # gone already
+        if pids and not kill:
+            return False
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -352,14 +357,15 @@ def _procs(d: str) -> list[int] | None:
 def sweep(how: dict[str, tuple[str, str]] | None = None) -> list[str]:
     """Remove the turn cgroups whose supervisor is gone (SIGKILLed before its turn ended):
     under this process's own cgroup of each hierarchy, only directories named as ``make``
-    names them, owned by this uid, whose supervisor (pid and start ticks) no longer runs.
+    names them, owned by this uid, made in this pid namespace, whose supervisor (pid and
+    start ticks) no longer runs (one whose name has no namespace: only if it is empty).
     The directories removed."""
     from zwarm.system import procs
     from zwarm.system.boot import ProcRef
 
     how = methods() if how is None else how
     parents = {where for method, where in how.values() if method.startswith("cgroup")}
-    uid, boot = os.geteuid(), procs.boot_id()
+    uid, boot, ns = os.geteuid(), procs.boot_id(), str(_pid_ns())
     gone = []
     for parent in parents:
         try:
@@ -377,10 +383,18 @@ def sweep(how: dict[str, tuple[str, str]] | None = None) -> list[str]:
                 continue
             if st.st_uid != uid or not stat.S_ISDIR(st.st_mode):
                 continue
+            if m.group(3) is not None and m.group(3) != ns:
+                continue  # another pid namespace's: its pid names another process here
             ref = ProcRef(int(m.group(1)), int(m.group(2)), boot)
-            if not procs.is_alive(ref) and _remove(d):
+            if not procs.is_alive(ref) and _remove(d, kill=m.group(3) is not None):
                 gone.append(d)
     return gone
+
+
+def _pid_ns() -> int:
+    from zwarm.system import procs
+
+    return procs.pid_namespace()
 
 
 def _ticks() -> int:

@@ -12,6 +12,10 @@ of its allow list (``Allowed``); anything else is answered 403 and logged, one l
   rebinding onto ``127.0.0.1:other``) unless its entry is that address literally or the
   trusted ``[sandbox] resolve`` map names it (``Allowed.pinned``);
 - a request's head is bounded (``HEAD_MAX`` bytes, ``HEAD_TIMEOUT_S``): no unbounded read;
+- a plain request goes out with the ``Host`` its target names (the client's is dropped), and
+  a tunnel carries a TLS ClientHello only if it names the tunnel's host (SNI) and hides no
+  name (ECH): a CDN behind an allowed name, which routes by either, reaches no other site
+  through it (``_client_hello``; a tunnel that does not start with TLS is carried as is);
 - imports only the standard library (it starts once per turn: start-up is on the turn's path).
 """
 
@@ -130,18 +134,100 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes:
         raise Refused(400, "incomplete request head") from None
 
 
-def _target(method: bytes, target: bytes) -> tuple[str, int, bytes | None]:
-    """(host, port, the origin-form path to send, or None for a tunnel) of a request."""
+def _target(method: bytes, target: bytes) -> tuple[str, int, bytes | None, bytes]:
+    """(host, port, the origin-form path to send, or None for a tunnel, the ``Host`` header's
+    value the target names) of a request."""
     text = target.decode("ascii", "replace")
     if method == b"CONNECT":
-        return (*split_host_port(text), None)
+        return (*split_host_port(text), None, b"")
     if not text.lower().startswith("http://"):
         raise Refused(400, f"{method.decode('ascii', 'replace')} {text[:200]}: not an http:// URL")
     rest = text[len("http://") :]
-    authority, slash, path = rest.partition("/")
-    authority = authority.rpartition("@")[2]
+    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0] or [len(rest)])
+    authority, path = rest[:end].rpartition("@")[2], rest[end:].partition("#")[0]
     host, port = split_host_port(authority, 80)
-    return host, port, (slash + path or "/").encode("ascii", "replace")
+    path = path if path.startswith("/") else f"/{path}"
+    return host, port, path.encode("ascii", "replace"), authority.encode()
+
+
+TLS_HANDSHAKE = 0x16
+HELLO_MAX = 64 * 1024  # a TLS ClientHello, at most (with post-quantum key shares: ~2 KiB)
+_ECH = 0xFE0D  # TLS's encrypted_client_hello extension: it hides the name a CDN routes by
+
+
+async def _client_hello(reader: asyncio.StreamReader, host: str) -> bytes:
+    """The first bytes a client sends through a tunnel to ``host``: up to the end of its TLS
+    ClientHello if they start one, else the first few, as they are (plain HTTP in a tunnel).
+    ``Refused`` if the ClientHello names another server (SNI: a CDN behind an allowed name
+    routes by it, so the tunnel would reach any site that CDN serves), names none for a host
+    name, hides it (ECH), or is malformed."""
+
+    async def read(n: int) -> bytes:
+        return await asyncio.wait_for(reader.readexactly(n), HEAD_TIMEOUT_S)
+
+    try:
+        got = await reader.read(5)  # (an idle tunnel may wait: the server may speak first)
+        if not got or got[0] != TLS_HANDSHAKE:
+            return got
+        got += await read(5 - len(got))
+        hello, need = b"", 0
+        while not need or len(hello) < need:
+            record = got[-5:]  # a record's header: type, version, length
+            size = int.from_bytes(record[3:5])
+            if record[0] != TLS_HANDSHAKE or record[1] != 3 or not 0 < size <= 16384:
+                raise Refused(400, "not a TLS ClientHello")
+            body = await read(size)
+            got, hello = got + body, hello + body
+            if not need and len(hello) >= 4:
+                need = 4 + int.from_bytes(hello[1:4])
+                if hello[0] != 1 or need > HELLO_MAX:
+                    raise Refused(400, "not a TLS ClientHello (or too large)")
+            if not need or len(hello) < need:
+                got += await read(5)
+    except (asyncio.IncompleteReadError, TimeoutError):
+        raise Refused(400, "incomplete TLS ClientHello") from None
+    name, hidden = server_name(hello[4:need])
+    if hidden:
+        raise Refused(403, "the TLS ClientHello hides its server name (ECH)")
+    if name is None and _literal(host) is None:
+        raise Refused(403, "the TLS ClientHello names no server")
+    if name is not None and name.rstrip(".").lower() != host:
+        raise Refused(403, f"the TLS ClientHello names another server ({name[:200]})")
+    return got
+
+
+def server_name(hello: bytes) -> tuple[str | None, bool]:
+    """The host name a ClientHello's body names (SNI; None: none) and whether it carries an
+    encrypted ClientHello (ECH); ``Refused`` (400) if it is malformed."""
+
+    at = 0
+
+    def take(n: int) -> bytes:
+        nonlocal at
+        if at + n > len(hello):
+            raise Refused(400, "malformed TLS ClientHello")
+        at += n
+        return hello[at - n : at]
+
+    take(34)  # version, random
+    take(take(1)[0])  # session id
+    take(int.from_bytes(take(2)))  # cipher suites
+    take(take(1)[0])  # compression methods
+    if at == len(hello):
+        return None, False
+    end = at + int.from_bytes(take(2))
+    name, hidden = None, False
+    while at < end:
+        kind, data = int.from_bytes(take(2)), take(int.from_bytes(take(2)))
+        if kind == _ECH:
+            hidden = True
+        elif kind == 0 and len(data) >= 5 and data[2] == 0:  # server_name: host_name
+            size = int.from_bytes(data[3:5])
+            raw = data[5 : 5 + size]
+            if len(raw) != size or not raw.isascii():
+                raise Refused(400, "malformed TLS server name")
+            name = raw.decode("ascii")
+    return name, hidden
 
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -188,20 +274,34 @@ async def handle(
         method, target, version = parts
         what = f"{method.decode('ascii', 'replace')} {target[:200].decode('ascii', 'replace')}"
         try:
-            host, port, path = _target(method, target)
+            host, port, path, authority = _target(method, target)
         except ValueError as e:
             raise Refused(400, str(e)) from None
         up_reader, upstream = await _open(await allowed.addresses(host, port), port)
         if path is None:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        else:  # origin form, without the hop-by-hop headers; one request per connection
-            kept = [
-                h
-                for h in headers.split(b"\r\n")
-                if h and h.split(b":", 1)[0].strip().lower() not in _HOP
-            ]
-            upstream.write(b"\r\n".join([b" ".join([method, path, version]), *kept]))
-            upstream.write(b"\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            tunnel = asyncio.ensure_future(_pipe(up_reader, writer))
+            try:
+                upstream.write(await _client_hello(reader, host))
+            except BaseException as e:
+                tunnel.cancel()
+                if isinstance(e, Refused):  # (answered 200 already: the tunnel is closed)
+                    _log(f"refused {what}: {e}")
+                    return
+                raise
+            await asyncio.gather(_pipe(reader, upstream), tunnel)
+            return
+        # origin form, without the hop-by-hop headers, with the Host the target names (a
+        # server behind an allowed name may route by Host: RFC 9112's rule for proxies);
+        # one request per connection
+        kept = [
+            h
+            for h in headers.split(b"\r\n")
+            if h and h.split(b":", 1)[0].strip().lower() not in (*_HOP, b"host")
+        ]
+        upstream.write(b"\r\n".join([b" ".join([method, path, version]), *kept]))
+        upstream.write(b"\r\nHost: " + authority + b"\r\nConnection: close\r\n\r\n")
         await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
     except Refused as e:
         _log(f"refused {what}: {e}")

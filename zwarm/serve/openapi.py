@@ -107,7 +107,7 @@ def spec(diff: bool, mcp: bool) -> dict[str, Any]:
             "get": _op(
                 "Tokens and cost of the recorded turns, totalled (as `zwarm usage --json`).",
                 params=[
-                    _q("by", "account (default), agent, model, day or group."),
+                    _q("by", "account (default), agent, model, day, group or set."),
                     _q("since", "Only turns from this local day on (YYYY-MM-DD)."),
                 ],
             )

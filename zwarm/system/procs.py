@@ -55,6 +55,15 @@ def boot_id() -> str:
     return _boot_facts()[0]
 
 
+def pid_namespace() -> int:
+    """This process's pid namespace (the inode of ``/proc/self/ns/pid``; 0 if unknown): a pid
+    means a process only in the namespace it was read in."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def _read(path: str) -> bytes | None:
     """A whole /proc file in os-level calls (no buffered file object), None if unreadable."""
     try:

@@ -272,7 +272,7 @@ def test_a_spawn_on_a_host_is_refused_in_one_line_before_anything_runs(hz: Hosts
     refused = {
         ("--host", "c"): "unknown host 'c' (hosts: a, b)",
         ("--host", "a", "-C", "/no/such/dir"): "no directory '/no/such/dir' on host 'a'",
-        ("--host", "a", "--worktree"): "--worktree on a host is not supported yet",
+        ("--host", "a", "--branch", "x"): "--branch and --base need --worktree",
         ("--host", "a", "--sandbox", "bwrap"): "zwarm's sandbox does not run on a host yet",
         ("--host", "a", "--launcher", "local"): "--host runs its turns through the ssh launcher",
     }

@@ -18,7 +18,10 @@ within ``LIVE_S`` (the stream says it lives every half second) and whose host do
 a probe within ``PROBE_S`` (``ls`` never waits longer; all hosts probed at once), ``stop``
 has the host stop the agent's whole tree before the local side is stopped (a reconcile of a
 turn whose local supervisor died stops it there too: ``lost``), and a turn the host lost
-(its keeper gone: a reboot) is recorded ``ssh_lost`` (``ended``).
+(its keeper gone: a reboot) is recorded ``ssh_lost`` (``ended``). A session's worktree on
+a host (``spawn --host --worktree``) is not this launcher's: the host's zwarm makes, diffs,
+merges and removes it (``ops.hostws``, over this package's ``connection``, the host read
+from the turn's launch pin: ``pinned_host``).
 Must stay true:
 - the host a turn runs on, and how to reach it, come from the trusted config when the turn
   starts and are then read only from the launch pin's handle record (where the agent cannot
