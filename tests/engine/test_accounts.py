@@ -277,6 +277,43 @@ def test_every_account_cooling_parks_until_the_first_reset_and_resumes_once(zw: 
     assert zw.calls() == 3
 
 
+def test_a_session_queued_for_a_cooling_account_starts_at_its_reset_with_no_command_run(
+    zw: ZW,
+) -> None:
+    """The one account's turn hits its usage limit (resetting in seconds) while a new session
+    waits for its slot: the queued session starts at the reset by itself, as a parked turn
+    resumes (the supervisor waits for the time), with no zwarm command run meanwhile (it used
+    to wait for the next command's scheduler pass)."""
+    soon = time.time() + 12
+    limited = _usage_limited(zw, soon)
+    configure(
+        zw,
+        f'[accounts.claude.A]\nenv = {{ ACCT = "A", FAKE_REPLAY = "{limited}" }}\n'
+        "max_running = 1\n",
+    )
+    hold = zw.tmp / "hold"
+    hold.touch()
+    env = zw.gated(hold)
+    first = zw.spawn("first", "--adapter", "claude", env_extra=env)
+    second = zw.spawn("second", "--adapter", "claude", env_extra=env)
+    assert zw.meta(second)["status"] == "queued"
+    hold.unlink()  # the first turn ends on A's usage limit: A cools down until `soon`
+    m = wait_status(zw, first, "failed")
+    assert m["turns"][0]["reason"] == "usage_limit", m["turns"][0]
+    limited.write_text(Path(zw.sample("claude_simple")).read_text())  # A's limit has reset
+    wait_until(
+        lambda: "cooling down" in (zw.meta(second)["turns"][0].get("wait") or ""),
+        message="the second session waits for A's reset",
+    )
+    assert time.time() < soon, "the test machine was too slow to see the wait"
+    m = wait_until(  # meta.json read directly: no zwarm command, no scheduler pass
+        lambda: (lambda m: m if m["status"] == "completed" else None)(zw.meta(second)),
+        timeout=120,
+        message="the queued session started at A's reset and completed",
+    )
+    assert m["account"] == "A" and _epoch(m["turns"][0]["started_at"]) >= int(soon) - 1
+
+
 _LIST_UNTIL_DONE = """
 import json, subprocess, sys, time
 deadline = time.time() + 150

@@ -26,7 +26,9 @@ scheduler lock for a new session) and removed only by a pass, under the session 
 meta.json says it no longer waits (a pass also re-creates a missing one). A pass runs after
 every event that can let a waiting session start: a turn's end (its supervisor, which waits
 for the lock), a kill, a spawn, inject, retry or resume that queued, a parked turn's time
-(its supervisor sleeps until then), and at the start of every zwarm command that finds a
+(its supervisor sleeps until then), an account's reset while a session of its agent is queued
+and every account of that agent cools down (the supervisor of the last turn of that agent to
+end sleeps until then: ``account_reset``), and at the start of every zwarm command that finds a
 waiting file (``tick``, which waits briefly for the lock). A process killed (SIGKILL) at any
 point between an event and its pass leaves the waiting file, and its lock dies with it, so the
 next zwarm command, or the next supervisor to end a turn, runs the pass; a pass killed
@@ -231,6 +233,23 @@ class Scheduler:
     def pending(self) -> bool:
         """Whether any session waits (see the module function)."""
         return pending(self.store)
+
+    def account_reset(self, agent: str) -> tuple[bool, float | None]:
+        """Whether a session of ``agent`` is queued while it has accounts, and when the first
+        of them, all cooling down, is ready again (None: one is ready now): a supervisor
+        waits for that time as for a parked turn's, then runs a pass
+        (``runtime.supervisor``). Read from the waiting files and meta.json, no lock."""
+        if not accounts.configured(self.config, agent):
+            return False, None
+        queued = False
+        for sid in self._marked():
+            s = self.store.read(sid)
+            if isinstance(s, Session) and s.status is Status.QUEUED and s.adapter == agent:
+                queued = True
+                break
+        if not queued:
+            return False, None
+        return True, accounts.earliest_reset(self.config, self.store, agent, self.env.clock())
 
     def _unmark(self, sid: str) -> None:
         """Drop ``sid``'s waiting file if its meta.json says it no longer waits (decided

@@ -99,10 +99,8 @@ def site_for(api: Zwarm, req: SpawnRequest) -> Site | None:
     if req.worktree:
         table = api.config.data.get("workspace") or {}
         if any(table.get(k) for k in ("setup", "copy", "link")):
-            raise naming(InvalidInput, lambda n: (
-                f"[workspace] setup, copy and link do not run on a host yet: {n('worktree')} "
-                "on a host needs them empty"
-            ))  # fmt: skip
+            raise naming(InvalidInput, lambda n: "[workspace] setup, copy and link do not run "
+                         f"on a host yet: {n('worktree')} on a host needs them empty")  # fmt: skip
     elif req.branch is not None or req.base is not None:
         raise naming(InvalidInput, lambda n: f"{n('branch')} and {n('base')} need {n('worktree')}")
     if req.sandbox not in (None, "off"):

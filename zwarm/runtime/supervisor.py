@@ -277,6 +277,21 @@ def _afterwards(
     try:
         if sched.pending() or scheduler.capped(manager.config):
             sched.run(PASS_WAIT_S)  # held longer (by what?): the next command's pass runs it
+        # a session of this agent queued while every account cools down (this turn's limit,
+        # or another's): waited for as a parked turn is, so a pass at the first reset starts
+        # it with no zwarm command run; the wait ends when none is queued any more
+        waited = False
+        while wait_parked:
+            queued, reset = sched.account_reset(manager.name)
+            if not queued or (reset is None and not waited):
+                break
+            if reset is None:  # an account is ready again
+                if sched.run(PASS_WAIT_S) is None:
+                    break  # the lock held that long: the next command's pass starts it
+                waited = False
+                continue
+            waited = True
+            time.sleep(max(0.0, min(reset - manager.env.clock(), PARKED_POLL_S)))
     except Exception as e:  # the turn is recorded; the next command's pass starts the rest
         print(f"zwarm supervisor: scheduler pass failed: {type(e).__name__}: {e}", file=sys.stderr)
 
