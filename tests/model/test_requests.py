@@ -80,7 +80,8 @@ def test_the_click_options_are_the_requests() -> None:
         defaults = {f.name: f.default for f in msgspec.structs.fields(cls)}
         for row in options.SPAWN if command == "spawn" else options.MESSAGE:
             p = params[row.field]
-            assert isinstance(p, click.Option) and p.help == helps[row.field]
+            assert isinstance(p, click.Option) and p.help == options._cli_words(helps[row.field])
+            assert p.help is not None and "`" not in p.help, row.field  # every field an option
             assert p.default == defaults[row.field], row.field
         context = params["context"].type
         assert isinstance(context, click.Choice)

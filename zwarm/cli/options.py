@@ -159,16 +159,12 @@ def click_options(command: str) -> Callable[[F], F]:
 
 
 # the request fields a best-of option's help names, as the command line spells them
-_CLI_WORDS = (("With best_of:", "With --best-of:"), ("(with models:", "(with --models:"),
-              ("(with agents:", "(with --agents:"))  # fmt: skip
-
-
 def _cli_words(text: str) -> str:
-    """A field's help as ``--help`` shows it: the options it names as options (the tools and
-    HTTP read the same text with their field names)."""
-    for field, option in _CLI_WORDS:
-        text = text.replace(field, option)
-    return text
+    """A field's help as ``--help`` shows it: each field it names in backquotes (```best_of```,
+    as the tools and HTTP read it) named by its option (``flag``: ``--best-of``)."""
+    import re
+
+    return re.sub(r"`([a-z_]+)`", lambda m: flag(m.group(1)), text)
 
 
 def _agent_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -184,33 +184,33 @@ class SpawnRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     ] = None
     agents: Annotated[
         Annotated[tuple[Short, ...], Meta(max_length=MAX_ATTEMPTS)],
-        _help("With best_of: the attempts' agents, round-robin (with models: paired)."),
+        _help("With `best_of`: the attempts' agents, round-robin (with `models`: paired)."),
     ] = ()
     models: Annotated[
         Annotated[tuple[Short, ...], Meta(max_length=MAX_ATTEMPTS)],
-        _help("With best_of: the attempts' models, round-robin (with agents: paired)."),
+        _help("With `best_of`: the attempts' models, round-robin (with `agents`: paired)."),
     ] = ()
     check: Annotated[
         Annotated[tuple[CheckCommand, ...], Meta(max_length=MAX_CHECKS)],
         _help(
-            "With best_of: a command that decides (e.g. 'pytest -q'), run by zwarm in each "
+            "With `best_of`: a command that decides (e.g. 'pytest -q'), run by zwarm in each "
             "attempt's worktree when its turn ends, sandboxed where it can be."
         ),
     ] = ()
     check_timeout: Annotated[
         Seconds | None,
-        _help("With best_of: each check is killed after this many seconds (default 600)."),
+        _help("With `best_of`: each check is killed after this many seconds (default 600)."),
     ] = None
     protect: Annotated[
         Annotated[tuple[Protected, ...], Meta(max_length=MAX_PROTECT)],
         _help(
-            "With best_of: a path the checks read (tests, their config), restored from the "
+            "With `best_of`: a path the checks read (tests, their config), restored from the "
             "base before the checks run; an attempt that changed one is flagged."
         ),
     ] = ()
     set_budget: Annotated[
         Budget | None,
-        _help("With best_of: USD for the whole set, each attempt's budget its equal share."),
+        _help("With `best_of`: USD for the whole set, each attempt's budget its equal share."),
     ] = None
 
 
