@@ -49,6 +49,9 @@ def test_end_session_cancels_a_queued_one_and_the_reason_is_typed(zw: ZW) -> Non
     tb = Toolbox(zw.api({"FAKE_REPLAY": str(replay)}), source="bot")
     a = tb.dispatch("delegate", {"task": "t", "adapter": "claude"})
     wait_status(zw, a["session_id"], "parked")
+    # b holds the one slot (it hangs: were it to replay the limit too, it could park before
+    # c is asked for, and c would run: it did under load)
+    tb = Toolbox(zw.api({"FAKE_HANG": "1"}), source="bot")
     b = tb.dispatch("delegate", {"task": "u", "adapter": "claude"})
     assert b["status"] == "running"  # a parked session holds no slot
     view = tb.dispatch("check_session", {"session_id": a["session_id"]})

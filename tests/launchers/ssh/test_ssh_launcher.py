@@ -318,7 +318,9 @@ def test_a_turn_whose_local_supervisor_died_is_reconciled_and_stopped_on_the_hos
     sid = zw.spawn("--host", "a", "hang", env_extra=hz.env(FAKE_HANG="1"))
     wait_until(lambda: bool(on_host(hz.bed.user, sid)), timeout=30)
     turn = wait_until(lambda: (lambda t: t if t.get("agent") else None)(zw.meta(sid)["turns"][0]))
-    for ref in (turn["agent"], turn["supervisor"]):  # this machine "restarts": relay, supervisor
+    # this machine "restarts": the supervisor first (killed second, it could see its relay
+    # end and record an agent error: it did under load), then the relay
+    for ref in (turn["supervisor"], turn["agent"]):
         os.kill(ref["pid"], signal.SIGKILL)
     wait_until(lambda: zw.json("ls")[-1]["status"] == "failed", timeout=30)
     meta = zw.meta(sid)
