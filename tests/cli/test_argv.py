@@ -21,6 +21,8 @@ from zwarm.store import Store
 pytestmark = pytest.mark.unit
 
 CWD = "/work/proj"
+CODEX = ["codex", "exec", "--json", "--skip-git-repo-check", "-C", CWD]  # every codex argv's head
+CLAUDE = ["claude", "-p", "--output-format", "stream-json", "--verbose"]  # every claude argv's
 
 
 def opts(**kw: object) -> AgentOptions:
@@ -37,12 +39,7 @@ def opts(**kw: object) -> AgentOptions:
 # ---------------------------------------------------------------------------- codex
 def test_codex_defaults_exact() -> None:
     assert codex_argv(opts()) == [
-        "codex",
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "-C",
-        CWD,
+        *CODEX,
         "-s",
         "workspace-write",
         "-",
@@ -51,12 +48,7 @@ def test_codex_defaults_exact() -> None:
 
 def test_codex_model() -> None:
     assert codex_argv(opts(model="gpt-5")) == [
-        "codex",
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "-C",
-        CWD,
+        *CODEX,
         "--model",
         "gpt-5",
         "-s",
@@ -133,12 +125,7 @@ def test_codex_extra_args_before_stdin_marker() -> None:
 def test_codex_resume_form() -> None:
     argv = codex_argv(opts(model="gpt-5", config=(("x", 1),)), resume_id="th-123")
     assert argv == [
-        "codex",
-        "exec",
-        "--json",
-        "--skip-git-repo-check",
-        "-C",
-        CWD,
+        *CODEX,
         "--model",
         "gpt-5",
         "-c",
@@ -163,11 +150,7 @@ def copts(**kw: object) -> AgentOptions:
 
 def test_claude_defaults_exact() -> None:
     assert claude_argv(copts()) == [
-        "claude",
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
+        *CLAUDE,
         "--permission-mode",
         "acceptEdits",
     ]
@@ -175,11 +158,7 @@ def test_claude_defaults_exact() -> None:
 
 def test_claude_model_permission_dangerous() -> None:
     assert claude_argv(copts(model="sonnet", permission_mode="plan")) == [
-        "claude",
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
+        *CLAUDE,
         "--model",
         "sonnet",
         "--permission-mode",
@@ -193,11 +172,7 @@ def test_claude_model_permission_dangerous() -> None:
 def test_claude_resume_and_extra_args() -> None:
     argv = claude_argv(copts(extra_args=("--allowedTools", "Bash", "Edit")), resume_id="s-1")
     assert argv == [
-        "claude",
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
+        *CLAUDE,
         "--permission-mode",
         "acceptEdits",
         "--resume",

@@ -17,57 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.support import FAKE_BIN, ZW, ZWARM_BIN, wait_status, wait_until
-from tests.support.fleet import configure
+from tests.support import ZW, ZWARM_BIN, wait_status, wait_until
+from tests.support.fleet import configure, counts, tally
 
 pytestmark = pytest.mark.usefixtures("strays")
-
-_TALLY = """#!{python}
-import fcntl, json, os, subprocess, sys
-state = {state!r} + "." + os.environ.get("ACCT", "none")
-def change(by):
-    fd = os.open(state + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
-        try:
-            d = json.load(open(state))
-        except (OSError, ValueError):
-            d = {{"now": 0, "most": 0, "runs": 0}}
-        d["now"] += by
-        d["most"] = max(d["most"], d["now"])
-        d["runs"] += by > 0
-        json.dump(d, open(state, "w"))
-    finally:
-        os.close(fd)
-change(1)
-try:
-    rc = subprocess.call([{fake!r}, *sys.argv[1:]])
-finally:
-    change(-1)
-sys.exit(rc)
-"""
-
-
-def _tally(zw: ZW) -> tuple[dict[str, str], Path]:
-    """``env_extra`` whose codex counts itself per account (its env's ``ACCT``) while it
-    runs, and the prefix of the count files (``<prefix>.A``: now, most, runs)."""
-    bindir = zw.tmp / "acctbin"
-    state = zw.tmp / "acct"
-    bindir.mkdir()
-    script = bindir / "codex"
-    script.write_text(
-        _TALLY.format(python=sys.executable, state=str(state), fake=str(FAKE_BIN / "codex"))
-    )
-    script.chmod(0o755)
-    return {"PATH": f"{bindir}:{zw.env['PATH']}"}, state
-
-
-def _count(state: Path, acct: str) -> dict[str, int]:
-    try:
-        got: dict[str, int] = json.loads(Path(f"{state}.{acct}").read_text())
-        return got
-    except (OSError, ValueError):
-        return {"now": 0, "most": 0, "runs": 0}
 
 
 def _usage_limited(zw: ZW, reset: float, name: str = "usage_limit.jsonl") -> Path:
@@ -98,7 +51,7 @@ def test_twenty_spawns_at_once_never_exceed_either_accounts_cap(zw: ZW) -> None:
         'env = { ACCT = "B" }\n'
         "max_running = 2\n",
     )
-    extra, state = _tally(zw)
+    extra, state = tally(zw, per="ACCT")
     gate = zw.tmp / "go"
     env = {**zw.env, **extra, "MY_A_KEY": "k-secret", "FAKE_WAIT_FILE": str(gate)}
     env["FAKE_REPLAY"] = zw.sample("codex_simple")
@@ -121,7 +74,7 @@ def test_twenty_spawns_at_once_never_exceed_either_accounts_cap(zw: ZW) -> None:
         assert p.returncode == 0, err
         sids.append(out.decode().strip())
     wait_until(
-        lambda: _count(state, "A")["now"] == 2 and _count(state, "B")["now"] == 2,
+        lambda: counts(state, "A")["now"] == 2 and counts(state, "B")["now"] == 2,
         timeout=120,
         message="2 agents running on each account",
     )
@@ -133,7 +86,7 @@ def test_twenty_spawns_at_once_never_exceed_either_accounts_cap(zw: ZW) -> None:
     gate.touch()
     res = zw.run("wait", *sids, "--timeout", "240", env_extra=extra, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
-    a, b = _count(state, "A"), _count(state, "B")
+    a, b = counts(state, "A"), counts(state, "B")
     assert a["most"] == 2 and b["most"] == 2, (a, b)
     assert a["runs"] + b["runs"] == 20
     rows = {r["id"]: r for r in zw.json("ls", env_extra=extra)}

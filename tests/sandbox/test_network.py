@@ -8,15 +8,15 @@ socket) has no route at all. Real programs: zwarm, bubblewrap, curl and python3 
 from __future__ import annotations
 
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support import SAMPLES, ZW
+from tests.support.http import serve
 from tests.support.workspace import make_repo
 from zwarm.sandbox import Policy, bwrap
 
@@ -34,13 +34,8 @@ class _Ok(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake() -> Iterator[int]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve(_Ok) as port:
+        yield port
 
 
 def _probes(port: int, other: int) -> dict[str, str]:

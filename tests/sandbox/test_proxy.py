@@ -12,15 +12,15 @@ import asyncio
 import itertools
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support import wait_until
+from tests.support.http import serve
 from zwarm.sandbox import Policy, bwrap, proxy
 
 
@@ -43,13 +43,8 @@ class _Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def target() -> Iterator[int]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve(_Echo) as port:
+        yield port
 
 
 class Proxy:

@@ -26,7 +26,7 @@ def configure(zw: ZW, text: str) -> None:
 
 _TALLY = """#!{python}
 import fcntl, json, os, subprocess, sys
-state = {state!r}
+state = {state!r}{per}
 def change(by):
     fd = os.open(state + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -50,25 +50,31 @@ sys.exit(rc)
 """
 
 
-def tally(zw: ZW, **extra: str) -> tuple[dict[str, str], Path]:
+def tally(zw: ZW, per: str = "", **extra: str) -> tuple[dict[str, str], Path]:
     """``env_extra`` whose agents (codex and claude) count themselves while they run, and the
-    JSON file with the count: ``now`` running, ``most`` at once, ``runs`` started."""
-    bindir = zw.tmp / "tallybin"
-    state = zw.tmp / "tally.json"
+    JSON file with the count: ``now`` running, ``most`` at once, ``runs`` started. With
+    ``per`` (an env var's name, e.g. an account's ``ACCT``), one count file per value of that
+    variable in the agent's environment: ``<file>.<value>`` (``counts(file, value)``)."""
+    suffix = f"-{per}" if per else ""
+    bindir = zw.tmp / f"tallybin{suffix}"
+    state = zw.tmp / f"tally{suffix}.json"
+    code = f' + "." + os.environ.get({per!r}, "none")' if per else ""
     if not bindir.is_dir():
         bindir.mkdir()
         for name in ("codex", "claude"):
             script = bindir / name
-            text = _TALLY.format(python=sys.executable, state=str(state), fake=str(FAKE_BIN / name))
+            fake = str(FAKE_BIN / name)
+            text = _TALLY.format(python=sys.executable, state=str(state), per=code, fake=fake)
             script.write_text(text)
             script.chmod(0o755)
     path = os.pathsep.join([str(bindir), zw.env["PATH"]])
     return {"PATH": path, **extra}, state
 
 
-def counts(state: Path) -> dict[str, int]:
+def counts(state: Path, value: str | None = None) -> dict[str, int]:
+    """The count in ``tally``'s file (``value``: the one for that value of its ``per``)."""
     try:
-        got: dict[str, int] = json.loads(state.read_text())
+        got: dict[str, int] = json.loads(Path(f"{state}.{value}" if value else state).read_text())
         return got
     except (OSError, ValueError):
         return {"now": 0, "most": 0, "runs": 0}
