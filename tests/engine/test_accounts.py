@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support import ZW, ZWARM_BIN, wait_status, wait_until
-from tests.support.fleet import configure, counts, tally
+from tests.support.fleet import configure, counts, spawn_at_once, tally
 
 pytestmark = pytest.mark.usefixtures("strays")
 
@@ -58,21 +58,7 @@ def test_twenty_spawns_at_once_never_exceed_either_accounts_cap(zw: ZW) -> None:
     # every zwarm command below runs with the spawns' environment: a queued turn gets the
     # environment of the command whose scheduler pass starts it (docs/fleet.md)
     extra = {k: v for k, v in env.items() if zw.env.get(k) != v}
-    procs = [
-        subprocess.Popen(
-            [str(ZWARM_BIN), "spawn", f"task {i}", "--adapter", "codex"],
-            env=env,
-            cwd=zw.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(20)
-    ]
-    sids = []
-    for p in procs:
-        out, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err
-        sids.append(out.decode().strip())
+    sids = spawn_at_once(zw, env, 20, "--adapter", "codex")
     wait_until(
         lambda: counts(state, "A")["now"] == 2 and counts(state, "B")["now"] == 2,
         timeout=120,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ZW, ZWARM_BIN, wait_status, wait_until
-from tests.support.fleet import configure, counts, held_scheduler_lock, tally
+from tests.support.fleet import configure, counts, held_scheduler_lock, spawn_at_once, tally
 
 pytestmark = pytest.mark.usefixtures("strays")
 
@@ -51,21 +51,7 @@ def test_thirty_spawns_at_once_never_run_more_than_three(zw: ZW) -> None:
     configure(zw, "[limits]\nmax_running = 3\n")
     env, state = tally(zw, FAKE_REPLAY=zw.sample("codex_simple"), FAKE_SLEEP="0.3")
     full = {**zw.env, **env}
-    procs = [
-        subprocess.Popen(
-            [str(ZWARM_BIN), "spawn", f"task {i}"],
-            env=full,
-            cwd=zw.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for i in range(30)
-    ]
-    ids = []
-    for p in procs:
-        out, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err
-        ids.append(out.decode().strip())
+    ids = spawn_at_once(zw, full, 30)
     most_listed = 0
 
     def all_done() -> bool:

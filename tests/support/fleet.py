@@ -10,12 +10,13 @@ import contextlib
 import fcntl
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support import FAKE_BIN, ZW
+from tests.support import FAKE_BIN, ZW, ZWARM_BIN
 
 
 def configure(zw: ZW, text: str) -> None:
@@ -69,6 +70,27 @@ def tally(zw: ZW, per: str = "", **extra: str) -> tuple[dict[str, str], Path]:
             script.chmod(0o755)
     path = os.pathsep.join([str(bindir), zw.env["PATH"]])
     return {"PATH": path, **extra}, state
+
+
+def spawn_at_once(zw: ZW, env: dict[str, str], n: int, *args: str) -> list[str]:
+    """Run ``zwarm spawn "task <i>" ARGS`` ``n`` times at once (each its own process, with
+    the whole environment ``env``); each must succeed; returns the session ids in order."""
+    procs = [
+        subprocess.Popen(
+            [str(ZWARM_BIN), "spawn", f"task {i}", *args],
+            env=env,
+            cwd=zw.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(n)
+    ]
+    ids = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        ids.append(out.decode().strip())
+    return ids
 
 
 def counts(state: Path, value: str | None = None) -> dict[str, int]:
