@@ -115,7 +115,9 @@ def test_the_users_dirty_checkout_holds_the_entry_and_the_target_stays(zw: ZW, r
     _spawn_all(zw, repo, {"h": _adds("h")})
     repo.write("h.txt", "the user's own, untracked\n")  # where the update would write
     old = repo.git("rev-parse", "main").strip()
-    res = zw.json("merge", "--queue", "h", "--no-check")
+    ran = zw.run("merge", "--queue", "h", "--no-check", "--json")
+    assert ran.returncode == 1, ran  # held: nothing merged, and a script can tell
+    res = json.loads(ran.stdout)
     (done,) = res["run"]["done"]
     assert done["state"] == "held"
     assert done["why"] == (
@@ -290,8 +292,12 @@ def test_a_red_target_blocks_the_queue_until_it_is_green(zw: ZW, repo: Repo) -> 
     repo.write("BROKEN", "")
     repo.write("REASON", "main is broken\n")
     repo.commit("the user broke main")
-    res = zw.json("merge", "--queue", "b1")
+    ran = zw.run("merge", "--queue", "b1", "--json")
+    assert ran.returncode == 1, ran  # blocked: nothing merged, and a script can tell
+    res = json.loads(ran.stdout)
     assert res["run"]["stopped"] == "blocked" and res["run"]["done"] == []
+    again = zw.run("merges", "run")
+    assert again.returncode == 1 and "main: stopped (blocked)" in again.stdout, again
     (q,) = zw.json("merges")
     assert q["blocked"].startswith("main itself fails its check at ")
     assert "main is broken" in q["blocked"]
@@ -364,7 +370,9 @@ def test_an_ignored_file_of_the_users_where_the_update_writes_holds_it(zw: ZW, r
     _spawn_all(zw, repo, {"env": f"echo AGENT=1 > .env; git add -f .env; {GIT} commit -qm env"})
     repo.write(".env", "SECRET=mine\n")
     old = repo.git("rev-parse", "main").strip()
-    res = zw.json("merge", "--queue", "env", "--no-check")
+    ran = zw.run("merge", "--queue", "env", "--no-check", "--json")
+    assert ran.returncode == 1, ran  # held
+    res = json.loads(ran.stdout)
     (done,) = res["run"]["done"]
     assert done["state"] == "held" and "files git does not track where the update writes (.env)" \
         in done["why"]  # fmt: skip
@@ -394,7 +402,9 @@ def test_a_target_green_only_without_checks_is_checked_before_an_entry_is_blamed
     _spawn_all(zw, repo, {"nb": "touch BROKEN", "e2": _adds("e2")})
     zw.json("merge", "--queue", "nb", "--no-check")
     zw.write_config(CHECKED)
-    res = zw.json("merge", "--queue", "e2")
+    ran = zw.run("merge", "--queue", "e2", "--json")
+    assert ran.returncode == 1, ran  # blocked
+    res = json.loads(ran.stdout)
     assert res["run"]["stopped"] == "blocked" and res["run"]["done"] == []
     states = {e["branch"]: e["state"] for e in _queue(zw)["entries"]}
     assert states == {"zwarm/nb": "merged", "zwarm/e2": "waiting"}  # not blamed

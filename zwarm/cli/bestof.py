@@ -163,10 +163,13 @@ def pick_command(
     res = api.pick(
         set_ref, attempt, into=into, squash=squash, message=message, judge=verdict, queue=plan
     )
+    run = [res["queue"]["run"]] if plan is not None and res["queue"]["run"] is not None else []
     if as_json:
+        from zwarm.cli.mergeq import exit_if_stuck
         from zwarm.cli.output import emit_json
 
         emit_json(res)
+        exit_if_stuck(ctx, run)
         return
     if plan is not None:
         from zwarm.cli.mergeq import print_run
@@ -190,3 +193,7 @@ def pick_command(
         click.echo(f"removed {which} {shown} (branches kept until rm)")
     for k in res["not_removed"]:
         click.echo(f"attempt {k['attempt']}: worktree kept: {k['error']}", err=True)
+    if run:
+        from zwarm.cli.mergeq import exit_if_stuck
+
+        exit_if_stuck(ctx, run)

@@ -29,6 +29,16 @@ def _line(text: str) -> str:
     return clean(text, newlines=False)
 
 
+STUCK = ("blocked", "held")  # a run stopped with work waiting that no rerun alone can do
+
+
+def exit_if_stuck(ctx: click.Context, runs: list[dict[str, Any]]) -> None:
+    """Exit 1 (after the output) when a run stopped ``STUCK``: a red target, a checkout in
+    the way. Scripts tell that from a queue that drained (0) without parsing."""
+    if any(r.get("stopped") in STUCK for r in runs):
+        ctx.exit(1)
+
+
 def print_run(res: dict[str, Any]) -> None:
     """What a run did, one line per entry, and why it stopped."""
     for d in res.get("done", []):
@@ -99,7 +109,8 @@ def run_command(
     depth: int,
     as_json: bool,
 ) -> None:
-    """Process the queues now, to completion (a second run waits for the first).
+    """Process the queues now, to completion (a second run waits for the first); exit 1
+    when a queue stopped blocked (its target fails its check) or held (a checkout in the way).
 
     A run killed at any step is resumed by the next: the target is at its old commit or a
     tested one, and the temporary worktree is removed. --depth K tests the next K entries at
@@ -110,11 +121,12 @@ def run_command(
     res = api.run_merge_queues(target, checks=list(checks), no_check=no_check, depth=depth)
     if as_json:
         _emit(res)
-        return
-    if not res:
-        click.echo("no merge queue", err=True)
-    for r in res:
-        print_run(r)
+    else:
+        if not res:
+            click.echo("no merge queue", err=True)
+        for r in res:
+            print_run(r)
+    exit_if_stuck(ctx, res)
 
 
 @merges_group.command(name="remove")

@@ -174,7 +174,8 @@ def merge_command(
     merges`), which then runs: each is rebased onto the latest target in a temporary
     worktree, checked there ([merge] check or --check; none is refused unless --no-check),
     and the target moved to exactly that commit; a conflict or a red check ejects it with a
-    review comment (sent as its next turn with --send).
+    review comment (sent as its next turn with --send). Exits 1 when the queue stopped
+    blocked or held (nothing more merged until that is resolved).
 
     \b
     Examples:
@@ -189,15 +190,16 @@ def merge_command(
         res = api.enqueue_merge(list(sessions), target=target, priority=priority,
                                 checks=list(checks), no_check=no_check, send=send,
                                 depth=depth)  # fmt: skip
+        from zwarm.cli.mergeq import exit_if_stuck, print_run
+
         if as_json:
             _emit(res)
-            return
-        from zwarm.cli.mergeq import print_run
-
-        for e in res["queued"]:
-            click.echo(f"queued {e['branch']} for {res['target']} (entry {e['id']})")
-        if res["run"] is not None:
-            print_run(res["run"])
+        else:
+            for e in res["queued"]:
+                click.echo(f"queued {e['branch']} for {res['target']} (entry {e['id']})")
+            if res["run"] is not None:
+                print_run(res["run"])
+        exit_if_stuck(ctx, [res["run"]] if res["run"] is not None else [])
         return
     if target is not None or priority or checks or no_check or send or depth != 1:
         raise click.UsageError(
