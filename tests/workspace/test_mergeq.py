@@ -156,7 +156,8 @@ def test_no_check_is_refused_loudly(zw: ZW, repo: Repo) -> None:
     assert res.returncode == 1
     assert res.stderr.strip() == (
         'Error: the merge queue has no check: set [merge] check = ["..."] in config.toml, pass '
-        "--check CMD, or pass --no-check to merge untested"
+        "--check CMD (to each run: checks given are not kept), or pass --no-check to merge "
+        "untested"
     )
     assert zw.run("merges").stderr.strip() == "no merge queue"
 

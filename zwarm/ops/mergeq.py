@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 NO_CHECK = (
     'the merge queue has no check: set [merge] check = ["..."] in config.toml, pass '
-    "--check CMD, or pass --no-check to merge untested"
+    "--check CMD (to each run: checks given are not kept), or pass --no-check to merge untested"
 )
 
 
