@@ -445,3 +445,17 @@ def test_merge_mode_makes_merge_commits_and_ejects_a_conflict(zw: ZW, repo: Repo
     assert zw.json("show", sids["m3"])["comments"][0]["path"] == "src/app.py"
     assert _temp_worktrees(zw) == [] and repo.git("status", "--porcelain") == ""
     zw.run("rm", "m1", "m2", check=True)  # merged: their tips are on main
+
+
+def test_a_session_the_queue_merged_is_refused_as_a_new_entry(zw: ZW, repo: Repo) -> None:
+    """Queueing a session again after the queue merged it (its branch not moved since) is
+    refused in one line, not accepted as a new entry to merge twice (a user pass)."""
+    _spawn_all(zw, repo, {"once": _adds("once")})
+    res = zw.json("merge", "--queue", "once", "--no-check")
+    ((done,),) = [res["run"]["done"]]
+    assert done["state"] == "merged"
+    again = zw.run("merge", "--queue", "once", "--no-check")
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines() == [
+        f"Error: {done['session_id']} was merged already (at {done['commit'][:12]})"
+    ]

@@ -130,7 +130,8 @@ def enqueue(
 ) -> list[Entry]:
     """Add each (session, its pinned worktree workspace) to the queue of its repository and
     ``target``, in order; a session already waiting there keeps its place (its priority and
-    ``send`` updated). All must be in one repository."""
+    ``send`` updated); one the queue merged already, its branch not moved since, is refused.
+    All must be in one repository."""
     repos = {ws.repo for _, ws in items}
     if len(repos) != 1:
         raise InvalidInput("the sessions of one merge --queue must be in one repository")
@@ -142,6 +143,14 @@ def enqueue(
             if ws.branch == target:
                 raise WorkspaceError(f"cannot merge {ws.branch} into itself")
             live = [e for e in q.entries if e.session_id == s.id and e.state in _OPEN]
+            done = [e for e in q.entries if e.session_id == s.id and e.state == "merged"]
+            if not live and done and done[-1].tip is not None:
+                rtree = git.checked(repo, repo, ctx.environ)
+                tip = git.resolve_commit(f"refs/heads/{ws.branch}", rtree, ctx.environ)
+                if tip == done[-1].tip:  # no new commit since: nothing to merge again
+                    raise WorkspaceError(
+                        f"{s.id} was merged already (at {(done[-1].commit or tip)[:12]})"
+                    )
             if live:
                 live[0].priority, live[0].send = priority, send
                 out.append(live[0])
