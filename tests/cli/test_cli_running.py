@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ZWARM_BIN, wait_until
+from tests.support import ZWARM_BIN, follow_until_released, wait_until
 
 SAMPLE = {"codex": "codex_simple", "claude": "claude_simple"}
 
@@ -104,23 +104,7 @@ def test_logs_follow_ends_when_turn_ends(zw) -> None:
     hold.touch()
     env = zw.gated(hold, FAKE_LINE_DELAY="0.05", **zw.replay("codex_toolcall"))
     sid = zw.spawn("go", env_extra=env)
-    follow = subprocess.Popen(
-        [str(ZWARM_BIN), "logs", sid, "--follow"],
-        env=zw.env,
-        cwd=zw.cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        # still following while the turn is held (it must not end early)
-        with pytest.raises(subprocess.TimeoutExpired):
-            follow.wait(timeout=1.0)
-        hold.unlink()
-        out, err = follow.communicate(timeout=60)
-    finally:
-        if follow.poll() is None:
-            follow.kill()
-    assert follow.returncode == 0, err
+    out = follow_until_released(zw, sid, hold.unlink)
     assert zw.meta(sid)["status"] == "completed"
     assert out == zw.turn_file(sid, 1).read_bytes()
     assert out == zw.sample_bytes("codex_toolcall")

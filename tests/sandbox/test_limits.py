@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -300,6 +301,19 @@ time.sleep(600)
 """
 
 
+def _in_pid_namespace(script: str, cwd: Path, **kw: Any) -> Any:
+    """``script`` run by Python in a pid namespace of its own (as in a container), its
+    stdout piped; skipped where no pid namespace can be made (the CI machine can)."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot make a pid namespace here")
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=cwd, **kw)
+
+
 def test_sweep_never_touches_a_live_turns_cgroup_made_in_another_pid_namespace(
     tmp_path: Path,
 ) -> None:
@@ -308,20 +322,11 @@ def test_sweep_never_touches_a_live_turns_cgroup_made_in_another_pid_namespace(
     cgroup hierarchy had its live turns' cgroups removed and their processes SIGKILLed by
     the next sandboxed turn outside (pid 1 there is not the pid 1 it named)."""
     import contextlib
-    import subprocess
-    import sys
 
     _cgroup("pids")
     dirs: list[str] = []
     inside: list[int] = []
-    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("cannot make a pid namespace here")
-    proc = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", FOREIGN_TURN],
-        stdout=subprocess.PIPE,
-        cwd=tmp_path,
-    )
+    proc = _in_pid_namespace(FOREIGN_TURN, tmp_path)
     try:
         assert proc.stdout is not None
         dirs = proc.stdout.readline().decode().split()
@@ -360,20 +365,10 @@ def test_sweep_never_removes_a_live_bridge_made_in_another_pid_namespace(
     pid of the maker's pid namespace, and ``sweep_bridges`` looked that pid up in its own: a
     container sharing /tmp (an Apptainer one, with its own pid namespace) lost its live
     turns' bridge sockets to the next sandboxed turn outside."""
-    import subprocess
-    import sys
 
     from zwarm.sandbox import bwrap
 
-    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("cannot make a pid namespace here")
-    proc = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", FOREIGN_BRIDGE],
-        stdout=subprocess.PIPE,
-        cwd=tmp_path,
-        start_new_session=True,
-    )
+    proc = _in_pid_namespace(FOREIGN_BRIDGE, tmp_path, start_new_session=True)
     d = ""
     try:
         assert proc.stdout is not None

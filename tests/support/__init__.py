@@ -81,6 +81,31 @@ class StdoutRecorder:
         return b"".join(self.writes)
 
 
+def follow_until_released(zw: Any, sid: str, release: Callable[[], object]) -> bytes:
+    """``zwarm logs SID -f`` while the turn is held: still following after a second (it must
+    not end early), then ``release()``, then everything it printed once the turn ended (exit
+    0 asserted)."""
+    import subprocess
+
+    argv = [str(ZWARM_BIN), "logs", sid, "--follow"]
+    pipe = subprocess.PIPE
+    follow = subprocess.Popen(argv, env=zw.env, cwd=zw.cwd, stdout=pipe, stderr=pipe)
+    try:
+        try:
+            follow.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass  # still following while the turn is held
+        else:
+            raise AssertionError(f"logs -f ended while the turn was held: {follow.returncode}")
+        release()
+        out, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 0, err
+    return out
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = DEFAULT_TIMEOUT,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import tomli_w
 
 from tests.launchers.ssh.test_ssh_launcher import CODEX, Hosts, on_host, remote_dirs
 from tests.serve.test_dashboard import browser  # noqa: F401 (a fixture: the real Chromium)
-from tests.support import FAKE_BIN, ZW, ZWARM_BIN, wait_status, wait_until
+from tests.support import FAKE_BIN, ZW, follow_until_released, wait_status, wait_until
 from tests.support.fleet import jsonl
 
 CLAUDE = str(FAKE_BIN / "claude")
@@ -89,17 +88,7 @@ def test_top_and_logs_follow_show_sessions_on_two_hosts_and_here(hf: Hosts) -> N
     hold = hf.shared / "go"
     sid = zw.spawn("--host", "b", "wait for it", env_extra=hf.env(FAKE_WAIT_FILE=str(hold)))
     wait_until(lambda: bool(on_host(hf.bed.user, sid)), timeout=30)
-    follow = subprocess.Popen([str(ZWARM_BIN), "logs", sid, "-f"], env=zw.env, cwd=zw.cwd,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        with pytest.raises(subprocess.TimeoutExpired):
-            follow.wait(timeout=1.0)  # still following while the turn runs on the host
-        hold.touch()
-        out, err = follow.communicate(timeout=60)
-    finally:
-        if follow.poll() is None:
-            follow.kill()
-    assert follow.returncode == 0, err
+    out = follow_until_released(zw, sid, hold.touch)  # following while it runs on the host
     assert zw.meta(sid)["status"] == "completed"
     assert out == zw.turn_file(sid, 1).read_bytes() == zw.sample_bytes("codex_simple")
 
